@@ -1,0 +1,296 @@
+-- _lib.lua — helpers the loader prepends to every script except the self-contained extend_lock.lua
+-- and sweep_stalled.lua (those two run as a raw EVAL of the file, as the seed documents).
+-- Every key here is the queue base ARGV[1] = 'emq:{q}:' plus a suffix listed in keyspace.rs.
+-- None of these raises on well-formed keys; callers read and validate before their first write.
+
+-- the store's clock, in ms
+local function emq_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- a group's (active count, limit): its own limit, else the queue default l:~, else 1
+local function emq_slots(base, g)
+  local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'l:' .. g, 'l:~')
+  return tonumber(f[1]) or 0, tonumber(f[2]) or tonumber(f[3]) or 1
+end
+
+-- the ring step for group g: when its r: flag is unset and it is eligible (a ready job and a free
+-- slot), RPUSH it and set the flag. O(1), never scans the ring. Returns 1 when pushed.
+local function emq_ring_step(base, g)
+  local groups = base .. 'groups'
+  if redis.call('HEXISTS', groups, 'r:' .. g) == 1 then return 0 end
+  local active, limit = emq_slots(base, g)
+  if active >= limit then return 0 end
+  if redis.call('LLEN', base .. 'lane:' .. g) == 0 then return 0 end
+  redis.call('RPUSH', base .. 'ring', g)
+  redis.call('HSET', groups, 'r:' .. g, 1)
+  return 1
+end
+
+-- the ring step for the flat set, member '~'
+local function emq_ring_step_flat(base)
+  local groups = base .. 'groups'
+  if redis.call('HEXISTS', groups, 'r:~') == 1 then return 0 end
+  if redis.call('ZCARD', base .. 'pending') == 0 then return 0 end
+  redis.call('RPUSH', base .. 'ring', '~')
+  redis.call('HSET', groups, 'r:~', 1)
+  return 1
+end
+
+-- how many of `added` new ready jobs of group g are claimable now (free slots bound it)
+local function emq_claimable(base, g, added)
+  local active, limit = emq_slots(base, g)
+  local free = limit - active
+  if free < 0 then free = 0 end
+  if added < free then return added end
+  return free
+end
+
+-- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16
+local function emq_wake(base, n)
+  if n <= 0 then return end
+  if n > 16 then n = 16 end
+  local tokens = {}
+  for i = 1, n do tokens[i] = '1' end
+  redis.call('RPUSH', base .. 'wake', unpack(tokens))
+  redis.call('LTRIM', base .. 'wake', -16, -1)
+end
+
+-- the slot invariant: a lane job leaving `active` frees one slot of its group (field deleted at 0)
+local function emq_free_slot(base, g)
+  local groups = base .. 'groups'
+  local left = (tonumber(redis.call('HGET', groups, 'a:' .. g)) or 0) - 1
+  if left <= 0 then
+    redis.call('HDEL', groups, 'a:' .. g)
+  else
+    redis.call('HSET', groups, 'a:' .. g, left)
+  end
+end
+
+-- a lane job left `active`: free its slot; the ring step; a wake when it put the group back on the ring
+local function emq_leave_lane(base, g)
+  emq_free_slot(base, g)
+  emq_wake(base, emq_ring_step(base, g))
+end
+
+-- the fence of every holder verb (DESIGN §1): returns -1 (gone) or 0 (stale) when the caller does
+-- not hold the job; else nil and the row's {state, attempts, group, max_attempts}. Reads only.
+local function emq_fence(jk, token)
+  local r = redis.call('HMGET', jk, 'state', 'attempts', 'group', 'max_attempts')
+  if not r[1] then return -1 end
+  if r[1] ~= 'active' or r[2] ~= token then return 0 end
+  return nil, r
+end
+
+-- an optional value from ARGV: '' = none, else the value behind a one-byte '+' prefix
+local function emq_opt(v)
+  if v == '' then return nil end
+  return string.sub(v, 2)
+end
+
+-- a finished job (completed / cancelled): retained (newest `keep` rows, trimmed) or deleted
+local function emq_finish(base, id, state, now, keep, field, value)
+  local jk = base .. 'job:' .. id
+  if keep <= 0 then
+    redis.call('DEL', jk)
+    return
+  end
+  if value then
+    redis.call('HSET', jk, 'state', state, 'finished_at', now, field, value)
+  else
+    redis.call('HSET', jk, 'state', state, 'finished_at', now)
+  end
+  local done = base .. 'completed'
+  redis.call('ZADD', done, now, id)
+  local over = redis.call('ZCARD', done) - keep
+  if over > 0 then
+    for _, old in ipairs(redis.call('ZRANGE', done, 0, over - 1)) do
+      redis.call('DEL', base .. 'job:' .. old)
+    end
+    redis.call('ZREMRANGEBYRANK', done, 0, over - 1)
+  end
+end
+
+-- a job to the morgue, scored with the store's time of death
+local function emq_bury(base, id, now, err)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'dead', 'last_error', err)
+  redis.call('ZADD', base .. 'dead', now, id)
+end
+
+-- a completion record, written by the settling script itself (opt-in: recmax > 0 = MAXLEN ~)
+local function emq_record(base, recmax, id, status, attempts, field, value, now)
+  if recmax <= 0 then return end
+  if value then
+    redis.call('XADD', base .. 'completions', 'MAXLEN', '~', recmax, '*',
+      'id', id, 'status', status, 'attempts', attempts or '0', field, value, 'at', now)
+  else
+    redis.call('XADD', base .. 'completions', 'MAXLEN', '~', recmax, '*',
+      'id', id, 'status', status, 'attempts', attempts or '0', 'at', now)
+  end
+end
+
+-- a counter of emq:{q}:metrics:<event>
+local function emq_count(base, event, n)
+  if n > 0 then redis.call('HINCRBY', base .. 'metrics:' .. event, 'count', n) end
+end
+
+-- a job made ready again: the flat set at a fresh sequence, or its lane's tail; its state pending
+local function emq_ready(base, id, g)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  if g then
+    redis.call('RPUSH', base .. 'lane:' .. g, id)
+  else
+    redis.call('ZADD', base .. 'pending', redis.call('INCR', base .. 'id'), id)
+  end
+end
+
+-- ZADD/ZREM/RPUSH (on `key`) or DEL (key = nil) with many arguments, unpacked in chunks of at
+-- most 1000 (an even size, so ZADD's score/member pairs never split)
+local function emq_bulk(cmd, key, args)
+  for i = 1, #args, 1000 do
+    local j = i + 999
+    if j > #args then j = #args end
+    if key then
+      redis.call(cmd, key, unpack(args, i, j))
+    else
+      redis.call(cmd, unpack(args, i, j))
+    end
+  end
+end
+
+-- a refusal of malformed arguments, before anything is written
+local function emq_bad_args(verb, what)
+  return redis.error_reply('EMQARGS ' .. verb .. ': ' .. what)
+end
+
+-- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
+-- ARGV from index o: n, then per job: id ('' = generated), delay_ms, max_attempts ('' = none), payload.
+-- Returns the reply {code, id, …} (1 new, 0 duplicate), or an error reply having written nothing.
+local function emq_new_jobs(verb, base, o, g)
+  local n = tonumber(ARGV[o])
+  if not n or n < 1 or n > 1000 or #ARGV ~= o + 4 * n then
+    return emq_bad_args(verb, 'batch shape')
+  end
+  if redis.call('EXISTS', base .. 'obliterating') == 1 then
+    return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
+  end
+  -- read and validate everything first
+  local seen, dup, fresh = {}, {}, 0
+  for i = 1, n do
+    local a = o + 4 * (i - 1)
+    local id, delay, maxa = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+    if not delay or delay < 0 or delay ~= math.floor(delay) then
+      return emq_bad_args(verb, 'delay of job ' .. i)
+    end
+    if maxa ~= '' and not (tonumber(maxa) and tonumber(maxa) >= 1) then
+      return emq_bad_args(verb, 'max_attempts of job ' .. i)
+    end
+    if id ~= '' then
+      if seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
+        dup[i] = true
+      else
+        seen[id] = true
+      end
+    end
+    if not dup[i] then fresh = fresh + 1 end
+  end
+  -- then write: every new job takes one sequence value; a generated id is its sequence
+  local reply, ready, sched = {}, {}, {}
+  local now = 0
+  local seq = 0
+  if fresh > 0 then seq = redis.call('INCRBY', base .. 'id', fresh) - fresh end
+  for i = 1, n do
+    local a = o + 4 * (i - 1)
+    local id = ARGV[a + 1]
+    if dup[i] then
+      reply[#reply + 1] = 0
+      reply[#reply + 1] = id
+    else
+      seq = seq + 1
+      if id == '' then id = tostring(seq) end
+      local delay, maxa = tonumber(ARGV[a + 2]), ARGV[a + 3]
+      local row = { 'data', ARGV[a + 4], 'state', 'pending' }
+      if g then row[#row + 1] = 'group'; row[#row + 1] = g end
+      if maxa ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = maxa end
+      if delay > 0 then
+        if now == 0 then now = emq_now() end
+        row[4] = 'scheduled'
+        row[#row + 1] = 'run_at'; row[#row + 1] = now + delay
+        sched[#sched + 1] = now + delay
+        sched[#sched + 1] = id
+      elseif g then
+        ready[#ready + 1] = id
+      else
+        ready[#ready + 1] = seq
+        ready[#ready + 1] = id
+      end
+      redis.call('HSET', base .. 'job:' .. id, unpack(row))
+      reply[#reply + 1] = 1
+      reply[#reply + 1] = id
+    end
+  end
+  if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
+  if #ready > 0 then
+    if g then
+      local claimable = emq_claimable(base, g, #ready)
+      emq_bulk('RPUSH', base .. 'lane:' .. g, ready)
+      emq_ring_step(base, g)
+      emq_wake(base, claimable)
+    else
+      emq_bulk('ZADD', base .. 'pending', ready)
+      emq_ring_step_flat(base)
+      emq_wake(base, #ready / 2)
+    end
+  end
+  return reply
+end
+
+-- up to `budget` job rows of a sorted set deleted with their memberships (drain, obliterate).
+-- `leave(id)` runs per row before it goes (forced obliterate frees lane slots). Returns how many.
+local function emq_purge_zset(base, key, budget, leave)
+  if budget <= 0 then return 0 end
+  local ids = redis.call('ZRANGE', key, 0, budget - 1)
+  if #ids == 0 then return 0 end
+  local rows = {}
+  for i, id in ipairs(ids) do
+    if leave then leave(id) end
+    rows[i] = base .. 'job:' .. id
+  end
+  emq_bulk('DEL', nil, rows)
+  emq_bulk('ZREM', key, ids)
+  return #ids
+end
+
+-- up to `budget` lane jobs deleted, walking the groups hash from `cursor` (the groups with a
+-- non-empty lane are exactly those with an a: or r: field). Returns (removed, next cursor,
+-- finished): finished when HSCAN came back to 0 and every lane it showed was emptied.
+local function emq_purge_lanes(base, budget, cursor)
+  local removed = 0
+  local scan = redis.call('HSCAN', base .. 'groups', cursor, 'COUNT', 100)
+  local fields = scan[2]
+  for i = 1, #fields, 2 do
+    local kind, g = string.sub(fields[i], 1, 2), string.sub(fields[i], 3)
+    if (kind == 'a:' or kind == 'r:') and g ~= '~' then
+      local lane = base .. 'lane:' .. g
+      if budget - removed <= 0 then return removed, cursor, false end
+      local ids = redis.call('LRANGE', lane, 0, budget - removed - 1)
+      for _, id in ipairs(ids) do redis.call('DEL', base .. 'job:' .. id) end
+      redis.call('LTRIM', lane, #ids, -1)
+      removed = removed + #ids
+      if redis.call('LLEN', lane) > 0 then return removed, cursor, false end
+    end
+  end
+  return removed, scan[1], scan[1] == '0'
+end
+
+-- a waiting job (pending or scheduled) taken out of wherever it waits; false when the row says it
+-- waits but it is not there. Lane membership costs an LREM (operator verbs only).
+local function emq_unwait(base, id, state, g)
+  if state == 'scheduled' then
+    return redis.call('ZREM', base .. 'scheduled', id) == 1
+  elseif g then
+    return redis.call('LREM', base .. 'lane:' .. g, 1, id) == 1
+  end
+  return redis.call('ZREM', base .. 'pending', id) == 1
+end

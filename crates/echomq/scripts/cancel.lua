@@ -1,0 +1,33 @@
+-- cancel — an operator (or any process) cancels a job. Waiting (pending, in a lane, scheduled): it
+-- is cancelled now (row deleted or retained, metrics cancelled). Running: the request goes on the
+-- row's `cancel` field (its durable copy: a claim of a row carrying it cancels instead of handing
+-- out) and is published to the queue's consumers. Dead, completed or cancelled: finished.
+--
+-- KEYS[1] emq:{q}:job:<id>    (hash, the row)
+-- KEYS[2] emq:{q}:cancel      (pub/sub channel; message = id, a newline, the reason)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] id
+-- ARGV[3] reason: '' = none, else '+' followed by the reason
+-- ARGV[4] retain: newest finished rows kept (0 = delete the row)
+-- ARGV[5] record MAXLEN (0 = no completion record)
+--
+-- Replies: 1 = cancelled, 2 = requested, -1 = gone, 0 = finished; error EMQARGS.
+local jk = KEYS[1]
+local base, id, reason = ARGV[1], ARGV[2], emq_opt(ARGV[3])
+local keep, recmax = tonumber(ARGV[4]), tonumber(ARGV[5])
+if not keep or not recmax then return emq_bad_args('cancel', 'settle options') end
+local r = redis.call('HMGET', jk, 'state', 'group', 'attempts')
+local state, g = r[1], r[2]
+if not state then return -1 end
+if state == 'active' then
+  redis.call('HSET', jk, 'cancel', reason or '')
+  redis.call('PUBLISH', KEYS[2], id .. '\n' .. (reason or ''))
+  return 2
+end
+if state ~= 'pending' and state ~= 'scheduled' then return 0 end
+emq_unwait(base, id, state, g)
+local now = emq_now()
+emq_finish(base, id, 'cancelled', now, keep, 'last_error', reason)
+emq_count(base, 'cancelled', 1)
+emq_record(base, recmax, id, 'cancelled', r[3], 'error', reason, now)
+return 1

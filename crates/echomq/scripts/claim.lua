@@ -1,0 +1,113 @@
+-- claim — up to n jobs off the ring, each under a lease on the store's clock (DESIGN §3).
+-- Pop the head member; if eligible take one job from it (the flat set '~': its lowest score; a
+-- group: its lane's head, a:<g> + 1) and push it back at the tail while still eligible, else clear
+-- its r: flag; a member that gives nothing is dropped. When '~' is the last member, the rest comes
+-- from one ZPOPMIN. A paused (or obliterating) queue claims nothing.
+-- A job met with attempts >= its max_attempts (its own, else ARGV[4]) goes dead ("lease expired on
+-- the last attempt"); a row carrying `cancel` goes to cancelled; a malformed row goes dead naming
+-- its defect; a missing row is dropped. None of these fails the batch.
+--
+-- KEYS[1] emq:{q}:ring        (list of ring members)
+-- KEYS[2] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~ r:~)
+-- KEYS[3] emq:{q}:pending     (zset, score = sequence)
+-- KEYS[4] emq:{q}:active      (zset, score = lease deadline ms)
+-- KEYS[5] emq:{q}:paused      (string)
+-- KEYS[6] emq:{q}:obliterating (string)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] n, 1..1000
+-- ARGV[3] lease ms (> 0)
+-- ARGV[4] default max_attempts (>= 1)
+-- ARGV[5] retain: newest rows kept for claim-time cancellations (0 = delete)
+-- ARGV[6] record MAXLEN (0 = no completion records)
+--
+-- Replies: {id, payload, attempts, group ('' = flat), …}, at most n jobs; error EMQARGS.
+local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local base = ARGV[1]
+local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local keep, recmax = tonumber(ARGV[5]), tonumber(ARGV[6])
+if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
+if not lease or lease <= 0 then return emq_bad_args('claim', 'lease') end
+if not maxdef or maxdef < 1 then return emq_bad_args('claim', 'max_attempts') end
+if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
+if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
+
+local now = emq_now()
+local deadline = now + lease
+local out, leased = {}, {}
+local got, failed, cancelled = 0, 0, 0
+
+-- one popped job: hand it out, or settle it here. True when handed out.
+local function take(id, g)
+  local r = redis.call('HMGET', base .. 'job:' .. id, 'data', 'state', 'attempts', 'max_attempts', 'cancel')
+  if not r[1] and not r[2] then return false end -- a missing row: dropped
+  local att, maxa = tonumber(r[3] or '0'), tonumber(r[4] or maxdef)
+  local defect
+  if not r[1] then defect = 'malformed row: no data'
+  elseif r[2] ~= 'pending' then defect = 'malformed row: state ' .. tostring(r[2]) .. ' in a ready set'
+  elseif not att then defect = 'malformed row: attempts ' .. r[3]
+  elseif not maxa then defect = 'malformed row: max_attempts ' .. r[4]
+  end
+  if not defect and r[5] then
+    emq_finish(base, id, 'cancelled', now, keep, 'last_error', r[5])
+    emq_record(base, recmax, id, 'cancelled', r[3], 'error', r[5], now)
+    cancelled = cancelled + 1
+    return false
+  end
+  if not defect and att >= maxa then defect = 'lease expired on the last attempt' end
+  if defect then
+    emq_bury(base, id, now, defect)
+    emq_record(base, recmax, id, 'dead', r[3], 'error', defect, now)
+    failed = failed + 1
+    return false
+  end
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'active', 'attempts', att + 1)
+  leased[#leased + 1] = deadline
+  leased[#leased + 1] = id
+  out[#out + 1] = id
+  out[#out + 1] = r[1]
+  out[#out + 1] = att + 1
+  out[#out + 1] = g or ''
+  return true
+end
+
+-- each pop either hands out a job, buries a bad row or drops a member: bounded by n, the ring's
+-- length and the bad rows met (a bound keeps a ring full of bad rows from running long)
+local budget = n + redis.call('LLEN', ring) + 1000
+while got < n and budget > 0 do
+  budget = budget - 1
+  local m = redis.call('LPOP', ring)
+  if not m then break end
+  if m == '~' then
+    local want = 1
+    if redis.call('LLEN', ring) == 0 then want = n - got end
+    local popped = redis.call('ZPOPMIN', pending, want)
+    for j = 1, #popped, 2 do
+      if take(popped[j], nil) then got = got + 1 end
+    end
+    if redis.call('ZCARD', pending) > 0 then
+      redis.call('RPUSH', ring, '~')
+    else
+      redis.call('HDEL', groups, 'r:~')
+    end
+  else
+    local a, limit = emq_slots(base, m)
+    local lane = base .. 'lane:' .. m
+    if a < limit then
+      local id = redis.call('LPOP', lane)
+      if id and take(id, m) then
+        got = got + 1
+        a = a + 1
+        redis.call('HSET', groups, 'a:' .. m, a)
+      end
+    end
+    if a < limit and redis.call('LLEN', lane) > 0 then
+      redis.call('RPUSH', ring, m)
+    else
+      redis.call('HDEL', groups, 'r:' .. m)
+    end
+  end
+end
+if #leased > 0 then emq_bulk('ZADD', active, leased) end
+emq_count(base, 'failed', failed)
+emq_count(base, 'cancelled', cancelled)
+return out

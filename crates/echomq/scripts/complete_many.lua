@@ -1,0 +1,53 @@
+-- complete_many — complete for a batch in one step (the consumer's group commit). Each entry is
+-- fenced on its own; a repeated entry is stale after its first settle.
+--
+-- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] n, 1..1000
+-- ARGV[3] retain: newest completed rows kept (0 = delete the rows)
+-- ARGV[4] record MAXLEN (0 = no completion records)
+-- ARGV[5 + 3(i-1) ..] per job: id, attempts token, output ('' = none, else '+' and the bytes)
+--
+-- Replies: {code, …} per entry in order: 1 = completed, 0 = stale, -1 = gone; error EMQARGS.
+local active = KEYS[1]
+local base = ARGV[1]
+local n, keep, recmax = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if not n or n < 1 or n > 1000 or #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
+if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
+local ids = {}
+for i = 1, n do ids[i] = ARGV[2 + 3 * i] end
+-- read and validate every entry first
+local scores = redis.call('ZMSCORE', active, unpack(ids))
+local reply, done, lanes, seen = {}, {}, {}, {}
+for i = 1, n do
+  local refused, row = emq_fence(base .. 'job:' .. ids[i], ARGV[3 + 3 * i])
+  if refused then
+    reply[i] = refused
+  elseif not scores[i] or seen[ids[i]] then
+    reply[i] = 0
+  else
+    reply[i] = 1
+    seen[ids[i]] = true
+    done[#done + 1] = i
+    if row[3] then lanes[#lanes + 1] = row[3] end
+  end
+end
+if #done == 0 then return reply end
+local gone = {}
+for k, i in ipairs(done) do gone[k] = ids[i] end
+redis.call('ZREM', active, unpack(gone))
+local now = 0
+if keep > 0 or recmax > 0 then now = emq_now() end
+if keep <= 0 then
+  local rows = {}
+  for k, id in ipairs(gone) do rows[k] = base .. 'job:' .. id end
+  redis.call('DEL', unpack(rows))
+end
+for _, i in ipairs(done) do
+  local output = emq_opt(ARGV[4 + 3 * i])
+  if keep > 0 then emq_finish(base, ids[i], 'completed', now, keep, 'output', output) end
+  emq_record(base, recmax, ids[i], 'completed', ARGV[3 + 3 * i], 'output', output, now)
+end
+for _, g in ipairs(lanes) do emq_leave_lane(base, g) end
+emq_count(base, 'completed', #done)
+return reply

@@ -1,0 +1,35 @@
+-- counts — sizes per state and the counters of a queue. Lane jobs are summed over the groups hash
+-- in HSCAN chunks: the client loops on the cursor and de-duplicates groups (a group may show an a:
+-- and an r: field in different chunks).
+--
+-- KEYS[1] emq:{q}:pending     (zset)
+-- KEYS[2] emq:{q}:scheduled   (zset)
+-- KEYS[3] emq:{q}:active      (zset)
+-- KEYS[4] emq:{q}:dead        (zset)
+-- KEYS[5] emq:{q}:paused      (string)
+-- KEYS[6] emq:{q}:groups      (hash)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] the HSCAN cursor ('0' on the first call)
+--
+-- Replies: {pending flat, scheduled, active, dead, paused (1/0), completed, cancelled, failed,
+--           retried, stalled, reaped, next cursor, {group, lane length, …}}.
+local base, cursor = ARGV[1], ARGV[2]
+local reply = {
+  redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
+  redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]),
+}
+for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
+  reply[#reply + 1] = tonumber(redis.call('HGET', base .. 'metrics:' .. event, 'count')) or 0
+end
+local scan = redis.call('HSCAN', KEYS[6], cursor, 'COUNT', 200)
+local lanes = {}
+for i = 1, #scan[2], 2 do
+  local kind, g = string.sub(scan[2][i], 1, 2), string.sub(scan[2][i], 3)
+  if (kind == 'a:' or kind == 'r:') and g ~= '~' then
+    lanes[#lanes + 1] = g
+    lanes[#lanes + 1] = redis.call('LLEN', base .. 'lane:' .. g)
+  end
+end
+reply[#reply + 1] = scan[1]
+reply[#reply + 1] = lanes
+return reply

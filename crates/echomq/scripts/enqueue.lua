@@ -1,0 +1,20 @@
+-- enqueue — new flat jobs: each to `pending` at its sequence (FIFO), or to `scheduled` when delayed.
+-- A caller id is a duplicate while its row exists, and a later copy in the same batch is one too
+-- (the first wins). The client pipelines `SADD emq:queues q` beside this call.
+-- Validates the whole batch before its first write; refused while the queue is being obliterated.
+--
+-- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
+-- KEYS[2] emq:{q}:pending     (zset, score = sequence)
+-- KEYS[3] emq:{q}:scheduled   (zset, score = due ms)
+-- KEYS[4] emq:{q}:ring        (list of ring members)
+-- KEYS[5] emq:{q}:groups      (hash: r:~ the flat set's ring flag)
+-- KEYS[6] emq:{q}:wake        (list of wake tokens)
+-- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] n, 1..1000
+-- ARGV[3 + 4(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none), payload
+--
+-- Replies: {code, id, …} per job in order, code 1 = enqueued, 0 = duplicate;
+--          error EMQOBLITERATING; error EMQARGS (malformed arguments, nothing written).
+-- Wakes: one per job made ready (at most 16). Ring step for '~'.
+return emq_new_jobs('enqueue', ARGV[1], 2, nil)

@@ -1,0 +1,26 @@
+-- extend_lock — the seed's @extend_lock, a self-contained file: a raw EVAL of it runs with the
+-- seed's KEYS, ARGV and replies. Re-scores one lease, token-fenced, on the server clock: the lease
+-- IS the active score, so there is no separate lock key to refresh.
+-- DESIGN's fix: an id not in `active` (or a row not in state active) is stale — the seed's ZADD
+-- would have re-added a settled or reaped job to `active`.
+--
+-- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
+-- KEYS[2] emq:{q}:job:<id>    (hash, the row)
+-- ARGV[1] id
+-- ARGV[2] the attempts token
+-- ARGV[3] lease ms (> 0)
+--
+-- Replies: 1 = the lease re-scored to now + lease; -1 = gone (no row);
+--          error EMQSTALE (not the current holder); error EMQARGS.
+local active, jk = KEYS[1], KEYS[2]
+local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+if not lease or lease <= 0 then return redis.error_reply('EMQARGS extend_lock: lease must be > 0') end
+local r = redis.call('HMGET', jk, 'state', 'attempts')
+if not r[1] then return -1 end
+if r[1] ~= 'active' or r[2] ~= token or not redis.call('ZSCORE', active, id) then
+  return redis.error_reply('EMQSTALE extend token mismatch')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', active, 'XX', now + lease, id)
+return 1

@@ -1,0 +1,18 @@
+-- genqueue — new jobs of group g: each to its lane's tail, or to `scheduled` (row carries `group`)
+-- when delayed; then the ring step for g. Duplicates and validation as enqueue.
+--
+-- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
+-- KEYS[2] emq:{q}:lane:<g>    (list, FIFO)
+-- KEYS[3] emq:{q}:scheduled   (zset, score = due ms)
+-- KEYS[4] emq:{q}:ring        (list of ring members)
+-- KEYS[5] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~)
+-- KEYS[6] emq:{q}:wake        (list of wake tokens)
+-- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] the group g
+-- ARGV[3] n, 1..1000
+-- ARGV[4 + 4(i-1) ..] per job: id ('' = generated), delay ms, max_attempts ('' = none), payload
+--
+-- Replies: as enqueue.
+-- Wakes: one per new ready job the group's free slots let be claimed (at most 16).
+return emq_new_jobs('genqueue', ARGV[1], 3, ARGV[2])

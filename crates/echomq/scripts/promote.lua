@@ -1,0 +1,53 @@
+-- promote — up to ARGV[2] due jobs (score <= now) from `scheduled` to ready: flat to `pending` at a
+-- fresh sequence, a lane job to its lane's tail (the ring step). Then reads, in the same step, how
+-- long until the next scheduled job is due — the consumer bounds its park with it.
+-- A missing row is dropped; a row not in state scheduled goes dead naming the defect.
+--
+-- KEYS[1] emq:{q}:scheduled   (zset, score = due ms)
+-- KEYS[2] emq:{q}:pending     (zset, score = sequence)
+-- KEYS[3] emq:{q}:id          (string, INCR: sequences)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] limit (>= 1, the consumer's pump_batch)
+--
+-- Replies: {moved, ms until the next due job or -1 when none}; error EMQARGS.
+-- Wakes: one per job made claimable (at most 16).
+local scheduled = KEYS[1]
+local base, limit = ARGV[1], tonumber(ARGV[2])
+if not limit or limit < 1 then return emq_bad_args('promote', 'limit') end
+local now = emq_now()
+local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', 0, limit)
+local moved = 0
+if #due > 0 then
+  local rows = {}
+  for i, id in ipairs(due) do
+    rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group', 'data')
+  end
+  emq_bulk('ZREM', scheduled, due)
+  local flat, lanes = 0, {}
+  for i, id in ipairs(due) do
+    local state, g = rows[i][1], rows[i][2]
+    if state == 'scheduled' and rows[i][3] then
+      emq_ready(base, id, g)
+      redis.call('HDEL', base .. 'job:' .. id, 'run_at')
+      if g then lanes[g] = (lanes[g] or 0) + 1 else flat = flat + 1 end
+      moved = moved + 1
+    elseif state then
+      emq_bury(base, id, now, 'malformed row: state ' .. state .. (rows[i][3] and '' or ', no data') .. ' in scheduled')
+      emq_count(base, 'failed', 1)
+    end
+  end
+  local wakes = flat
+  if flat > 0 then emq_ring_step_flat(base) end
+  for g, added in pairs(lanes) do
+    wakes = wakes + emq_claimable(base, g, added)
+    emq_ring_step(base, g)
+  end
+  emq_wake(base, wakes)
+end
+local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
+local next_ms = -1
+if head[2] then
+  next_ms = tonumber(head[2]) - now
+  if next_ms < 0 then next_ms = 0 end
+end
+return {moved, next_ms}

@@ -1,0 +1,7 @@
+-- queues — every registered queue name (the client adds one beside each enqueue and removes it
+-- after an obliterate). The one key outside any queue's hash tag.
+--
+-- KEYS[1] emq:queues          (set of queue names)
+--
+-- Replies: {name, …}.
+return redis.call('SMEMBERS', KEYS[1])

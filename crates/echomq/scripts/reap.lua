@@ -1,0 +1,47 @@
+-- reap — recovery without a token, guarded by the lease deadline: up to ARGV[2] active jobs whose
+-- lease lapsed (score <= now) go back to ready at the front — flat to `pending` at score 0, a lane
+-- job to its lane's head (its slot freed, the ring step). No stall counting (metrics reaped).
+-- A missing row is dropped from `active`; a row not in state active goes dead naming the defect.
+--
+-- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
+-- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] limit (>= 1)
+--
+-- Replies: the number of jobs returned to ready; error EMQARGS.
+-- Wakes: one per job returned to ready (at most 16).
+local active, pending = KEYS[1], KEYS[2]
+local base, limit = ARGV[1], tonumber(ARGV[2])
+if not limit or limit < 1 then return emq_bad_args('reap', 'limit') end
+local now = emq_now()
+local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
+if #lapsed == 0 then return 0 end
+local rows = {}
+for i, id in ipairs(lapsed) do
+  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group')
+end
+emq_bulk('ZREM', active, lapsed)
+local back, flat = 0, false
+for i, id in ipairs(lapsed) do
+  local state, g = rows[i][1], rows[i][2]
+  if state == 'active' then
+    redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+    if g then
+      emq_free_slot(base, g)
+      redis.call('LPUSH', base .. 'lane:' .. g, id)
+      emq_ring_step(base, g)
+    else
+      redis.call('ZADD', pending, 0, id)
+      flat = true
+    end
+    back = back + 1
+  elseif state then
+    emq_bury(base, id, now, 'malformed row: state ' .. state .. ' in active')
+    if g then emq_free_slot(base, g) end
+    emq_count(base, 'failed', 1)
+  end
+end
+if flat then emq_ring_step_flat(base) end
+emq_wake(base, back)
+emq_count(base, 'reaped', back)
+return back

@@ -1,0 +1,27 @@
+-- remove — an operator deletes a job wherever it is. An active job only with force (then its lane
+-- slot is freed and the ring step runs, keeping the slot invariant).
+--
+-- KEYS[1] emq:{q}:job:<id>    (hash, the row)
+-- KEYS[2] emq:{q}:active      (zset)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] id
+-- ARGV[3] force (1/0)
+--
+-- Replies: 1 = removed, -1 = gone, 0 = active and not forced (nothing done).
+local jk, active = KEYS[1], KEYS[2]
+local base, id, force = ARGV[1], ARGV[2], ARGV[3] == '1'
+local r = redis.call('HMGET', jk, 'state', 'group')
+local state, g = r[1], r[2]
+if not state then return -1 end
+if state == 'active' then
+  if not force then return 0 end
+  if redis.call('ZREM', active, id) == 1 and g then emq_leave_lane(base, g) end
+elseif state == 'pending' or state == 'scheduled' then
+  emq_unwait(base, id, state, g)
+elseif state == 'dead' then
+  redis.call('ZREM', base .. 'dead', id)
+else
+  redis.call('ZREM', base .. 'completed', id)
+end
+redis.call('DEL', jk)
+return 1

@@ -1,0 +1,51 @@
+-- retry — fenced: the holder hands the job back after a failure. At its budget (attempts >= its own
+-- max_attempts, else ARGV[5]) the job goes dead (metrics failed); else it waits in `scheduled` until
+-- now + delay (delay 0: ready at once: pending at a fresh sequence or its lane's tail), with the
+-- error as last_error (metrics retried). A lane job frees its slot either way.
+--
+-- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
+-- KEYS[2] emq:{q}:job:<id>    (hash, the row)
+-- KEYS[3] emq:{q}:scheduled   (zset, score = due ms)
+-- KEYS[4] emq:{q}:dead        (zset, score = time of death ms)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] id
+-- ARGV[3] the attempts token
+-- ARGV[4] delay ms (>= 0)
+-- ARGV[5] default max_attempts (>= 1)
+-- ARGV[6] the error text
+-- ARGV[7] record MAXLEN (0 = no record when it dead-letters)
+--
+-- Replies: 1 = retrying, 2 = dead, 0 = stale, -1 = gone; error EMQARGS.
+local active, jk, scheduled = KEYS[1], KEYS[2], KEYS[3]
+local base, id, token = ARGV[1], ARGV[2], ARGV[3]
+local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
+local refused, row = emq_fence(jk, token)
+if refused then return refused end
+local maxa = tonumber(row[4] or maxdef) or maxdef
+if redis.call('ZREM', active, id) == 0 then return 0 end
+local now = emq_now()
+local g = row[3]
+local reply = 1
+if tonumber(token) >= maxa then
+  emq_bury(base, id, now, err)
+  emq_count(base, 'failed', 1)
+  emq_record(base, recmax, id, 'dead', token, 'error', err, now)
+  reply = 2
+else
+  redis.call('HSET', jk, 'last_error', err)
+  if delay > 0 then
+    redis.call('HSET', jk, 'state', 'scheduled', 'run_at', now + delay)
+    redis.call('ZADD', scheduled, now + delay, id)
+  else
+    emq_ready(base, id, g)
+    if not g then
+      emq_ring_step_flat(base)
+      emq_wake(base, 1)
+    end
+  end
+  emq_count(base, 'retried', 1)
+end
+-- after the job is back in its lane, so the ring step sees it
+if g then emq_leave_lane(base, g) end
+return reply

@@ -1,0 +1,117 @@
+//! Typed errors. Every failure a caller can see is one variant here; nothing above the store sees a
+//! raw Redis reply.
+
+use std::fmt;
+
+/// What kind of name a [`Error::InvalidName`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// A queue name.
+    Queue,
+    /// A group name.
+    Group,
+    /// A caller-given job id.
+    JobId,
+}
+
+impl fmt::Display for NameKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameKind::Queue => "queue name",
+            NameKind::Group => "group name",
+            NameKind::JobId => "job id",
+        })
+    }
+}
+
+/// Every error EchoMQ returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A queue name, group name or job id that is not 1–128 bytes of `[A-Za-z0-9._:-]` (a caller id
+    /// must also hold a non-digit: digits-only ids are the generated ones).
+    #[error("invalid {kind} {value:?}: {reason}")]
+    InvalidName {
+        /// Which kind of name.
+        kind: NameKind,
+        /// The value refused (lossy UTF-8 when it was not UTF-8).
+        value: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// An option or argument out of its range (a zero lease, an empty batch, a limit of 0, …).
+    #[error("invalid option {field} = {value}: {reason}")]
+    InvalidOption {
+        /// The option's name.
+        field: &'static str,
+        /// The value refused, as text.
+        value: String,
+        /// What the option accepts.
+        reason: &'static str,
+    },
+    /// A payload (or output) larger than the store's configured limit.
+    #[error("payload of {size} bytes exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The payload's size in bytes.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// A store URL this build cannot open.
+    #[error("unsupported store URL scheme '{scheme}'")]
+    UnsupportedScheme {
+        /// The scheme found before `://`.
+        scheme: String,
+    },
+    /// A store URL that does not parse.
+    #[error("invalid store URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given (credentials redacted).
+        url: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The store could not be reached or the connection broke. Consumers degrade and retry on it;
+    /// producers see it.
+    #[error("store unreachable at {addr}: {reason}")]
+    Unreachable {
+        /// The address tried.
+        addr: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The store answered with an error that is not one of the verb's documented replies.
+    #[error("store error in {verb}: {reason}")]
+    Store {
+        /// The verb that failed.
+        verb: &'static str,
+        /// The store's message.
+        reason: String,
+    },
+    /// The store answered with a reply the verb does not document (a corrupted keyspace, a script
+    /// of another version).
+    #[error("unexpected reply from {verb}: {reply}")]
+    Protocol {
+        /// The verb.
+        verb: &'static str,
+        /// The reply, abbreviated.
+        reply: String,
+    },
+    /// The queue is being obliterated: enqueues are refused until it is gone.
+    #[error("queue {queue} is being obliterated; enqueues are refused")]
+    Obliterating {
+        /// The queue.
+        queue: String,
+    },
+}
+
+impl Error {
+    /// True when the error is a connection failure or timeout — the kind a consumer rides out by
+    /// backing off, as opposed to a refusal that would repeat.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Error::Unreachable { .. })
+    }
+}
+
+/// The result type of every fallible EchoMQ call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

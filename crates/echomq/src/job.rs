@@ -1,0 +1,153 @@
+//! Jobs: what a producer hands in ([`NewJob`]), what a consumer gets ([`ClaimedJob`]), what an
+//! operator reads ([`Job`]), and the states a job moves through ([`JobState`]).
+
+use std::time::Duration;
+
+use crate::keyspace::{GroupName, JobId};
+
+/// Where a job is. Each job is in exactly one place at a time; `docs/state_machine.md` has the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobState {
+    /// Ready to claim: in `pending` (flat) or its group's lane.
+    /// Entered by enqueue, genqueue, promote, promote_job, reap, sweep_stalled (recovered), retry
+    /// with no delay and redrive; left by claim, cancel, remove, drain and obliterate.
+    Pending,
+    /// Waiting for its due time in `scheduled` (a delay or a retry).
+    /// Entered by enqueue/genqueue with a delay and by retry; left by promote, promote_job, cancel,
+    /// remove, drain and obliterate.
+    Scheduled,
+    /// Leased to a consumer, in `active` with score = lease deadline.
+    /// Entered by claim; left by complete, complete_many, complete_cancelled, retry, discard, reap,
+    /// sweep_stalled, forced remove and forced obliterate.
+    Active,
+    /// In the morgue `dead`.
+    /// Entered by retry past max_attempts, discard, sweep_stalled past max_stalled and claim (the
+    /// max-attempts guard, a malformed row); left by redrive, remove and obliterate.
+    Dead,
+    /// Completed and retained (only when the settle asked to retain rows).
+    /// Entered by complete and complete_many; left by trimming, remove and obliterate.
+    Completed,
+    /// Cancelled and retained (only when retention is asked).
+    /// Entered by complete_cancelled, cancel and claim (a row carrying a cancel request).
+    Cancelled,
+}
+
+impl JobState {
+    /// The value of the row's `state` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Pending => "pending",
+            JobState::Scheduled => "scheduled",
+            JobState::Active => "active",
+            JobState::Dead => "dead",
+            JobState::Completed => "completed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a row's `state` field.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => JobState::Pending,
+            "scheduled" => JobState::Scheduled,
+            "active" => JobState::Active,
+            "dead" => JobState::Dead,
+            "completed" => JobState::Completed,
+            "cancelled" => JobState::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A job to enqueue: a payload and its options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NewJob {
+    /// The payload bytes, opaque to the store.
+    pub payload: Vec<u8>,
+    /// A caller-given id: enqueueing it again while its row exists answers `Duplicate`.
+    pub id: Option<JobId>,
+    /// Run no earlier than this long from now (store clock).
+    pub delay: Option<Duration>,
+    /// This job's attempt budget; absent = the consumer's default.
+    pub max_attempts: Option<u32>,
+}
+
+impl NewJob {
+    /// A job with this payload and no options.
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            payload: payload.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets a caller-given id.
+    pub fn with_id(mut self, id: JobId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// Sets a delay.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Sets the attempt budget.
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+}
+
+/// A job handed out by claim: the holder's view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedJob {
+    /// The job's id.
+    pub id: JobId,
+    /// The payload (the last checkpoint's, if any).
+    pub payload: Vec<u8>,
+    /// The attempts count after this claim — the fencing token every holder verb takes.
+    pub attempts: u64,
+    /// The job's group, for a lane job.
+    pub group: Option<GroupName>,
+}
+
+/// A job's row as an operator reads it (`get`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Job {
+    /// The job's id.
+    pub id: JobId,
+    /// Where it is.
+    pub state: JobState,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// Claims so far (0 before the first).
+    pub attempts: u64,
+    /// Its own attempt budget, if it has one.
+    pub max_attempts: Option<u64>,
+    /// Its group, for a lane job.
+    pub group: Option<GroupName>,
+    /// Due time (ms since the epoch, store clock) while scheduled.
+    pub run_at: Option<u64>,
+    /// Times the stalled sweep found its lease lapsed.
+    pub stalled: u64,
+    /// The last error recorded (a retry's reason, `stalled`, a malformed-row defect, …).
+    pub last_error: Option<String>,
+    /// A pending cancel request's reason (empty when none was given).
+    pub cancel: Option<String>,
+    /// The output of a retained completed job.
+    pub output: Option<Vec<u8>>,
+    /// When a retained job finished (ms since the epoch).
+    pub finished_at: Option<u64>,
+    /// Lease deadline (ms since the epoch) while active; time of death while dead.
+    pub score: Option<u64>,
+}

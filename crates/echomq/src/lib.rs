@@ -1,0 +1,17 @@
+//! EchoMQ: a background-job queue for Rust.
+//!
+//! Jobs live in a [`Store`](store::Store) — Redis/Valkey, where every state transition is one Lua
+//! script and all keys of a queue share one Cluster hash tag (`emq:{q}:…`) — and consumers claim
+//! them under a lease fenced by the row's attempts count. See `docs/` for the keyspace and the
+//! state machine.
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod job;
+pub mod keyspace;
+pub mod store;
+
+pub use error::{Error, Result};
+pub use job::{ClaimedJob, Job, JobState, NewJob};
+pub use keyspace::{GroupName, JobId, QueueName};
+pub use store::Store;

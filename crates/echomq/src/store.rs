@@ -1,0 +1,429 @@
+//! The `Store` contract: one async method per verb of the closed list (DESIGN §3), plus `park` and
+//! `cancel_requests`, so that nothing above it names Redis. Replies are typed; a store turns its
+//! wire replies into these values and nothing else sees them.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+use crate::error::{Error, Result};
+use crate::job::{ClaimedJob, Job, JobState, NewJob};
+use crate::keyspace::{GroupName, JobId, QueueName};
+
+#[cfg(feature = "redis")]
+pub mod redis;
+
+/// The largest number of jobs one enqueue/genqueue/claim/complete_many script call handles; larger
+/// batches are split by the client (and pipelined in one round trip).
+pub const BATCH_MAX: usize = 1000;
+
+/// The default payload limit: 16 MiB.
+pub const PAYLOAD_LIMIT_DEFAULT: usize = 16 * 1024 * 1024;
+
+/// The default number of extra attempts a redrive grants.
+pub const REDRIVE_EXTRA_DEFAULT: u32 = 3;
+
+/// The default chunk size of drain, obliterate and redrive-all calls (the client loops).
+pub const CHUNK_DEFAULT: u32 = 1000;
+
+/// The default `MAXLEN ~` of the completion-record stream.
+pub const RECORDS_MAXLEN_DEFAULT: u64 = 10_000;
+
+/// The reply to one job of an enqueue or genqueue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new job with this id.
+    New(JobId),
+    /// A caller id whose row already exists (or came earlier in the same batch): nothing written.
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    /// The job's id either way.
+    pub fn id(&self) -> &JobId {
+        match self {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+}
+
+/// The reply of a fenced settle (complete, complete_many per job, complete_cancelled, update_data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Done.
+    Ok,
+    /// The caller no longer holds the job (its token is old, or the job left `active`).
+    Stale,
+    /// No such row.
+    Gone,
+}
+
+/// The reply of retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retried {
+    /// Scheduled (or ready at once with a zero delay) for another attempt.
+    Retrying,
+    /// Its attempts reached max_attempts: dead.
+    Dead,
+    /// Not the holder.
+    Stale,
+    /// No such row.
+    Gone,
+}
+
+/// The reply of discard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discarded {
+    /// Dead now.
+    Dead,
+    /// Not the holder.
+    Stale,
+    /// No such row.
+    Gone,
+}
+
+/// The reply of extend_lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extended {
+    /// The lease now ends `lease` after the store's now.
+    Ok,
+    /// Not the holder, or not in `active`.
+    Stale,
+    /// No such row.
+    Gone,
+}
+
+/// What a settle does besides the move: retention and completion records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SettleOptions {
+    /// Keep the newest `retain` completed/cancelled rows (0 = delete the row on settle).
+    pub retain: u32,
+    /// Write a completion record to `emq:{q}:completions` inside the settling script.
+    pub record: bool,
+}
+
+/// One entry of a complete_many batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The job.
+    pub id: JobId,
+    /// The holder's attempts token.
+    pub token: u64,
+    /// The handler's output, if any.
+    pub output: Option<Vec<u8>>,
+}
+
+/// The reply of promote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Promoted {
+    /// Due jobs moved to ready.
+    pub moved: u64,
+    /// Time until the next scheduled job is due, read in the same step; `None` when none waits.
+    pub next_due_in: Option<Duration>,
+}
+
+/// The reply of sweep_stalled: ids recovered to ready and ids dead-lettered.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Swept {
+    /// Recovered to pending (or their lane's front).
+    pub recovered: Vec<JobId>,
+    /// Dead with `last_error = "stalled"`.
+    pub dead: Vec<JobId>,
+}
+
+/// The reply of remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// The row and its membership are gone.
+    Removed,
+    /// No such row.
+    Gone,
+    /// The job is active and `force` was not given: nothing done.
+    Active,
+}
+
+/// The reply of redrive for one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redriven {
+    /// Back to ready with a raised budget.
+    Redriven,
+    /// The job is not dead.
+    NotDead,
+    /// No such row.
+    Gone,
+}
+
+/// The reply of promote_job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromotedJob {
+    /// Ready now.
+    Promoted,
+    /// The job is not scheduled.
+    NotScheduled,
+    /// No such row.
+    Gone,
+}
+
+/// The reply of cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was waiting: cancelled now.
+    Cancelled,
+    /// It is running: the request is on the row and published to its consumer.
+    Requested,
+    /// No such row.
+    Gone,
+    /// It already finished (dead, completed or cancelled).
+    Finished,
+}
+
+/// The reply of obliterate for one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Obliterated {
+    /// Every key of the queue is gone; `removed` job rows went in all.
+    Done {
+        /// Job rows deleted.
+        removed: u64,
+    },
+    /// The queue holds active jobs and `force` was not given: nothing done.
+    Active {
+        /// How many.
+        active: u64,
+    },
+}
+
+/// Sizes per state and the counters of one queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Ready jobs, flat and in lanes.
+    pub pending: u64,
+    /// Delayed jobs and waiting retries.
+    pub scheduled: u64,
+    /// Leased jobs.
+    pub active: u64,
+    /// Dead jobs.
+    pub dead: u64,
+    /// Completions counted since the queue was created or obliterated.
+    pub completed: u64,
+    /// Cancellations counted.
+    pub cancelled: u64,
+    /// Jobs dead-lettered (counted).
+    pub failed: u64,
+    /// Retries counted.
+    pub retried: u64,
+    /// Stalled recoveries counted.
+    pub stalled: u64,
+    /// Reaped leases counted.
+    pub reaped: u64,
+    /// Whether the queue is paused.
+    pub paused: bool,
+}
+
+/// Which limit set_group_limit sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LimitTarget {
+    /// One group's own limit.
+    Group(GroupName),
+    /// The queue's default, for groups without their own.
+    Default,
+}
+
+/// What a recovery sweep is allowed to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StalledPolicy {
+    /// Dead-letter a job on its `max_stalled`-th stall (1 = the first, the seed's default).
+    pub max_stalled: u32,
+    /// At most this many lapsed leases per sweep (100, the seed's default).
+    pub limit: u32,
+}
+
+impl Default for StalledPolicy {
+    fn default() -> Self {
+        Self {
+            max_stalled: 1,
+            limit: 100,
+        }
+    }
+}
+
+/// A cancel request for a running job, as delivered to the consumers of its queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest {
+    /// The job to cancel.
+    pub id: JobId,
+    /// The reason given, if any.
+    pub reason: Option<String>,
+}
+
+/// The contract between the consumer (and every tool) and a store. One method per verb of the
+/// closed list, each one atomic step on the store's clock, plus `park` and `cancel_requests`.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// enqueue: new flat jobs → `pending` at their sequence (FIFO), or `scheduled` when delayed.
+    /// Registers the queue. One reply per job, in order. Batches beyond [`BATCH_MAX`] are split.
+    async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
+
+    /// genqueue: new jobs of `group` → its lane (or `scheduled` when delayed); the ring step.
+    async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
+
+    /// claim: up to `n` jobs off the ring under a lease of `lease`. Jobs at their attempt budget
+    /// (`max_attempts` is the default for rows without their own) go dead instead; rows carrying a
+    /// cancel go to cancelled (under `settle`); malformed rows go dead. A paused queue gives none.
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        n: u32,
+        lease: Duration,
+        max_attempts: u32,
+        settle: SettleOptions,
+    ) -> Result<Vec<ClaimedJob>>;
+
+    /// complete: fenced by `token`; the row is deleted (or retained); a lane's slot is freed.
+    async fn complete(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        output: Option<&[u8]>,
+        settle: SettleOptions,
+    ) -> Result<Settled>;
+
+    /// complete_many: complete for a batch in one step, one reply per entry.
+    async fn complete_many(
+        &self,
+        queue: &QueueName,
+        jobs: &[Completion],
+        settle: SettleOptions,
+    ) -> Result<Vec<Settled>>;
+
+    /// complete_cancelled: as complete, ending in cancelled.
+    async fn complete_cancelled(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        reason: Option<&str>,
+        settle: SettleOptions,
+    ) -> Result<Settled>;
+
+    /// retry: fenced; at its budget (its own `max_attempts`, else the given one) → dead; else
+    /// scheduled `delay` from now (zero: ready at once), with `error` as `last_error`.
+    #[allow(clippy::too_many_arguments)]
+    async fn retry(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        delay: Duration,
+        max_attempts: u32,
+        error: &str,
+        settle: SettleOptions,
+    ) -> Result<Retried>;
+
+    /// discard: fenced; dead now with `error` as `last_error`.
+    async fn discard(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        error: &str,
+        settle: SettleOptions,
+    ) -> Result<Discarded>;
+
+    /// reap: up to `limit` lapsed leases back to ready (the front), no stall counting. Returns how many.
+    async fn reap(&self, queue: &QueueName, limit: u32) -> Result<u64>;
+
+    /// sweep_stalled: lapsed leases counted; at `max_stalled` dead, else recovered.
+    async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept>;
+
+    /// promote: up to `limit` due jobs to ready; also the time until the next due job.
+    async fn promote(&self, queue: &QueueName, limit: u32) -> Result<Promoted>;
+
+    /// extend_lock: fenced; the lease now ends `lease` after the store's now.
+    async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended>;
+
+    /// update_data: fenced checkpoint: the row's payload becomes `payload`.
+    async fn update_data(&self, queue: &QueueName, id: &JobId, token: u64, payload: &[u8]) -> Result<Settled>;
+
+    /// pause: claims give nothing until resume.
+    async fn pause(&self, queue: &QueueName) -> Result<()>;
+
+    /// resume: claims give jobs again; wakes parked consumers.
+    async fn resume(&self, queue: &QueueName) -> Result<()>;
+
+    /// drain: drops every ready and scheduled job (chunked: the client loops). Returns how many.
+    async fn drain(&self, queue: &QueueName) -> Result<u64>;
+
+    /// obliterate: deletes every key of the queue (chunked), refusing active jobs unless `force`.
+    async fn obliterate(&self, queue: &QueueName, force: bool) -> Result<Obliterated>;
+
+    /// get: one job's row, or `None`.
+    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<Job>>;
+
+    /// remove: deletes a job wherever it is; an active job only with `force`.
+    async fn remove(&self, queue: &QueueName, id: &JobId, force: bool) -> Result<Removed>;
+
+    /// redrive: a dead job back to ready, attempts kept, `max_attempts = attempts + extra`.
+    async fn redrive(&self, queue: &QueueName, id: &JobId, extra: u32) -> Result<Redriven>;
+
+    /// redrive every dead job (chunked: the client loops). Returns how many.
+    async fn redrive_all(&self, queue: &QueueName, extra: u32) -> Result<u64>;
+
+    /// promote_job: a scheduled job ready now.
+    async fn promote_job(&self, queue: &QueueName, id: &JobId) -> Result<PromotedJob>;
+
+    /// cancel: a waiting job is cancelled; a running one gets a request (row + published).
+    async fn cancel(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        reason: Option<&str>,
+        settle: SettleOptions,
+    ) -> Result<Cancelled>;
+
+    /// set_group_limit: a group's own limit or the queue default (n ≥ 1), then the ring step.
+    async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()>;
+
+    /// counts: sizes per state and the counters.
+    async fn counts(&self, queue: &QueueName) -> Result<Counts>;
+
+    /// list: up to `limit` ids in `state`, from `offset` (pending in claim order per member, scheduled
+    /// by due time, active by lease deadline, dead and completed/cancelled newest first).
+    async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>>;
+
+    /// queues: every queue name registered.
+    async fn queues(&self) -> Result<Vec<QueueName>>;
+
+    /// park: wait up to `timeout` for a wake token of `queue`. True when woken, false on timeout.
+    /// Runs on a connection of the caller's own: a parked wait never stalls another caller.
+    async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool>;
+
+    /// cancel_requests: the stream of cancel requests for running jobs of `queue`.
+    async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>>;
+}
+
+/// Checks a payload against a limit.
+pub(crate) fn check_payload(len: usize, limit: usize) -> Result<()> {
+    if len > limit {
+        return Err(Error::PayloadTooLarge { size: len, limit });
+    }
+    Ok(())
+}
+
+/// Opens a store from a URL: `redis://` and `rediss://` open Redis. (The embedded store and the
+/// no-URL default come with the embedded-store issue.)
+pub async fn open(url: &str) -> Result<Box<dyn Store>> {
+    match url.split_once("://") {
+        #[cfg(feature = "redis")]
+        Some(("redis" | "rediss", _)) => Ok(Box::new(redis::RedisStore::open(url).await?)),
+        Some((scheme, _)) => Err(Error::UnsupportedScheme {
+            scheme: scheme.to_string(),
+        }),
+        None => Err(Error::InvalidUrl {
+            url: url.to_string(),
+            reason: "no scheme: use redis://HOST:PORT (the embedded store is not built yet)".into(),
+        }),
+    }
+}

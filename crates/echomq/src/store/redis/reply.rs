@@ -1,0 +1,57 @@
+//! Reading script replies. Only the Redis store sees `redis::Value`; these helpers turn a reply into
+//! plain values or a [`Error::Protocol`] naming the verb.
+
+use redis::Value;
+
+use crate::error::{Error, Result};
+
+pub(crate) fn protocol(verb: &'static str, v: &Value) -> Error {
+    let mut reply = format!("{v:?}");
+    reply.truncate(200);
+    Error::Protocol { verb, reply }
+}
+
+pub(crate) fn int(verb: &'static str, v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| protocol(verb, v)),
+        _ => Err(protocol(verb, v)),
+    }
+}
+
+pub(crate) fn bytes(verb: &'static str, v: Value) -> Result<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        Value::Int(i) => Ok(i.to_string().into_bytes()),
+        other => Err(protocol(verb, &other)),
+    }
+}
+
+pub(crate) fn string(verb: &'static str, v: Value) -> Result<String> {
+    String::from_utf8(bytes(verb, v)?).map_err(|e| Error::Protocol {
+        verb,
+        reply: format!("not UTF-8: {e}"),
+    })
+}
+
+pub(crate) fn array(verb: &'static str, v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(items) => Ok(items),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(protocol(verb, &other)),
+    }
+}
+
+/// An array of exactly `N` items.
+pub(crate) fn tuple<const N: usize>(verb: &'static str, v: Value) -> Result<[Value; N]> {
+    let items = array(verb, v)?;
+    let len = items.len();
+    items.try_into().map_err(|_| Error::Protocol {
+        verb,
+        reply: format!("an array of {len} items, expected {N}"),
+    })
+}
