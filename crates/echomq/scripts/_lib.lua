@@ -38,13 +38,17 @@ local function emq_ring_step_flat(base)
   return 1
 end
 
--- how many of `added` new ready jobs of group g are claimable now (free slots bound it)
+-- how many jobs the `added` ready jobs just pushed on g's lane made claimable: min(len, free)
+-- after the push less min(len - added, free) before it (jobs behind a waiting one already filling
+-- every free slot make nothing claimable). Call it after the push.
 local function emq_claimable(base, g, added)
   local active, limit = emq_slots(base, g)
   local free = limit - active
   if free < 0 then free = 0 end
-  if added < free then return added end
-  return free
+  local len = redis.call('LLEN', base .. 'lane:' .. g)
+  local before = len - added
+  if before < 0 then before = 0 end
+  return math.min(len, free) - math.min(before, free)
 end
 
 -- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16
@@ -166,7 +170,8 @@ end
 
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then per job: id ('' = generated), delay_ms, max_attempts ('' = none), payload.
--- Returns the reply {code, id, …} (1 new, 0 duplicate), or an error reply having written nothing.
+-- Returns {first sequence, index of each duplicate, …}: the new jobs take the sequences from the
+-- first on, in batch order, and a generated id is its sequence. Or an error reply, nothing written.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   if not n or n < 1 or n > 1000 or #ARGV ~= o + 4 * n then
@@ -176,7 +181,7 @@ local function emq_new_jobs(verb, base, o, g)
     return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
   end
   -- read and validate everything first
-  local seen, dup, fresh = {}, {}, 0
+  local seen, dup, delays, fresh = {}, {}, {}, 0
   for i = 1, n do
     local a = o + 4 * (i - 1)
     local id, delay, maxa = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
@@ -194,29 +199,37 @@ local function emq_new_jobs(verb, base, o, g)
       end
     end
     if not dup[i] then fresh = fresh + 1 end
+    delays[i] = delay
   end
   -- then write: every new job takes one sequence value; a generated id is its sequence
   local reply, ready, sched = {}, {}, {}
   local now = 0
   local seq = 0
   if fresh > 0 then seq = redis.call('INCRBY', base .. 'id', fresh) - fresh end
+  reply[1] = seq + 1
   for i = 1, n do
-    local a = o + 4 * (i - 1)
-    local id = ARGV[a + 1]
     if dup[i] then
-      reply[#reply + 1] = 0
-      reply[#reply + 1] = id
+      reply[#reply + 1] = i
     else
       seq = seq + 1
-      if id == '' then id = tostring(seq) end
-      local delay, maxa = tonumber(ARGV[a + 2]), ARGV[a + 3]
-      local row = { 'data', ARGV[a + 4], 'state', 'pending' }
-      if g then row[#row + 1] = 'group'; row[#row + 1] = g end
-      if maxa ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = maxa end
+      local a = o + 4 * (i - 1)
+      local id, delay, maxa = ARGV[a + 1], delays[i], ARGV[a + 3]
+      if id == '' then id = seq end
+      if delay == 0 and not g and maxa == '' then
+        -- the common case, kept to exactly the two fields of a waiting flat row
+        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 4], 'state', 'pending')
+      else
+        local row = { 'data', ARGV[a + 4], 'state', 'pending' }
+        if g then row[#row + 1] = 'group'; row[#row + 1] = g end
+        if maxa ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = maxa end
+        if delay > 0 then
+          if now == 0 then now = emq_now() end
+          row[4] = 'scheduled'
+          row[#row + 1] = 'run_at'; row[#row + 1] = now + delay
+        end
+        redis.call('HSET', base .. 'job:' .. id, unpack(row))
+      end
       if delay > 0 then
-        if now == 0 then now = emq_now() end
-        row[4] = 'scheduled'
-        row[#row + 1] = 'run_at'; row[#row + 1] = now + delay
         sched[#sched + 1] = now + delay
         sched[#sched + 1] = id
       elseif g then
@@ -225,18 +238,14 @@ local function emq_new_jobs(verb, base, o, g)
         ready[#ready + 1] = seq
         ready[#ready + 1] = id
       end
-      redis.call('HSET', base .. 'job:' .. id, unpack(row))
-      reply[#reply + 1] = 1
-      reply[#reply + 1] = id
     end
   end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
   if #ready > 0 then
     if g then
-      local claimable = emq_claimable(base, g, #ready)
       emq_bulk('RPUSH', base .. 'lane:' .. g, ready)
       emq_ring_step(base, g)
-      emq_wake(base, claimable)
+      emq_wake(base, emq_claimable(base, g, #ready))
     else
       emq_bulk('ZADD', base .. 'pending', ready)
       emq_ring_step_flat(base)

@@ -14,7 +14,8 @@
 -- ARGV[2] n, 1..1000
 -- ARGV[3 + 4(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none), payload
 --
--- Replies: {code, id, …} per job in order, code 1 = enqueued, 0 = duplicate;
+-- Replies: {first sequence, index (1-based) of each duplicate, …}: the new jobs took the sequences
+--          from the first on, in batch order; a generated id is its sequence;
 --          error EMQOBLITERATING; error EMQARGS (malformed arguments, nothing written).
 -- Wakes: one per job made ready (at most 16). Ring step for '~'.
 return emq_new_jobs('enqueue', ARGV[1], 2, nil)

@@ -1,5 +1,7 @@
 -- list — up to ARGV[4] ids in one state from ARGV[3]: pending = the flat set in claim order, then
--- each lane on the ring in ring order (at most the first 1000 members); scheduled by due time;
+-- each lane on the ring in ring order (at most the first 1000 members), then the lanes of groups off
+-- the ring — at their limit, their jobs wait all the same — by group name (those among the first
+-- ~10,000 fields of the groups hash, read only when the page reaches them); scheduled by due time;
 -- active by lease deadline; dead newest first; completed / cancelled = retained rows newest first
 -- (filtered by state among at most 10,000 retained rows).
 --
@@ -35,17 +37,44 @@ if state ~= 'pending' then return emq_bad_args('list', 'state') end
 local out = redis.call('ZRANGE', KEYS[1], offset, last)
 local skip = offset - redis.call('ZCARD', KEYS[1])
 if skip < 0 then skip = 0 end
+-- the page continues through lane g (skipping what the offset still skips)
+local function walk(g)
+  local lane = base .. 'lane:' .. g
+  local len = redis.call('LLEN', lane)
+  if skip >= len then
+    skip = skip - len
+  else
+    for _, id in ipairs(redis.call('LRANGE', lane, skip, skip + limit - #out - 1)) do out[#out + 1] = id end
+    skip = 0
+  end
+end
 for _, g in ipairs(redis.call('LRANGE', KEYS[6], 0, 999)) do
-  if #out >= limit then break end
-  if g ~= '~' then
-    local lane = base .. 'lane:' .. g
-    local len = redis.call('LLEN', lane)
-    if skip >= len then
-      skip = skip - len
-    else
-      for _, id in ipairs(redis.call('LRANGE', lane, skip, skip + limit - #out - 1)) do out[#out + 1] = id end
-      skip = 0
+  if #out >= limit then return out end
+  if g ~= '~' then walk(g) end
+end
+if #out >= limit then return out end
+-- groups off the ring holding a slot (a:<g> without r:<g>): a non-empty lane off the ring is always
+-- one of these (a group leaves the ring with jobs waiting only at its limit)
+local groups = base .. 'groups'
+local off, seen, cursor = {}, {}, '0'
+for _ = 1, 10 do
+  local scan = redis.call('HSCAN', groups, cursor, 'COUNT', 1000)
+  cursor = scan[1]
+  for i = 1, #scan[2], 2 do
+    local f = scan[2][i]
+    if string.sub(f, 1, 2) == 'a:' then
+      local g = string.sub(f, 3)
+      if not seen[g] and redis.call('HEXISTS', groups, 'r:' .. g) == 0 then
+        seen[g] = true
+        off[#off + 1] = g
+      end
     end
   end
+  if cursor == '0' then break end
+end
+table.sort(off)
+for _, g in ipairs(off) do
+  if #out >= limit then break end
+  walk(g)
 end
 return out

@@ -15,17 +15,23 @@
 -- ARGV[3] limit: rows deleted per call (1..1000)
 -- ARGV[4] the HSCAN cursor over the groups hash ('0' on the first call)
 --
--- Replies: {removed, next cursor, finished (1/0)}; {-1, active count} when refused (nothing
+-- Replies: {removed, next cursor, finished (1/0)}; {-1, active count, 0} when refused (nothing
 --          written); error EMQARGS.
 local active = KEYS[1]
 local base, force, limit, cursor = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
 if not limit or limit < 1 or limit > 1000 then return emq_bad_args('obliterate', 'limit') end
 local running = redis.call('ZCARD', active)
-if running > 0 and not force then return {-1, running} end
+if running > 0 and not force then return {-1, running, 0} end
 redis.call('SET', KEYS[2], 1)
+-- a forced lane job leaves active: its slot freed, then the ring step, because the lanes are found
+-- by their a:/r: fields: a group whose last slot this frees while jobs wait in its lane (it was at its
+-- limit, off the ring) would otherwise keep no field, and its lane and rows would outlive the queue
 local function leave(id)
   local g = redis.call('HGET', base .. 'job:' .. id, 'group')
-  if g then emq_free_slot(base, g) end
+  if g then
+    emq_free_slot(base, g)
+    emq_ring_step(base, g)
+  end
 end
 local removed = emq_purge_zset(base, active, limit, leave)
 for k = 3, 6 do

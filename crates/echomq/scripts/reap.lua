@@ -1,6 +1,7 @@
 -- reap — recovery without a token, guarded by the lease deadline: up to ARGV[2] active jobs whose
 -- lease lapsed (score <= now) go back to ready at the front — flat to `pending` at score 0, a lane
--- job to its lane's head (its slot freed, the ring step). No stall counting (metrics reaped).
+-- job to its lane's head, recovered jobs of one lane in the order their leases lapsed (its slot
+-- freed, the ring step). No stall counting (metrics reaped).
 -- A missing row is dropped from `active`; a row not in state active goes dead naming the defect.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
@@ -9,7 +10,8 @@
 -- ARGV[2] limit (>= 1)
 --
 -- Replies: the number of jobs returned to ready; error EMQARGS.
--- Wakes: one per job returned to ready (at most 16).
+-- Wakes: one per job returned to ready, and one per group a dead-lettered lane job put back on the
+-- ring (at most 16).
 local active, pending = KEYS[1], KEYS[2]
 local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('reap', 'limit') end
@@ -21,8 +23,11 @@ for i, id in ipairs(lapsed) do
   rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group')
 end
 emq_bulk('ZREM', active, lapsed)
-local back, flat = 0, false
-for i, id in ipairs(lapsed) do
+-- walked backwards: each LPUSH puts a job ahead of the one lapsed after it, so recovered lane jobs
+-- keep their order at the lane's front
+local back, freed, flat = 0, 0, false
+for i = #lapsed, 1, -1 do
+  local id = lapsed[i]
   local state, g = rows[i][1], rows[i][2]
   if state == 'active' then
     redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
@@ -37,11 +42,15 @@ for i, id in ipairs(lapsed) do
     back = back + 1
   elseif state then
     emq_bury(base, id, now, 'malformed row: state ' .. state .. ' in active')
-    if g then emq_free_slot(base, g) end
+    -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
+    if g then
+      emq_free_slot(base, g)
+      freed = freed + emq_ring_step(base, g)
+    end
     emq_count(base, 'failed', 1)
   end
 end
 if flat then emq_ring_step_flat(base) end
-emq_wake(base, back)
+emq_wake(base, back + freed)
 emq_count(base, 'reaped', back)
 return back

@@ -1,5 +1,10 @@
--- resume — claims give jobs again; wakes parked consumers, one token per ready ring member or flat
--- job (at most 16).
+-- resume — claims give jobs again; wakes parked consumers, one token per job made claimable (at
+-- most 16): the flat set's jobs, and per group on the ring its ready jobs its free slots let be
+-- claimed. Only the ring's first 16 members are read (never a scan): each eligible member gives at
+-- least one job and no more than 16 tokens are pushed, so the rest cannot change the count — unless
+-- stale members (a lane an operator emptied) sit among the first 16; a wake is a hint, so then a
+-- consumer finds the rest at its next beat.
+-- Resuming a queue that is not paused makes nothing claimable: no wake.
 --
 -- KEYS[1] emq:{q}:paused      (string)
 -- KEYS[2] emq:{q}:pending     (zset)
@@ -7,8 +12,20 @@
 -- ARGV[1] the queue base emq:{q}:
 --
 -- Replies: 1.
-local was = redis.call('DEL', KEYS[1])
-if was == 1 then
-  emq_wake(ARGV[1], math.min(16, redis.call('ZCARD', KEYS[2]) + redis.call('LLEN', KEYS[3])))
+local paused, pending, ring = KEYS[1], KEYS[2], KEYS[3]
+local base = ARGV[1]
+if redis.call('EXISTS', paused) == 0 then return 1 end
+local claimable = 0
+for _, m in ipairs(redis.call('LRANGE', ring, 0, 15)) do
+  if claimable >= 16 then break end
+  if m == '~' then
+    claimable = claimable + redis.call('ZCARD', pending)
+  else
+    local len = redis.call('LLEN', base .. 'lane:' .. m)
+    claimable = claimable + emq_claimable(base, m, len)
+  end
 end
+-- reads done: now the writes
+redis.call('DEL', paused)
+emq_wake(base, claimable)
 return 1

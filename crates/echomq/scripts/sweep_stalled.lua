@@ -3,8 +3,10 @@
 -- Every active member whose lease lapsed (score <= now, server clock), at most ARGV[3]: its `stalled`
 -- count +1; at or above ARGV[2] it goes dead (last_error "stalled", metrics failed), else back to
 -- ready (metrics stalled). DESIGN's fixes: a lane job frees its group's slot and goes to its lane's
--- front (the ring step; a wake per recovered job); a missing row is dropped from active and reported
--- neither way; the morgue is scored with the server's time of death.
+-- front, recovered jobs of one lane in the order their leases lapsed (the ring step; a wake per
+-- recovered job, and one when a dead-lettered lane job put its group back on the ring); a missing
+-- row is dropped from active and reported neither way; the morgue is scored with the server's time
+-- of death.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
@@ -29,9 +31,13 @@ local rows = {}
 for i, id in ipairs(exp) do
   rows[i] = redis.call('HMGET', p .. 'job:' .. id, 'state', 'group', 'stalled')
 end
+-- walked backwards (each LPUSH puts a job ahead of the one lapsed after it, so recovered lane jobs
+-- keep their order at the lane's front); the reply lists are put back in lapse order below
 local recovered, buried = {}, {}
 local flat = false
-for i, id in ipairs(exp) do
+local freed = 0 -- groups a dead-lettered lane job put back on the ring: each made a job claimable
+for i = #exp, 1, -1 do
+  local id = exp[i]
   redis.call('ZREM', active, id)
   local jk = p .. 'job:' .. id
   local st, g = rows[i][1], rows[i][2]
@@ -63,6 +69,7 @@ for i, id in ipairs(exp) do
       if (tonumber(f[1]) or 0) < (tonumber(f[2]) or tonumber(f[3]) or 1) then
         redis.call('RPUSH', p .. 'ring', g)
         redis.call('HSET', groups, 'r:' .. g, 1)
+        if stalls >= maxst then freed = freed + 1 end
       end
     end
   end
@@ -71,10 +78,16 @@ if flat and redis.call('HEXISTS', groups, 'r:~') == 0 then -- the ring step for 
   redis.call('RPUSH', p .. 'ring', '~')
   redis.call('HSET', groups, 'r:~', 1)
 end
-if #recovered > 0 then -- one wake per recovered job, at most 16
+local wakes = #recovered + freed
+if wakes > 0 then -- one wake per job made claimable, at most 16
   local tokens = {}
-  for i = 1, math.min(#recovered, 16) do tokens[i] = '1' end
+  for i = 1, math.min(wakes, 16) do tokens[i] = '1' end
   redis.call('RPUSH', p .. 'wake', unpack(tokens))
   redis.call('LTRIM', p .. 'wake', -16, -1)
 end
-return {recovered, buried}
+local function reversed(list)
+  local out = {}
+  for i = #list, 1, -1 do out[#out + 1] = list[i] end
+  return out
+end
+return {reversed(recovered), reversed(buried)}

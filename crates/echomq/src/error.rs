@@ -97,6 +97,14 @@ pub enum Error {
         /// The reply, abbreviated.
         reply: String,
     },
+    /// A wait that did not end in time (a consumer's stop).
+    #[error("{what} did not finish within {after:?}")]
+    Timeout {
+        /// What was waited for.
+        what: &'static str,
+        /// How long.
+        after: std::time::Duration,
+    },
     /// The queue is being obliterated: enqueues are refused until it is gone.
     #[error("queue {queue} is being obliterated; enqueues are refused")]
     Obliterating {

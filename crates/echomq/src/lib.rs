@@ -5,12 +5,18 @@
 //! them under a lease fenced by the row's attempts count. See `docs/` for the keyspace and the
 //! state machine.
 #![warn(missing_docs)]
+#![doc = ""]
+#![doc = include_str!("../../../README.md")]
 
+pub mod cancel;
+pub mod consumer;
 pub mod error;
 pub mod job;
 pub mod keyspace;
 pub mod store;
 
+pub use cancel::CancelToken;
+pub use consumer::{Consumer, ConsumerOptions, Handler, JobContext, Verdict};
 pub use error::{Error, Result};
 pub use job::{ClaimedJob, Job, JobState, NewJob};
 pub use keyspace::{GroupName, JobId, QueueName};

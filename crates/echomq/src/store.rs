@@ -248,6 +248,43 @@ impl Default for StalledPolicy {
     }
 }
 
+/// The recovery leg of a consumer's beat: exactly one mechanism, chosen at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recovery {
+    /// No recovery leg.
+    Off,
+    /// Lapsed leases back to ready, uncounted (the default).
+    #[default]
+    Reap,
+    /// The count-thresholded stalled sweep.
+    Stalled(StalledPolicy),
+}
+
+/// The claim of a beat's round: `n` jobs (0 = none) under `lease`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// Jobs wanted; 0 sends no claim.
+    pub n: u32,
+    /// The lease of each.
+    pub lease: Duration,
+    /// The default attempt budget.
+    pub max_attempts: u32,
+    /// Retention and records for claim-time cancellations.
+    pub settle: SettleOptions,
+}
+
+/// The replies of one round: each leg answers on its own, so a failed earlier leg never discards
+/// the jobs the claim returned.
+#[derive(Debug)]
+pub struct Round {
+    /// The recovery leg (reaped count or the sweep), or its error.
+    pub recovered: Result<()>,
+    /// The promote leg.
+    pub promoted: Result<Promoted>,
+    /// The claim.
+    pub claimed: Result<Vec<ClaimedJob>>,
+}
+
 /// A cancel request for a running job, as delivered to the consumers of its queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelRequest {
@@ -395,6 +432,47 @@ pub trait Store: Send + Sync {
 
     /// queues: every queue name registered.
     async fn queues(&self) -> Result<Vec<QueueName>>;
+
+    /// One beat's round: recovery, promote (at most `pump` jobs) and a claim, in one round trip
+    /// where the store can (Redis: one pipeline). `Err` only when the store could not be reached at
+    /// all; each leg's own reply or error is in the [`Round`].
+    async fn recover_promote_claim(
+        &self,
+        queue: &QueueName,
+        recovery: Recovery,
+        pump: u32,
+        claim: ClaimRequest,
+    ) -> Result<Round> {
+        let recovered = match recovery {
+            Recovery::Off => Ok(()),
+            Recovery::Reap => self.reap(queue, crate::consumer::REAP_LIMIT).await.map(drop),
+            Recovery::Stalled(policy) => self.sweep_stalled(queue, policy).await.map(drop),
+        };
+        let promoted = self.promote(queue, pump).await;
+        let claimed = if claim.n == 0 {
+            Ok(Vec::new())
+        } else {
+            self.claim(queue, claim.n, claim.lease, claim.max_attempts, claim.settle)
+                .await
+        };
+        for leg in [
+            recovered.as_ref().err(),
+            promoted.as_ref().err(),
+            claimed.as_ref().err(),
+        ] {
+            if let Some(e) = leg.filter(|e| e.is_unreachable()) {
+                return Err(Error::Unreachable {
+                    addr: String::new(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+        Ok(Round {
+            recovered,
+            promoted,
+            claimed,
+        })
+    }
 
     /// park: wait up to `timeout` for a wake token of `queue`. True when woken, false on timeout.
     /// Runs on a connection of the caller's own: a parked wait never stalls another caller.

@@ -22,9 +22,9 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName, QUEUES_KEY};
 use crate::store::{
-    check_payload, CancelRequest, Cancelled, Completion, Counts, Discarded, Enqueued, Extended, LimitTarget,
-    Obliterated, Promoted, PromotedJob, Redriven, Removed, Retried, SettleOptions, Settled, StalledPolicy, Store,
-    Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
+    check_payload, CancelRequest, Cancelled, ClaimRequest, Completion, Counts, Discarded, Enqueued, Extended,
+    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
+    Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
 };
 
 mod reply;
@@ -186,6 +186,14 @@ impl RedisStore {
         }
     }
 
+    /// Loads every script into the server's script cache now, instead of on each script's first use.
+    pub async fn preload(&self) -> Result<()> {
+        for script in self.scripts.all() {
+            self.load(script).await?;
+        }
+        Ok(())
+    }
+
     async fn load(&self, script: &Script) -> Result<()> {
         let mut conn = self.conn.clone();
         let sha: String = redis::cmd("SCRIPT")
@@ -203,15 +211,30 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Runs several calls of one script in one round trip, then `extra` plain commands. Entries
-    /// answered `NOSCRIPT` (nothing ran for them) are resent once after a `SCRIPT LOAD`.
+    /// Runs several calls of one script in one round trip, then `extra` plain commands; the first
+    /// error fails the whole call.
     async fn run_pipelined(
         &self,
         script: &Script,
         calls: Vec<(Vec<String>, Vec<Vec<u8>>)>,
         extra: Vec<Cmd>,
     ) -> Result<Vec<Value>> {
-        let cmds: Vec<Cmd> = calls.into_iter().map(|(k, a)| Self::evalsha(script, &k, a)).collect();
+        let calls = calls
+            .into_iter()
+            .map(|(keys, args)| Call { script, keys, args })
+            .collect();
+        self.run_calls(calls, extra).await?.into_iter().collect()
+    }
+
+    /// Runs script calls in one round trip, then `extra` plain commands. Entries answered
+    /// `NOSCRIPT` (nothing ran for them) are resent once after a `SCRIPT LOAD`. `Err` only when the
+    /// round trip itself failed; each entry's reply or error is its own.
+    async fn run_calls(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
+        let verb = calls.first().map_or("pipeline", |c| c.script.name);
+        let cmds: Vec<Cmd> = calls
+            .iter()
+            .map(|c| Self::evalsha(c.script, &c.keys, c.args.clone()))
+            .collect();
         let mut pipe = redis::pipe();
         for c in cmds.iter().chain(extra.iter()) {
             pipe.add_command(c.clone());
@@ -221,27 +244,77 @@ impl RedisStore {
             .ignore_errors()
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.error(script.name, e))?;
+            .map_err(|e| self.error(verb, e))?;
         let mut out = Vec::with_capacity(cmds.len());
-        let mut loaded = false;
         for (i, r) in results.into_iter().enumerate().take(cmds.len()) {
-            match r {
-                Ok(v) => out.push(v),
+            let script = calls[i].script;
+            out.push(match r {
+                Ok(v) => Ok(v),
                 Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    if !loaded {
-                        self.load(script).await?;
-                        loaded = true;
-                    }
-                    let v = cmds[i]
+                    self.load(script).await?;
+                    cmds[i]
                         .query_async::<Value>(&mut conn)
                         .await
-                        .map_err(|e| self.error(script.name, e))?;
-                    out.push(v);
+                        .map_err(|e| self.error(script.name, e))
                 }
-                Err(e) => return Err(self.error(script.name, e)),
-            }
+                Err(e) => Err(self.error(script.name, e)),
+            });
         }
         Ok(out)
+    }
+
+    fn reap_call(&self, k: &QueueKeys, limit: u32) -> Call<'_> {
+        Call {
+            script: &self.scripts.reap,
+            keys: vec![k.active(), k.pending()],
+            args: vec![k.base().as_bytes().to_vec(), num(limit)],
+        }
+    }
+
+    fn sweep_call(&self, k: &QueueKeys, policy: StalledPolicy) -> Call<'_> {
+        Call {
+            script: &self.scripts.sweep_stalled,
+            keys: vec![k.active(), k.pending(), k.dead()],
+            args: vec![k.base().as_bytes().to_vec(), num(policy.max_stalled), num(policy.limit)],
+        }
+    }
+
+    fn promote_call(&self, k: &QueueKeys, limit: u32) -> Call<'_> {
+        Call {
+            script: &self.scripts.promote,
+            keys: vec![k.scheduled(), k.pending(), k.id()],
+            args: vec![k.base().as_bytes().to_vec(), num(limit)],
+        }
+    }
+
+    fn claim_call(
+        &self,
+        k: &QueueKeys,
+        n: usize,
+        lease: Duration,
+        max_attempts: u32,
+        settle: SettleOptions,
+    ) -> Call<'_> {
+        let [keep, recmax] = Self::settle_args(settle);
+        Call {
+            script: &self.scripts.claim,
+            keys: vec![
+                k.ring(),
+                k.groups(),
+                k.pending(),
+                k.active(),
+                k.paused(),
+                k.obliterating(),
+            ],
+            args: vec![
+                k.base().as_bytes().to_vec(),
+                num(n),
+                ms(lease),
+                num(max_attempts),
+                keep,
+                recmax,
+            ],
+        }
     }
 
     fn error(&self, verb: &'static str, e: RedisError) -> Error {
@@ -318,6 +391,7 @@ impl RedisStore {
             ),
         };
         let mut calls = Vec::new();
+        let mut batches = Vec::new();
         let mut start = 0;
         while start < jobs.len() {
             let mut end = start;
@@ -348,6 +422,7 @@ impl RedisStore {
                 args.push(job.payload.clone());
             }
             calls.push((keys.clone(), args));
+            batches.push(batch);
             start = end;
         }
         let mut register = redis::cmd("SADD");
@@ -361,21 +436,35 @@ impl RedisStore {
                 },
                 other => other,
             })?;
+        let verb = script.name;
         let mut out = Vec::with_capacity(jobs.len());
-        for v in replies {
-            let items = reply::array(script.name, v)?;
-            for pair in items.chunks(2) {
-                let [code, id] = pair else {
-                    return Err(Error::Protocol {
-                        verb: script.name,
-                        reply: "odd reply".into(),
-                    });
-                };
-                let id = JobId::from_store(reply::string(script.name, id.clone())?);
-                out.push(match reply::int(script.name, code)? {
-                    1 => Enqueued::New(id),
-                    _ => Enqueued::Duplicate(id),
-                });
+        for (v, batch) in replies.into_iter().zip(batches) {
+            // {first sequence, index of each duplicate…}: new jobs take sequences in batch order
+            let items = reply::array(verb, v)?;
+            let mut items = items.iter();
+            let mut seq = reply::int(
+                verb,
+                items.next().ok_or_else(|| Error::Protocol {
+                    verb,
+                    reply: "empty".into(),
+                })?,
+            )?;
+            let dups = items
+                .map(|i| reply::int(verb, i))
+                .collect::<Result<std::collections::HashSet<i64>>>()?;
+            for (i, job) in batch.iter().enumerate() {
+                if dups.contains(&(i as i64 + 1)) {
+                    let id = job.id.clone().ok_or_else(|| Error::Protocol {
+                        verb,
+                        reply: "a generated id reported duplicate".into(),
+                    })?;
+                    out.push(Enqueued::Duplicate(id));
+                } else {
+                    out.push(Enqueued::New(
+                        job.id.clone().unwrap_or_else(|| JobId::from_store(seq.to_string())),
+                    ));
+                    seq += 1;
+                }
             }
         }
         Ok(out)
@@ -410,6 +499,63 @@ impl RedisStore {
             }
         }
     }
+}
+
+/// One script call of a pipeline.
+struct Call<'a> {
+    script: &'a Script,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+}
+
+fn parse_reaped(v: Value) -> Result<u64> {
+    Ok(reply::int("reap", &v)?.max(0) as u64)
+}
+
+fn parse_swept(v: Value) -> Result<Swept> {
+    let verb = "sweep_stalled";
+    let [recovered, dead] = reply::tuple(verb, v)?;
+    let ids = |v: Value| -> Result<Vec<JobId>> {
+        reply::array(verb, v)?
+            .into_iter()
+            .map(|i| reply::string(verb, i).map(JobId::from_store))
+            .collect()
+    };
+    Ok(Swept {
+        recovered: ids(recovered)?,
+        dead: ids(dead)?,
+    })
+}
+
+fn parse_promoted(v: Value) -> Result<Promoted> {
+    let [moved, next] = reply::tuple("promote", v)?;
+    let next = reply::int("promote", &next)?;
+    Ok(Promoted {
+        moved: reply::int("promote", &moved)?.max(0) as u64,
+        next_due_in: (next >= 0).then(|| Duration::from_millis(next as u64)),
+    })
+}
+
+/// Appends the claimed jobs of one claim reply to `out`; returns how many.
+fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
+    let verb = "claim";
+    let items = reply::array(verb, v)?;
+    let got = items.len() / 4;
+    let mut it = items.into_iter();
+    while let (Some(id), Some(payload), Some(att), Some(group)) = (it.next(), it.next(), it.next(), it.next()) {
+        let group = reply::string(verb, group)?;
+        out.push(ClaimedJob {
+            id: JobId::from_store(reply::string(verb, id)?),
+            payload: reply::bytes(verb, payload)?,
+            attempts: reply::int(verb, &att)? as u64,
+            group: if group.is_empty() {
+                None
+            } else {
+                Some(GroupName::new(group)?)
+            },
+        });
+    }
+    Ok(got)
 }
 
 fn num(n: impl std::fmt::Display) -> Vec<u8> {
@@ -487,49 +633,13 @@ impl Store for RedisStore {
         positive("lease", lease.as_millis() as u64)?;
         positive("max_attempts", max_attempts as u64)?;
         let k = QueueKeys::new(queue);
-        let verb = "claim";
         let mut out = Vec::new();
         let mut left = n as usize;
         while left > 0 {
             let take = left.min(BATCH_MAX);
-            let [keep, recmax] = Self::settle_args(settle);
-            let v = self
-                .run(
-                    &self.scripts.claim,
-                    &[
-                        k.ring(),
-                        k.groups(),
-                        k.pending(),
-                        k.active(),
-                        k.paused(),
-                        k.obliterating(),
-                    ],
-                    vec![
-                        k.base().as_bytes().to_vec(),
-                        num(take),
-                        ms(lease),
-                        num(max_attempts),
-                        keep,
-                        recmax,
-                    ],
-                )
-                .await?;
-            let items = reply::array(verb, v)?;
-            let got = items.len() / 4;
-            let mut it = items.into_iter();
-            while let (Some(id), Some(payload), Some(att), Some(group)) = (it.next(), it.next(), it.next(), it.next()) {
-                let group = reply::string(verb, group)?;
-                out.push(ClaimedJob {
-                    id: JobId::from_store(reply::string(verb, id)?),
-                    payload: reply::bytes(verb, payload)?,
-                    attempts: reply::int(verb, &att)? as u64,
-                    group: if group.is_empty() {
-                        None
-                    } else {
-                        Some(GroupName::new(group)?)
-                    },
-                });
-            }
+            let call = self.claim_call(&k, take, lease, max_attempts, settle);
+            let v = self.run(call.script, &call.keys, call.args).await?;
+            let got = parse_claimed(v, &mut out)?;
             if got < take {
                 break;
             }
@@ -701,57 +811,72 @@ impl Store for RedisStore {
 
     async fn reap(&self, queue: &QueueName, limit: u32) -> Result<u64> {
         positive("limit", limit as u64)?;
-        let k = QueueKeys::new(queue);
-        let v = self
-            .run(
-                &self.scripts.reap,
-                &[k.active(), k.pending()],
-                vec![k.base().as_bytes().to_vec(), num(limit)],
-            )
-            .await?;
-        Ok(reply::int("reap", &v)?.max(0) as u64)
+        let call = self.reap_call(&QueueKeys::new(queue), limit);
+        parse_reaped(self.run(call.script, &call.keys, call.args).await?)
     }
 
     async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept> {
         positive("max_stalled", policy.max_stalled as u64)?;
         positive("limit", policy.limit as u64)?;
-        let k = QueueKeys::new(queue);
-        let verb = "sweep_stalled";
-        let v = self
-            .run(
-                &self.scripts.sweep_stalled,
-                &[k.active(), k.pending(), k.dead()],
-                vec![k.base().as_bytes().to_vec(), num(policy.max_stalled), num(policy.limit)],
-            )
-            .await?;
-        let [recovered, dead] = reply::tuple(verb, v)?;
-        let ids = |v: Value| -> Result<Vec<JobId>> {
-            reply::array(verb, v)?
-                .into_iter()
-                .map(|i| reply::string(verb, i).map(JobId::from_store))
-                .collect()
-        };
-        Ok(Swept {
-            recovered: ids(recovered)?,
-            dead: ids(dead)?,
-        })
+        let call = self.sweep_call(&QueueKeys::new(queue), policy);
+        parse_swept(self.run(call.script, &call.keys, call.args).await?)
     }
 
     async fn promote(&self, queue: &QueueName, limit: u32) -> Result<Promoted> {
         positive("limit", limit as u64)?;
+        let call = self.promote_call(&QueueKeys::new(queue), limit);
+        parse_promoted(self.run(call.script, &call.keys, call.args).await?)
+    }
+
+    async fn recover_promote_claim(
+        &self,
+        queue: &QueueName,
+        recovery: Recovery,
+        pump: u32,
+        claim: ClaimRequest,
+    ) -> Result<Round> {
+        positive("pump", pump as u64)?;
         let k = QueueKeys::new(queue);
-        let v = self
-            .run(
-                &self.scripts.promote,
-                &[k.scheduled(), k.pending(), k.id()],
-                vec![k.base().as_bytes().to_vec(), num(limit)],
-            )
-            .await?;
-        let [moved, next] = reply::tuple("promote", v)?;
-        let next = reply::int("promote", &next)?;
-        Ok(Promoted {
-            moved: reply::int("promote", &moved)?.max(0) as u64,
-            next_due_in: (next >= 0).then(|| Duration::from_millis(next as u64)),
+        let mut calls = Vec::with_capacity(3);
+        match recovery {
+            Recovery::Off => {}
+            Recovery::Reap => calls.push(self.reap_call(&k, crate::consumer::REAP_LIMIT)),
+            Recovery::Stalled(policy) => calls.push(self.sweep_call(&k, policy)),
+        }
+        calls.push(self.promote_call(&k, pump));
+        if claim.n > 0 {
+            positive("lease", claim.lease.as_millis() as u64)?;
+            positive("max_attempts", claim.max_attempts as u64)?;
+            let n = (claim.n as usize).min(BATCH_MAX);
+            calls.push(self.claim_call(&k, n, claim.lease, claim.max_attempts, claim.settle));
+        }
+        let mut replies = self.run_calls(calls, Vec::new()).await?.into_iter();
+        let mut next = || {
+            replies.next().unwrap_or_else(|| {
+                Err(Error::Protocol {
+                    verb: "recover_promote_claim",
+                    reply: "fewer replies than calls".into(),
+                })
+            })
+        };
+        let recovered = match recovery {
+            Recovery::Off => Ok(()),
+            Recovery::Reap => next().and_then(parse_reaped).map(drop),
+            Recovery::Stalled(_) => next().and_then(parse_swept).map(drop),
+        };
+        let promoted = next().and_then(parse_promoted);
+        let claimed = if claim.n > 0 {
+            next().and_then(|v| {
+                let mut out = Vec::new();
+                parse_claimed(v, &mut out).map(|_| out)
+            })
+        } else {
+            Ok(Vec::new())
+        };
+        Ok(Round {
+            recovered,
+            promoted,
+            claimed,
         })
     }
 

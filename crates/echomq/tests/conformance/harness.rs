@@ -5,7 +5,6 @@
 //! Every case is an `async fn(&Ctx)`; `conformance!` runs each against every store.
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -86,64 +85,14 @@ impl Probe {
 static REDIS_URL: OnceLock<String> = OnceLock::new();
 static QUEUE_SEQ: AtomicU32 = AtomicU32::new(0);
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
-    l.local_addr().expect("local addr").port()
-}
+#[path = "../support/redis_server.rs"]
+mod redis_server;
 
 /// The URL of the Redis the suite runs against: `EMQ_TEST_REDIS_URL`, else a `redis-server` this
-/// process starts on a free loopback port. It lives no longer than this test process (a watchdog
-/// stops it by its PID when the process is gone) and never longer than 30 minutes.
+/// process starts on a free loopback port (stopped by its PID when this process is gone).
 pub fn redis_url() -> String {
     REDIS_URL
-        .get_or_init(|| {
-            if let Ok(url) = std::env::var("EMQ_TEST_REDIS_URL") {
-                return url;
-            }
-            let found = Command::new("redis-server")
-                .arg("--version")
-                .stdout(Stdio::null())
-                .status();
-            if !matches!(found, Ok(s) if s.success()) {
-                panic!(
-                    "these tests need a real redis-server and none was found on PATH.\n\
-                     Install it (Debian: `apt-get install -y redis-server`) or point EMQ_TEST_REDIS_URL at a \
-                     disposable Redis, e.g. EMQ_TEST_REDIS_URL=redis://127.0.0.1:6390.\n\
-                     `bash tools/test.sh` does the install and start for you."
-                );
-            }
-            let port = free_port();
-            let me = std::process::id();
-            let dir = std::env::temp_dir().join(format!("emq-test-redis-{port}"));
-            std::fs::create_dir_all(&dir).expect("redis dir");
-            let script = format!(
-                "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
-                 --daemonize no >/dev/null 2>&1 & rpid=$!; \
-                 end=$(( $(date +%s) + 1800 )); \
-                 while kill -0 {me} 2>/dev/null && [ $(date +%s) -lt $end ]; do sleep 1; done; \
-                 kill $rpid 2>/dev/null; rm -rf '{dir}'",
-                dir = dir.display()
-            );
-            Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("spawn the redis-server watchdog");
-            let url = format!("redis://127.0.0.1:{port}");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "redis-server did not start on port {port} within 10 s"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            url
-        })
+        .get_or_init(|| redis_server::url_from_env_or_start("EMQ_TEST_REDIS_URL"))
         .clone()
 }
 

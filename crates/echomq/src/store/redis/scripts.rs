@@ -43,6 +43,12 @@ macro_rules! scripts {
             }
         }
 
+        impl Scripts {
+            pub(crate) fn all(&self) -> [&Script; VERBS.len()] {
+                [$(&self.$field),*]
+            }
+        }
+
         /// The verb names with a script, in the order of DESIGN §3's closed list.
         pub const VERBS: &[&str] = &[$(stringify!($field)),*];
     };

@@ -1,0 +1,244 @@
+//! The consumer: the seed's beat — recover, promote, drain, park — with batched claims,
+//! group-committed settles, cooperative cancellation and the opt-in locks plane (DESIGN §4).
+//!
+//! ```text
+//! loop: check stop → ttl → recover + promote + claim (one round trip) → drain leg → park
+//!       a wire error on any leg → sleep min(max(30 s, beat), beat × 2^(streak-1)) → loop
+//! ```
+//!
+//! Each claimed job runs on a task of its own (a panic becomes `Verdict::Error("panic: …")`); its
+//! verdict goes to the settler, which sends a lone settle at once and everything that finished
+//! meanwhile together in the next `complete_many`. The loop, the settler, the parks (on a
+//! connection of their own) and the lease renewals never wait behind one another.
+
+mod handler;
+mod locks;
+mod options;
+mod run;
+mod settle;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+pub use handler::{typed, Handler, JobContext, Typed, Verdict};
+pub use options::*;
+
+use crate::cancel::CancelToken;
+use crate::error::{Error, Result};
+use crate::keyspace::{JobId, QueueName};
+use crate::store::Store;
+
+/// A job in flight: claimed, not yet settled. The locks plane renews its lease; cancel requests
+/// reach it through `cancel`.
+#[derive(Debug, Clone)]
+pub(crate) struct Tracked {
+    pub(crate) token: u64,
+    pub(crate) cancel: CancelToken,
+}
+
+/// What the loop, the settler, the forwarder and the locks plane share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) queue: QueueName,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) opts: ConsumerOptions,
+    /// Fired by `stop`: no new claims; in-flight jobs finish and settle.
+    pub(crate) stop: CancellationToken,
+    pub(crate) inflight: Mutex<HashMap<JobId, Tracked>>,
+    /// Cancel requests that arrived for a job not (yet) tracked here, newest last, bounded: a job
+    /// tracked right after its request arrived is still cancelled.
+    pub(crate) early_cancels: Mutex<Vec<(JobId, Option<String>)>>,
+}
+
+impl Shared {
+    pub(crate) fn track(&self, id: &JobId, token: u64) -> CancelToken {
+        let cancel = CancelToken::new();
+        let early = {
+            let mut early = lock(&self.early_cancels);
+            early.iter().position(|(e, _)| e == id).map(|i| early.remove(i).1)
+        };
+        if let Some(reason) = early {
+            cancel.cancel(reason);
+        }
+        lock(&self.inflight).insert(
+            id.clone(),
+            Tracked {
+                token,
+                cancel: cancel.clone(),
+            },
+        );
+        cancel
+    }
+
+    pub(crate) fn untrack(&self, id: &JobId) {
+        lock(&self.inflight).remove(id);
+    }
+}
+
+/// Locks a mutex, recovering the data of one poisoned by a panic elsewhere (the maps it guards stay
+/// consistent: every change is a single insert or remove).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running consumer. Dropping it leaves the loop running; call [`stop`](Self::stop) or
+/// [`abort`](Self::abort).
+pub struct Consumer {
+    shared: Arc<Shared>,
+    task: Mutex<Option<JoinHandle<Result<()>>>>,
+    aborts: Vec<AbortHandle>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("queue", &self.shared.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// Validates the options and starts the loop on the current tokio runtime.
+    pub fn start(
+        store: Arc<dyn Store>,
+        queue: QueueName,
+        handler: impl Handler,
+        opts: ConsumerOptions,
+    ) -> Result<Consumer> {
+        opts.validate()?;
+        let shared = Arc::new(Shared {
+            store,
+            queue,
+            handler: Arc::new(handler),
+            opts,
+            stop: CancellationToken::new(),
+            inflight: Mutex::new(HashMap::new()),
+            early_cancels: Mutex::new(Vec::new()),
+        });
+        let mut aborts = Vec::new();
+        if shared.opts.cancel {
+            aborts.push(tokio::spawn(run::forward_cancels(shared.clone())).abort_handle());
+        }
+        if shared.opts.locks {
+            aborts.push(tokio::spawn(locks::renew(shared.clone())).abort_handle());
+        }
+        let (settler, settle_tx) = settle::Settler::spawn(shared.clone());
+        aborts.push(settler.abort_handle());
+        let task = tokio::spawn(run::run(shared.clone(), settle_tx, settler));
+        aborts.push(task.abort_handle());
+        Ok(Consumer {
+            shared,
+            task: Mutex::new(Some(task)),
+            aborts,
+        })
+    }
+
+    /// The queue this consumer serves.
+    pub fn queue(&self) -> &QueueName {
+        &self.shared.queue
+    }
+
+    /// Jobs claimed and not yet settled.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.shared.inflight).len()
+    }
+
+    /// True once the loop has ended (stopped, aborted, or its ttl elapsed).
+    pub fn is_finished(&self) -> bool {
+        lock(&self.task).as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Stops: no new claims; in-flight handlers finish and settle; returns when the loop is down.
+    /// Past `timeout` it returns [`Error::Timeout`] while the loop goes on settling what it holds
+    /// (call `stop` again to keep waiting, or `abort`).
+    pub async fn stop(&self, timeout: Duration) -> Result<()> {
+        self.shared.stop.cancel();
+        self.wait_for(timeout).await
+    }
+
+    /// Waits up to `timeout` for the loop to end on its own (its ttl), without asking it to stop.
+    pub async fn wait_for(&self, timeout: Duration) -> Result<()> {
+        let Some(mut task) = lock(&self.task).take() else {
+            return Ok(());
+        };
+        match tokio::time::timeout(timeout, &mut task).await {
+            Ok(joined) => joined.unwrap_or(Ok(())),
+            Err(_) => {
+                *lock(&self.task) = Some(task);
+                Err(Error::Timeout {
+                    what: "consumer stop",
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// Drops every handler without settling (their leases lapse and recovery returns the jobs).
+    pub fn abort(&self) {
+        self.shared.stop.cancel();
+        for a in &self.aborts {
+            a.abort();
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // The forwarder and the locks plane live only as long as the handle; the loop is stopped.
+        self.shared.stop.cancel();
+    }
+}
+
+/// Starts a fresh consumer — its own store and connections — whenever the last one ended (its ttl,
+/// or a stop of the consumer alone), until the supervisor itself is stopped.
+pub struct Supervisor {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Supervisor {
+    /// `make` builds each consumer (open a store, start a consumer on it); it is called again when
+    /// the previous consumer's loop has ended. A `make` that fails is retried after `backoff`.
+    pub fn start<F, Fut>(make: F, backoff: Duration) -> Supervisor
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Consumer>> + Send,
+    {
+        let stop = CancellationToken::new();
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
+            while !stopping.is_cancelled() {
+                let consumer = match make().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "supervisor could not start a consumer; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => continue,
+                            _ = stopping.cancelled() => break,
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = consumer.wait_for(Duration::MAX) => {
+                        tracing::info!(queue = %consumer.queue(), "consumer ended; the supervisor starts a fresh one");
+                    }
+                    _ = stopping.cancelled() => {
+                        let _ = consumer.stop(STOP_TIMEOUT_DEFAULT).await;
+                        break;
+                    }
+                }
+            }
+        });
+        Supervisor { stop, task }
+    }
+
+    /// Stops the current consumer and starts no other.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}

@@ -1,0 +1,210 @@
+//! The consumer's options, their documented defaults, and their validation.
+
+use std::time::Duration;
+
+use crate::error::Error;
+
+/// Default beat: the longest park, and the longest a drain leg runs before recover and promote run
+/// again.
+pub const BEAT_DEFAULT: Duration = Duration::from_millis(1000);
+/// Default lease of a claimed job.
+pub const LEASE_DEFAULT: Duration = Duration::from_millis(30_000);
+/// Default number of due jobs one promote moves.
+pub const PUMP_BATCH_DEFAULT: u32 = 100;
+/// Default attempt budget of a job without its own (the seed's retry path).
+pub const MAX_ATTEMPTS_DEFAULT: u32 = 3;
+/// Default fixed wait before a failed job runs again (the seed: no backoff curve).
+pub const RETRY_DELAY_DEFAULT: Duration = Duration::from_millis(1000);
+/// Default handlers at once (1 = the seed).
+pub const CONCURRENCY_DEFAULT: usize = 1;
+/// Default timeout of [`Consumer::stop`](super::Consumer::stop) (the seed's 5 000 ms).
+pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_millis(5000);
+/// The cap of the degraded back-off, unless the beat is longer.
+pub const DEGRADED_CAP: Duration = Duration::from_secs(30);
+/// Lapsed leases one reap returns at most.
+pub const REAP_LIMIT: u32 = 1000;
+
+pub use crate::store::Recovery;
+
+/// How a consumer runs. Build with [`ConsumerOptions::default`] and the `with_` setters;
+/// [`validate`](Self::validate) (called by `Consumer::start`) refuses zero durations and counts.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConsumerOptions {
+    /// The beat ([`BEAT_DEFAULT`]).
+    pub beat: Duration,
+    /// The lease of each claimed job ([`LEASE_DEFAULT`]).
+    pub lease: Duration,
+    /// Due jobs per promote ([`PUMP_BATCH_DEFAULT`]).
+    pub pump_batch: u32,
+    /// The recovery leg ([`Recovery::Reap`]).
+    pub recovery: Recovery,
+    /// Attempt budget for jobs without their own ([`MAX_ATTEMPTS_DEFAULT`]).
+    pub max_attempts: u32,
+    /// Fixed wait before a failed job runs again ([`RETRY_DELAY_DEFAULT`]).
+    pub retry_delay: Duration,
+    /// Handlers at once ([`CONCURRENCY_DEFAULT`]).
+    pub concurrency: usize,
+    /// Exit cleanly at the first settle boundary after this long (none by default).
+    pub ttl: Option<Duration>,
+    /// Write completion records from the settling scripts (off).
+    pub record: bool,
+    /// Keep the newest `retain` completed/cancelled rows (0 = delete on settle).
+    pub retain: u32,
+    /// Renew the leases of in-flight jobs before they lapse (off).
+    pub locks: bool,
+    /// Route remote cancel requests to the jobs' tokens (off).
+    pub cancel: bool,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        Self {
+            beat: BEAT_DEFAULT,
+            lease: LEASE_DEFAULT,
+            pump_batch: PUMP_BATCH_DEFAULT,
+            recovery: Recovery::Reap,
+            max_attempts: MAX_ATTEMPTS_DEFAULT,
+            retry_delay: RETRY_DELAY_DEFAULT,
+            concurrency: CONCURRENCY_DEFAULT,
+            ttl: None,
+            record: false,
+            retain: 0,
+            locks: false,
+            cancel: false,
+        }
+    }
+}
+
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty;)*) => {
+        impl ConsumerOptions {
+            $($(#[$doc])* pub fn $name(mut self, v: $ty) -> Self {
+                self.$field = v;
+                self
+            })*
+        }
+    };
+}
+
+setters! {
+    /// Sets the beat.
+    with_beat: beat: Duration;
+    /// Sets the lease.
+    with_lease: lease: Duration;
+    /// Sets the promote batch.
+    with_pump_batch: pump_batch: u32;
+    /// Sets the recovery leg.
+    with_recovery: recovery: Recovery;
+    /// Sets the default attempt budget.
+    with_max_attempts: max_attempts: u32;
+    /// Sets the retry delay.
+    with_retry_delay: retry_delay: Duration;
+    /// Sets the concurrency.
+    with_concurrency: concurrency: usize;
+    /// Sets the time to live.
+    with_ttl: ttl: Option<Duration>;
+    /// Turns completion records on or off.
+    with_record: record: bool;
+    /// Sets how many finished rows to retain.
+    with_retain: retain: u32;
+    /// Turns the locks plane on or off.
+    with_locks: locks: bool;
+    /// Turns cancel routing on or off.
+    with_cancel: cancel: bool;
+}
+
+fn refuse(field: &'static str, value: impl std::fmt::Debug, reason: &'static str) -> Error {
+    Error::InvalidOption {
+        field,
+        value: format!("{value:?}"),
+        reason,
+    }
+}
+
+impl ConsumerOptions {
+    /// Refuses options a consumer cannot run with, naming the field.
+    pub fn validate(&self) -> crate::Result<()> {
+        if self.beat.is_zero() {
+            return Err(refuse("beat", self.beat, "must be greater than zero"));
+        }
+        if self.lease.as_millis() == 0 {
+            return Err(refuse("lease", self.lease, "must be at least 1 ms"));
+        }
+        if self.concurrency == 0 {
+            return Err(refuse("concurrency", self.concurrency, "must be at least 1"));
+        }
+        if self.pump_batch == 0 {
+            return Err(refuse("pump_batch", self.pump_batch, "must be at least 1"));
+        }
+        if self.max_attempts == 0 {
+            return Err(refuse("max_attempts", self.max_attempts, "must be at least 1"));
+        }
+        if let Recovery::Stalled(p) = self.recovery {
+            if p.max_stalled == 0 || p.limit == 0 {
+                return Err(refuse(
+                    "recovery",
+                    self.recovery,
+                    "max_stalled and limit must be at least 1",
+                ));
+            }
+        }
+        if self.ttl.is_some_and(|t| t.is_zero()) {
+            return Err(refuse("ttl", self.ttl, "must be greater than zero when set"));
+        }
+        Ok(())
+    }
+
+    /// The wait after the `streak`-th degraded beat in a row (1 on the first):
+    /// min(max(30 s, beat), beat × 2^(streak−1)).
+    pub fn degraded_sleep(&self, streak: u32) -> Duration {
+        let cap = DEGRADED_CAP.max(self.beat);
+        let factor = 1u32.checked_shl(streak.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.beat.checked_mul(factor).map_or(cap, |d| d.min(cap))
+    }
+
+    /// Claim when at least this many slots are free (a batch), or before parking.
+    pub(crate) fn claim_threshold(&self) -> usize {
+        (self.concurrency / 4).max(1)
+    }
+
+    pub(crate) fn settle_options(&self) -> crate::store::SettleOptions {
+        crate::store::SettleOptions {
+            retain: self.retain,
+            record: self.record,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_beat_lease_or_concurrency_is_refused_by_name() {
+        for (opts, field) in [
+            (ConsumerOptions::default().with_beat(Duration::ZERO), "beat"),
+            (ConsumerOptions::default().with_lease(Duration::ZERO), "lease"),
+            (ConsumerOptions::default().with_concurrency(0), "concurrency"),
+        ] {
+            let err = opts.validate().unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidOption { field: f, .. } if f == field),
+                "{err}"
+            );
+        }
+        assert!(ConsumerOptions::default().validate().is_ok());
+    }
+
+    #[test]
+    fn degraded_sleep_doubles_from_the_beat_up_to_the_cap() {
+        let o = ConsumerOptions::default();
+        assert_eq!(o.degraded_sleep(1), Duration::from_secs(1));
+        assert_eq!(o.degraded_sleep(2), Duration::from_secs(2));
+        assert_eq!(o.degraded_sleep(5), Duration::from_secs(16));
+        assert_eq!(o.degraded_sleep(6), Duration::from_secs(30));
+        assert_eq!(o.degraded_sleep(60), Duration::from_secs(30));
+        let slow = ConsumerOptions::default().with_beat(Duration::from_secs(45));
+        assert_eq!(slow.degraded_sleep(3), Duration::from_secs(45));
+    }
+}

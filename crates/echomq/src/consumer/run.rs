@@ -1,0 +1,309 @@
+//! The loop itself: the beat, the drain leg (named so: not the admin verb `drain`), the park, the
+//! degraded back-off, and the cancel forwarder.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::settle::Finished;
+use super::{lock, JobContext, Shared, Verdict};
+use crate::error::{Error, Result};
+use crate::job::ClaimedJob;
+use crate::store::ClaimRequest;
+
+/// The loop's own state across beats.
+struct Beat {
+    shared: Arc<Shared>,
+    settle_tx: mpsc::UnboundedSender<Finished>,
+    slots: Arc<Semaphore>,
+    handlers: JoinSet<()>,
+    started: Instant,
+    streak: u32,
+}
+
+/// What ends a leg early.
+enum Leg {
+    /// Go on with the beat.
+    Healthy,
+    /// A wire error: back off.
+    Degraded(Error),
+    /// Stop or ttl: leave the loop.
+    Exit,
+}
+
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    settle_tx: mpsc::UnboundedSender<Finished>,
+    settler: JoinHandle<()>,
+) -> Result<()> {
+    let slots = Arc::new(Semaphore::new(shared.opts.concurrency));
+    let mut beat = Beat {
+        shared: shared.clone(),
+        settle_tx,
+        slots,
+        handlers: JoinSet::new(),
+        started: Instant::now(),
+        streak: 0,
+    };
+    let span = tracing::info_span!("emq.consumer", queue = %shared.queue);
+    let _ = span; // fields are logged on each event below
+    loop {
+        match beat.once().await {
+            Leg::Healthy => beat.streak = 0,
+            Leg::Exit => break,
+            Leg::Degraded(e) => {
+                beat.streak += 1;
+                let sleep = shared.opts.degraded_sleep(beat.streak);
+                tracing::warn!(queue = %shared.queue, error = %e, streak = beat.streak, ?sleep, "store unreachable; backing off");
+                tokio::select! {
+                    _ = tokio::time::sleep(sleep) => {}
+                    _ = shared.stop.cancelled() => break,
+                }
+            }
+        }
+    }
+    // in-flight handlers finish and hand their verdicts to the settler, which drains and ends
+    while beat.handlers.join_next().await.is_some() {}
+    drop(beat.settle_tx);
+    let _ = settler.await;
+    Ok(())
+}
+
+impl Beat {
+    fn should_exit(&self) -> bool {
+        self.shared.stop.is_cancelled() || self.shared.opts.ttl.is_some_and(|ttl| self.started.elapsed() >= ttl)
+    }
+
+    /// One beat: recover + promote + the first claim in one round trip, the drain leg, the park.
+    async fn once(&mut self) -> Leg {
+        if self.should_exit() {
+            return Leg::Exit;
+        }
+        let shared = self.shared.clone();
+        let opts = &shared.opts;
+        let free = self.slots.available_permits();
+        let want = if free >= opts.claim_threshold() { free } else { 0 };
+        let round = self
+            .shared
+            .store
+            .recover_promote_claim(&self.shared.queue, opts.recovery, opts.pump_batch, self.claim(want))
+            .await;
+        let round = match round {
+            Ok(r) => r,
+            Err(e) => return Leg::Degraded(e),
+        };
+        // a failed earlier leg does not discard the jobs the claim returned
+        let mut empty = true;
+        let mut degraded = None;
+        match round.claimed {
+            Ok(jobs) => {
+                empty = jobs.len() < want;
+                self.launch(jobs);
+            }
+            Err(e) => degraded = Some(e),
+        }
+        if let Err(e) = round.recovered {
+            degraded.get_or_insert(e);
+        }
+        let (promoted_full, next_due) = match round.promoted {
+            Ok(p) => (p.moved >= opts.pump_batch as u64, p.next_due_in),
+            Err(e) => {
+                degraded.get_or_insert(e);
+                (false, None)
+            }
+        };
+        if let Some(e) = degraded {
+            return Leg::Degraded(e);
+        }
+        match self.drain_leg(empty).await {
+            Leg::Healthy => {}
+            other => return other,
+        }
+        if promoted_full || self.should_exit() {
+            return Leg::Healthy;
+        }
+        self.park(next_due).await
+    }
+
+    fn claim(&self, n: usize) -> ClaimRequest {
+        let opts = &self.shared.opts;
+        ClaimRequest {
+            n: n as u32,
+            lease: opts.lease,
+            max_attempts: opts.max_attempts,
+            settle: opts.settle_options(),
+        }
+    }
+
+    /// Claims until the ring is empty or one beat has passed since the leg began (then the next
+    /// beat starts at once, so recover and promote run under a lasting backlog). Stop and ttl are
+    /// honoured between claims only.
+    async fn drain_leg(&mut self, mut empty: bool) -> Leg {
+        let began = Instant::now();
+        let beat = self.shared.opts.beat;
+        let threshold = self.shared.opts.claim_threshold();
+        loop {
+            if self.should_exit() {
+                return Leg::Exit;
+            }
+            if empty {
+                return Leg::Healthy;
+            }
+            if began.elapsed() >= beat {
+                return Leg::Healthy;
+            }
+            // wait for a batch of free slots (or the end of the leg)
+            while self.slots.available_permits() < threshold {
+                let left = beat.saturating_sub(began.elapsed());
+                tokio::select! {
+                    Some(_) = self.handlers.join_next() => {}
+                    _ = tokio::time::sleep(left) => return Leg::Healthy,
+                    _ = self.shared.stop.cancelled() => return Leg::Exit,
+                }
+            }
+            let free = self.slots.available_permits();
+            let req = self.claim(free);
+            match self
+                .shared
+                .store
+                .claim(&self.shared.queue, req.n, req.lease, req.max_attempts, req.settle)
+                .await
+            {
+                Ok(jobs) => {
+                    empty = jobs.len() < free;
+                    self.launch(jobs);
+                }
+                Err(e) if e.is_unreachable() => return Leg::Degraded(e),
+                Err(e) => return Leg::Degraded(e),
+            }
+        }
+    }
+
+    /// Parks on the wake list for the beat or until the next scheduled job is due, whichever is
+    /// sooner. A stop ends the park at once.
+    async fn park(&mut self, next_due: Option<Duration>) -> Leg {
+        let beat = self.shared.opts.beat;
+        let timeout = next_due.map_or(beat, |d| d.min(beat)).max(Duration::from_millis(1));
+        let shared = self.shared.clone();
+        tokio::select! {
+            r = shared.store.park(&shared.queue, timeout) => match r {
+                Ok(_) => Leg::Healthy,
+                Err(e) => Leg::Degraded(e),
+            },
+            _ = shared.stop.cancelled() => Leg::Exit,
+            // a handler finishing frees a slot; the ring may still hold work for it
+            Some(_) = self.handlers.join_next(), if !self.handlers.is_empty() && self.slots.available_permits() == 0 => Leg::Healthy,
+        }
+    }
+
+    /// Runs each claimed job on a task of its own: track → handler → verdict to the settler
+    /// (which untracks after the settle, even a failed one).
+    fn launch(&mut self, jobs: Vec<ClaimedJob>) {
+        // finished handler tasks are collected here, so the set holds only running ones
+        while self.handlers.try_join_next().is_some() {}
+        for job in jobs {
+            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+                // claims never ask for more than the free slots; a surplus job's lease lapses
+                tracing::error!(queue = %self.shared.queue, id = %job.id, "claimed beyond the free slots");
+                continue;
+            };
+            let cancel = self.shared.track(&job.id, job.attempts);
+            let ctx = JobContext {
+                id: job.id.clone(),
+                payload: job.payload,
+                attempts: job.attempts,
+                group: job.group,
+                cancel,
+                queue: self.shared.queue.clone(),
+                store: self.shared.store.clone(),
+            };
+            let handler = self.shared.handler.clone();
+            let tx = self.settle_tx.clone();
+            let (id, token) = (job.id, job.attempts);
+            self.handlers.spawn(async move {
+                let verdict = match AssertUnwindSafe(handler.handle(ctx)).catch_unwind().await {
+                    Ok(v) => v,
+                    Err(panic) => Verdict::Error(format!("panic: {}", panic_message(&panic))),
+                };
+                drop(permit);
+                // the settler outlives every handler; a closed channel means an abort
+                let _ = tx.send(Finished { id, token, verdict });
+            });
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
+    }
+}
+
+/// How many cancel requests for untracked jobs are remembered.
+const EARLY_CANCELS_MAX: usize = 1024;
+
+/// The forwarder: routes each cancel request for job X to X's token only. On every (re)subscribe
+/// it also reads the rows of the jobs in flight: a request whose message was lost while the
+/// subscription was down is still on the row.
+pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
+    let mut streak = 0;
+    while !shared.stop.is_cancelled() {
+        let mut requests = match shared.store.cancel_requests(&shared.queue).await {
+            Ok(s) => s,
+            Err(e) => {
+                streak += 1;
+                let sleep = shared.opts.degraded_sleep(streak);
+                tracing::warn!(queue = %shared.queue, error = %e, ?sleep, "cancel subscription failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(sleep) => continue,
+                    _ = shared.stop.cancelled() => return,
+                }
+            }
+        };
+        streak = 0;
+        let ids: Vec<_> = lock(&shared.inflight).keys().cloned().collect();
+        for id in ids {
+            if let Ok(Some(job)) = shared.store.get(&shared.queue, &id).await {
+                if let Some(reason) = job.cancel {
+                    fire(&shared, &id, (!reason.is_empty()).then_some(reason));
+                }
+            }
+        }
+        loop {
+            tokio::select! {
+                msg = requests.next() => match msg {
+                    Some(req) => fire(&shared, &req.id, req.reason),
+                    None => break, // the subscription dropped: subscribe again
+                },
+                _ = shared.stop.cancelled() => {
+                    if lock(&shared.inflight).is_empty() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+fn fire(shared: &Shared, id: &crate::keyspace::JobId, reason: Option<String>) {
+    let tracked = lock(&shared.inflight).get(id).map(|t| t.cancel.clone());
+    match tracked {
+        Some(token) => token.cancel(reason),
+        None => {
+            let mut early = lock(&shared.early_cancels);
+            if early.len() >= EARLY_CANCELS_MAX {
+                early.remove(0);
+            }
+            early.push((id.clone(), reason));
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The settler: turns verdicts into fenced settles. A lone finished job settles at once; jobs that
+//! finish while a settle call is in flight go together in the next `complete_many` (the group
+//! commit), so settles never wait behind claims or parks and one round trip settles many.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::{Shared, Verdict};
+use crate::error::Result;
+use crate::keyspace::JobId;
+use crate::store::{Completion, Settled, BATCH_MAX};
+
+/// A job whose handler returned.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) id: JobId,
+    pub(crate) token: u64,
+    pub(crate) verdict: Verdict,
+}
+
+pub(crate) struct Settler;
+
+impl Settler {
+    /// Spawns the settler; it ends once every sender is gone and the channel is drained.
+    pub(crate) fn spawn(shared: Arc<Shared>) -> (JoinHandle<()>, mpsc::UnboundedSender<Finished>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Finished>();
+        let task = tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < BATCH_MAX {
+                    match rx.try_recv() {
+                        Ok(f) => batch.push(f),
+                        Err(_) => break,
+                    }
+                }
+                settle_batch(&shared, batch).await;
+            }
+        });
+        (task, tx)
+    }
+}
+
+async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
+    let (done, other): (Vec<Finished>, Vec<Finished>) = batch
+        .into_iter()
+        .partition(|f| matches!(f.verdict, Verdict::Done | Verdict::DoneWith(_)));
+    let completes = complete_all(shared, &done);
+    let others = futures::future::join_all(other.iter().map(|f| settle_one(shared, f)));
+    let (completed, others) = tokio::join!(completes, others);
+    match completed {
+        Ok(replies) => {
+            for (f, r) in done.iter().zip(replies) {
+                report(shared, f, Ok(r));
+            }
+        }
+        Err(e) => {
+            for f in &done {
+                report(shared, f, Err(e.to_string()));
+            }
+        }
+    }
+    for (f, r) in other.iter().zip(others) {
+        report(shared, f, r.map_err(|e| e.to_string()));
+    }
+    // untrack even when the settle failed: the lease will lapse and recovery return the job
+    for f in done.iter().chain(other.iter()) {
+        shared.untrack(&f.id);
+    }
+}
+
+async fn complete_all(shared: &Shared, done: &[Finished]) -> Result<Vec<Settled>> {
+    let settle = shared.opts.settle_options();
+    match done {
+        [] => Ok(Vec::new()),
+        [one] => {
+            let output = match &one.verdict {
+                Verdict::DoneWith(o) => Some(o.as_slice()),
+                _ => None,
+            };
+            let r = shared
+                .store
+                .complete(&shared.queue, &one.id, one.token, output, settle)
+                .await?;
+            Ok(vec![r])
+        }
+        many => {
+            let jobs: Vec<Completion> = many
+                .iter()
+                .map(|f| Completion {
+                    id: f.id.clone(),
+                    token: f.token,
+                    output: match &f.verdict {
+                        Verdict::DoneWith(o) => Some(o.clone()),
+                        _ => None,
+                    },
+                })
+                .collect();
+            shared.store.complete_many(&shared.queue, &jobs, settle).await
+        }
+    }
+}
+
+async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
+    use crate::store::{Discarded, Retried};
+    let (store, q, opts) = (&shared.store, &shared.queue, &shared.opts);
+    let settle = opts.settle_options();
+    let retried = |r: Retried| match r {
+        Retried::Retrying | Retried::Dead => Settled::Ok,
+        Retried::Stale => Settled::Stale,
+        Retried::Gone => Settled::Gone,
+    };
+    Ok(match &f.verdict {
+        Verdict::Cancel(reason) => {
+            store
+                .complete_cancelled(q, &f.id, f.token, Some(reason), settle)
+                .await?
+        }
+        Verdict::Error(e) => retried(
+            store
+                .retry(q, &f.id, f.token, opts.retry_delay, opts.max_attempts, e, settle)
+                .await?,
+        ),
+        Verdict::RetryAfter(delay) => retried(
+            store
+                .retry(q, &f.id, f.token, *delay, opts.max_attempts, "retry requested", settle)
+                .await?,
+        ),
+        Verdict::Discard(reason) => match store.discard(q, &f.id, f.token, reason, settle).await? {
+            Discarded::Dead => Settled::Ok,
+            Discarded::Stale => Settled::Stale,
+            Discarded::Gone => Settled::Gone,
+        },
+        Verdict::Done | Verdict::DoneWith(_) => store.complete(q, &f.id, f.token, None, settle).await?,
+    })
+}
+
+fn report(shared: &Shared, f: &Finished, r: std::result::Result<Settled, String>) {
+    match r {
+        Ok(Settled::Ok) => {}
+        // after a lost lease or a replayed request this is expected, not a failure
+        Ok(why) => tracing::debug!(
+            queue = %shared.queue, id = %f.id, attempt = f.token, reply = ?why,
+            "settle refused: this consumer no longer holds the job"
+        ),
+        Err(error) => tracing::warn!(
+            queue = %shared.queue, id = %f.id, attempt = f.token, %error,
+            "settle lost to a store error; the job will be redelivered when its lease lapses"
+        ),
+    }
+}

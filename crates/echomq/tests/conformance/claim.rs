@@ -1,0 +1,771 @@
+//! claim, pause and resume: the ring's exact orders, group limits (also under concurrent claimers),
+//! the flat set's share, batches, the claim-time guards (max attempts, a carried cancel, malformed
+//! and missing rows), attempts as the fencing token, and the wakes of resume.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use echomq::store::{LimitTarget, SettleOptions, Settled};
+use echomq::{ClaimedJob, GroupName, JobId, JobState, NewJob};
+use redis::AsyncCommands;
+
+use crate::harness::{assert_slot_invariant, wait_until, Ctx};
+
+const LEASE: Duration = Duration::from_secs(30);
+/// A lease short enough to lapse within a case.
+const SHORT: Duration = Duration::from_millis(20);
+const MAX: u32 = 3;
+const WITHIN: Duration = Duration::from_secs(5);
+
+fn group(name: &str) -> GroupName {
+    GroupName::new(name).unwrap()
+}
+
+fn named(payloads: &[&str]) -> Vec<NewJob> {
+    payloads.iter().map(|p| NewJob::new(p.as_bytes())).collect()
+}
+
+fn payloads(claimed: &[ClaimedJob]) -> Vec<String> {
+    claimed
+        .iter()
+        .map(|c| String::from_utf8(c.payload.clone()).unwrap())
+        .collect()
+}
+
+async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
+    ctx.store
+        .claim(&ctx.q, n, LEASE, MAX, SettleOptions::default())
+        .await
+        .unwrap()
+}
+
+async fn complete(ctx: &Ctx, job: &ClaimedJob) {
+    let r = ctx
+        .store
+        .complete(&ctx.q, &job.id, job.attempts, None, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r, Settled::Ok, "complete of {}", job.id);
+}
+
+/// f1 f2 f3 flat, then a1 a2, b1 b2, c1 c2 in groups a, b, c (DESIGN §3's example).
+async fn enqueue_the_example(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &named(&["f1", "f2", "f3"])).await.unwrap();
+    for g in ["a", "b", "c"] {
+        let jobs = named(&[&format!("{g}1"), &format!("{g}2")]);
+        ctx.store.genqueue(&ctx.q, &group(g), &jobs).await.unwrap();
+    }
+}
+
+/// The row's key, for cases that reach under the contract.
+fn row_key(ctx: &Ctx, id: &JobId) -> String {
+    let (_, base, _) = ctx.probe.redis();
+    format!("{base}job:{id}")
+}
+
+async fn raw_hset(ctx: &Ctx, id: &JobId, field: &str, value: &str) {
+    let (mut conn, _, _) = ctx.probe.redis();
+    let _: () = conn.hset(row_key(ctx, id), field, value).await.unwrap();
+}
+
+async fn raw_hdel(ctx: &Ctx, id: &JobId, field: &str) {
+    let (mut conn, _, _) = ctx.probe.redis();
+    let _: () = conn.hdel(row_key(ctx, id), field).await.unwrap();
+}
+
+async fn raw_del(ctx: &Ctx, id: &JobId) {
+    let (mut conn, _, _) = ctx.probe.redis();
+    let _: () = conn.del(row_key(ctx, id)).await.unwrap();
+}
+
+/// A row field read raw: `get` refuses a malformed row (a typed error), so a case that corrupts
+/// one reads the defect's name this way.
+async fn raw_hget(ctx: &Ctx, id: &JobId, field: &str) -> Option<String> {
+    let (mut conn, _, _) = ctx.probe.redis();
+    conn.hget(row_key(ctx, id), field).await.unwrap()
+}
+
+async fn ids_in(ctx: &Ctx, state: JobState) -> Vec<JobId> {
+    ctx.store.list(&ctx.q, state, 0, 10_000).await.unwrap()
+}
+
+/// Waits until `n` short leases have lapsed and reap has put their jobs back.
+async fn reap_after_lapse(ctx: &Ctx, n: u64) {
+    let reaped = &AtomicU64::new(0);
+    wait_until(
+        WITHIN,
+        "the short lease lapses and reap recovers the job",
+        move || async move {
+            let got = ctx.store.reap(&ctx.q, 100).await.unwrap();
+            reaped.fetch_add(got, Ordering::SeqCst) + got >= n
+        },
+    )
+    .await;
+}
+
+// ---- the order of the ring (DESIGN §3) ----
+
+pub async fn claim_one_at_a_time_with_limit_2_gives_f1_a1_b1_c1_f2_a2_b2_c2_f3(ctx: &Ctx) {
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Default, 2)
+        .await
+        .unwrap();
+    enqueue_the_example(ctx).await;
+    let mut order = Vec::new();
+    loop {
+        let got = claim(ctx, 1).await;
+        assert!(got.len() <= 1, "claim(1) handed out {}", got.len());
+        let Some(job) = got.into_iter().next() else { break };
+        order.push(String::from_utf8(job.payload.clone()).unwrap());
+        assert_slot_invariant(ctx).await;
+        complete(ctx, &job).await;
+        assert_slot_invariant(ctx).await;
+    }
+    assert_eq!(order, ["f1", "a1", "b1", "c1", "f2", "a2", "b2", "c2", "f3"]);
+    assert!(ctx.probe.ring().await.is_empty(), "an empty queue leaves an empty ring");
+}
+
+pub async fn claim_in_batches_with_limit_1_gives_f1_a1_b1_c1_then_f2_f3(ctx: &Ctx) {
+    enqueue_the_example(ctx).await;
+    let first = claim(ctx, 4).await;
+    assert_eq!(payloads(&first), ["f1", "a1", "b1", "c1"]);
+    assert_slot_invariant(ctx).await;
+    let second = claim(ctx, 10).await;
+    assert_eq!(
+        payloads(&second),
+        ["f2", "f3"],
+        "every group is at its limit of 1: only flat jobs are left to claim"
+    );
+    assert_slot_invariant(ctx).await;
+    let slots = ctx.probe.slots().await;
+    for g in ["a", "b", "c"] {
+        assert_eq!(slots.get(g), Some(&1), "group {g} holds one slot");
+    }
+    assert!(claim(ctx, 10).await.is_empty());
+}
+
+pub async fn claim_gives_flat_jobs_one_claim_in_g_plus_1_with_g_groups_ready(ctx: &Ctx) {
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Default, 100)
+        .await
+        .unwrap();
+    let flat: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+    let flat: Vec<&str> = flat.iter().map(String::as_str).collect();
+    ctx.store.enqueue(&ctx.q, &named(&flat)).await.unwrap();
+    for g in ["a", "b", "c"] {
+        let jobs: Vec<String> = (0..20).map(|i| format!("{g}{i}")).collect();
+        let jobs: Vec<&str> = jobs.iter().map(String::as_str).collect();
+        ctx.store.genqueue(&ctx.q, &group(g), &named(&jobs)).await.unwrap();
+    }
+    let got = claim(ctx, 40).await;
+    assert_eq!(got.len(), 40);
+    let flat_taken = got.iter().filter(|c| c.group.is_none()).count();
+    assert_eq!(flat_taken, 10, "3 groups ready: the flat set gets 1/4 of the claims");
+    for (i, job) in got.iter().enumerate() {
+        assert_eq!(
+            job.group.is_none(),
+            i % 4 == 0,
+            "round robin: every 4th claim is flat (claim {i} was {:?})",
+            job.group
+        );
+    }
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn claim_honours_a_group_s_own_limit_over_the_default(ctx: &Ctx) {
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Default, 2)
+        .await
+        .unwrap();
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Group(group("big")), 3)
+        .await
+        .unwrap();
+    for g in ["big", "small"] {
+        let jobs: Vec<String> = (0..5).map(|i| format!("{g}{i}")).collect();
+        let jobs: Vec<&str> = jobs.iter().map(String::as_str).collect();
+        ctx.store.genqueue(&ctx.q, &group(g), &named(&jobs)).await.unwrap();
+    }
+    let got = claim(ctx, 100).await;
+    let per: HashMap<String, usize> = got.iter().fold(HashMap::new(), |mut m, c| {
+        *m.entry(c.group.as_ref().unwrap().to_string()).or_default() += 1;
+        m
+    });
+    assert_eq!(per.get("big"), Some(&3));
+    assert_eq!(per.get("small"), Some(&2));
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn claim_under_16_concurrent_claimers_never_exceeds_a_group_limit(ctx: &Ctx) {
+    const GROUPS: usize = 10;
+    const PER_GROUP: usize = 20;
+    const LIMIT: u32 = 2;
+    const TOTAL: usize = GROUPS * PER_GROUP;
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Default, LIMIT)
+        .await
+        .unwrap();
+    for g in 0..GROUPS {
+        let jobs: Vec<NewJob> = (0..PER_GROUP).map(|j| NewJob::new(format!("g{g}-{j}"))).collect();
+        ctx.store
+            .genqueue(&ctx.q, &group(&format!("g{g}")), &jobs)
+            .await
+            .unwrap();
+    }
+
+    // Incremented after a claim hands a job out, decremented before its complete is sent: never
+    // above what the store counts, so a count above the limit here is one the store allowed.
+    let running: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let done: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let finished = Arc::new(AtomicUsize::new(0));
+
+    let (conn, base, _) = ctx.probe.redis();
+    let checker = {
+        let finished = finished.clone();
+        let groups_key = format!("{base}groups");
+        let mut conn = conn.clone();
+        tokio::spawn(async move {
+            let mut polls = 0u64;
+            while finished.load(Ordering::SeqCst) < TOTAL {
+                let all: HashMap<String, String> = conn.hgetall(&groups_key).await.unwrap();
+                for (k, v) in all {
+                    if let Some(g) = k.strip_prefix("a:") {
+                        let a: u32 = v.parse().unwrap();
+                        assert!(a <= LIMIT, "the store counts {a} active jobs in group {g}");
+                    }
+                }
+                polls += 1;
+                tokio::task::yield_now().await;
+            }
+            polls
+        })
+    };
+
+    let mut claimers = Vec::new();
+    for t in 0..16u32 {
+        let store = ctx.store.clone();
+        let q = ctx.q.clone();
+        let running = running.clone();
+        let done = done.clone();
+        let finished = finished.clone();
+        claimers.push(tokio::spawn(async move {
+            let n = 1 + t % 3;
+            while finished.load(Ordering::SeqCst) < TOTAL {
+                let got = store.claim(&q, n, LEASE, MAX, SettleOptions::default()).await.unwrap();
+                if got.is_empty() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                for job in &got {
+                    let g = job.group.as_ref().unwrap().to_string();
+                    {
+                        let mut r = running.lock().unwrap();
+                        let a = r.entry(g.clone()).or_default();
+                        *a += 1;
+                        assert!(*a <= LIMIT, "group {g} has {a} jobs running at once");
+                    }
+                    tokio::task::yield_now().await;
+                    *running.lock().unwrap().get_mut(&g).unwrap() -= 1;
+                    let r = store
+                        .complete(&q, &job.id, job.attempts, None, SettleOptions::default())
+                        .await
+                        .unwrap();
+                    assert_eq!(r, Settled::Ok, "complete of {}", job.id);
+                    let payload = String::from_utf8(job.payload.clone()).unwrap();
+                    assert!(
+                        done.lock().unwrap().insert(payload.clone()),
+                        "{payload} was handed out twice"
+                    );
+                    finished.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for c in claimers {
+            c.await.unwrap();
+        }
+    })
+    .await
+    .expect("16 claimers finish 200 jobs within 60 s");
+    let polls = checker.await.unwrap();
+    assert!(polls > 0, "the checker looked at least once");
+
+    assert_eq!(done.lock().unwrap().len(), TOTAL, "every job done exactly once");
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!(counts.completed, TOTAL as u64);
+    assert_eq!((counts.pending, counts.active), (0, 0));
+    assert_slot_invariant(ctx).await;
+    assert!(ctx.probe.slots().await.is_empty());
+}
+
+pub async fn claim_drops_a_member_that_gives_nothing_and_clears_its_flag(ctx: &Ctx) {
+    let g = group("a");
+    let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1"])).await.unwrap();
+    // A waiting lane job cancelled by an operator leaves its group on the ring with an empty lane.
+    ctx.store
+        .cancel(&ctx.q, ids[0].id(), None, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(ctx.probe.ring().await, ["a"]);
+    assert!(claim(ctx, 10).await.is_empty());
+    assert!(ctx.probe.ring().await.is_empty(), "the stale member is dropped");
+    // Its flag went with it: the next genqueue puts the group back on the ring.
+    ctx.store.genqueue(&ctx.q, &g, &named(&["a2"])).await.unwrap();
+    assert_eq!(ctx.probe.ring().await, ["a"]);
+    assert_eq!(payloads(&claim(ctx, 10).await), ["a2"]);
+    assert_slot_invariant(ctx).await;
+}
+
+// ---- batches, leases, attempts ----
+
+pub async fn claim_hands_out_at_most_n_jobs_per_call(ctx: &Ctx) {
+    let jobs: Vec<NewJob> = (0..10).map(|i| NewJob::new(format!("{i}"))).collect();
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    assert_eq!(claim(ctx, 4).await.len(), 4);
+    assert_eq!(claim(ctx, 4).await.len(), 4);
+    assert_eq!(claim(ctx, 4).await.len(), 2);
+    assert!(claim(ctx, 4).await.is_empty());
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.pending, counts.active), (0, 10));
+}
+
+pub async fn claim_of_more_than_1000_jobs_hands_out_all_in_fifo_order(ctx: &Ctx) {
+    let jobs: Vec<NewJob> = (0..1200).map(|i| NewJob::new(format!("{i}"))).collect();
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    let got = claim(ctx, 1500).await;
+    let order: Vec<u64> = got.iter().map(|c| c.id.as_str().parse().unwrap()).collect();
+    assert_eq!(order, (1..=1200).collect::<Vec<u64>>());
+}
+
+pub async fn claim_on_an_empty_queue_gives_nothing(ctx: &Ctx) {
+    assert!(claim(ctx, 10).await.is_empty());
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.pending, counts.active, counts.dead), (0, 0, 0));
+}
+
+pub async fn claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &named(&["x"])).await.unwrap();
+    let (mut conn, _, _) = ctx.probe.redis();
+    let before = store_now_ms(&mut conn).await;
+    let got = claim(ctx, 1).await;
+    let after = store_now_ms(&mut conn).await;
+    let job = ctx.store.get(&ctx.q, &got[0].id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Active);
+    let lease = LEASE.as_millis() as u64;
+    let deadline = job.score.expect("an active job's score is its lease deadline");
+    assert!(
+        (before + lease..=after + lease).contains(&deadline),
+        "deadline {deadline} not within [{}, {}]",
+        before + lease,
+        after + lease
+    );
+    assert_eq!(ids_in(ctx, JobState::Active).await, [got[0].id.clone()]);
+}
+
+async fn store_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    s * 1000 + us / 1000
+}
+
+pub async fn claim_raises_attempts_by_one_each_time(ctx: &Ctx) {
+    ctx.store
+        .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(5)])
+        .await
+        .unwrap();
+    for expected in 1..=3u64 {
+        let got = ctx
+            .store
+            .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "claim {expected}");
+        assert_eq!(got[0].attempts, expected, "the token is the attempts after this claim");
+        let row = ctx.store.get(&ctx.q, &got[0].id).await.unwrap().unwrap();
+        assert_eq!(row.attempts, expected);
+        reap_after_lapse(ctx, 1).await;
+        let row = ctx.store.get(&ctx.q, &got[0].id).await.unwrap().unwrap();
+        assert_eq!(row.attempts, expected, "reap leaves attempts alone");
+        assert_eq!(row.state, JobState::Pending);
+    }
+}
+
+// ---- the claim-time guards ----
+
+pub async fn claim_buries_a_job_at_its_own_max_attempts_as_lease_expired(ctx: &Ctx) {
+    let ids = ctx
+        .store
+        .enqueue(&ctx.q, &[NewJob::new("last").with_max_attempts(1), NewJob::new("next")])
+        .await
+        .unwrap();
+    let got = ctx
+        .store
+        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(payloads(&got), ["last"]);
+    reap_after_lapse(ctx, 1).await;
+    ctx.probe.clear_wakes().await;
+    // The reaped job is at the front; the guard buries it and the batch still fills from the rest.
+    let got = claim(ctx, 1).await;
+    assert_eq!(payloads(&got), ["next"], "the guard does not fail or shorten the batch");
+    let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Dead);
+    assert_eq!(row.last_error.as_deref(), Some("lease expired on the last attempt"));
+    assert_eq!(row.attempts, 1, "a job not handed out keeps its attempts");
+    assert_eq!(ids_in(ctx, JobState::Dead).await, [ids[0].id().clone()]);
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.failed, counts.dead, counts.active), (1, 1, 1));
+    assert_eq!(ctx.probe.wakes().await, 0, "claim pushes no wake");
+}
+
+pub async fn claim_buries_a_lane_job_at_the_default_max_attempts_without_taking_a_slot(ctx: &Ctx) {
+    let g = group("a");
+    let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
+    let got = ctx
+        .store
+        .claim(&ctx.q, 1, SHORT, 1, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(payloads(&got), ["a1"]);
+    reap_after_lapse(ctx, 1).await;
+    assert_slot_invariant(ctx).await;
+    // max_attempts 1 from the caller: a1 has used its one attempt; a2 has not.
+    let got = ctx
+        .store
+        .claim(&ctx.q, 10, LEASE, 1, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(payloads(&got), ["a2"]);
+    let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Dead);
+    assert_eq!(row.last_error.as_deref(), Some("lease expired on the last attempt"));
+    assert_eq!(ctx.probe.slots().await.get("a"), Some(&1), "only a2 holds a slot");
+    assert_slot_invariant(ctx).await;
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().failed, 1);
+}
+
+pub async fn claim_prefers_a_job_s_own_max_attempts_over_the_default(ctx: &Ctx) {
+    ctx.store
+        .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(3)])
+        .await
+        .unwrap();
+    for expected in 1..=3u64 {
+        let got = ctx
+            .store
+            .claim(&ctx.q, 1, SHORT, 1, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "its own budget of 3 wins over the default of 1");
+        assert_eq!(got[0].attempts, expected);
+        reap_after_lapse(ctx, 1).await;
+    }
+    assert!(claim(ctx, 1).await.is_empty(), "the fourth claim meets the guard");
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().dead, 1);
+}
+
+pub async fn claim_writes_a_completion_record_for_a_job_it_buries_when_asked(ctx: &Ctx) {
+    let ids = ctx
+        .store
+        .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(1)])
+        .await
+        .unwrap();
+    ctx.store
+        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    reap_after_lapse(ctx, 1).await;
+    let record = SettleOptions {
+        retain: 0,
+        record: true,
+    };
+    assert!(ctx.store.claim(&ctx.q, 1, LEASE, MAX, record).await.unwrap().is_empty());
+    let (mut conn, base, _) = ctx.probe.redis();
+    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg(format!("{base}completions"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "one record, written by claim itself");
+    let fields: HashMap<String, String> = entries[0]
+        .1
+        .chunks(2)
+        .map(|kv| (kv[0].clone(), kv[1].clone()))
+        .collect();
+    assert_eq!(fields.get("id").map(String::as_str), Some(ids[0].id().as_str()));
+    assert_eq!(fields.get("status").map(String::as_str), Some("dead"));
+    assert_eq!(
+        fields.get("error").map(String::as_str),
+        Some("lease expired on the last attempt")
+    );
+}
+
+pub async fn claim_cancels_a_row_carrying_a_cancel_instead_of_handing_it_out(ctx: &Ctx) {
+    let ids = ctx.store.enqueue(&ctx.q, &named(&["x", "y"])).await.unwrap();
+    let got = ctx
+        .store
+        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(payloads(&got), ["x"]);
+    let r = ctx
+        .store
+        .cancel(&ctx.q, ids[0].id(), Some("stop"), SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(r, echomq::store::Cancelled::Requested);
+    reap_after_lapse(ctx, 1).await;
+    let got = claim(ctx, 10).await;
+    assert_eq!(
+        payloads(&got),
+        ["y"],
+        "the cancelled row is not handed out; the batch fills"
+    );
+    assert_eq!(
+        ctx.store.get(&ctx.q, ids[0].id()).await.unwrap(),
+        None,
+        "not retained: gone"
+    );
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.cancelled, counts.failed, counts.dead), (1, 0, 0));
+}
+
+pub async fn claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_asked(ctx: &Ctx) {
+    let g = group("a");
+    let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
+    let got = ctx
+        .store
+        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(payloads(&got), ["a1"]);
+    ctx.store
+        .cancel(&ctx.q, ids[0].id(), Some("stop"), SettleOptions::default())
+        .await
+        .unwrap();
+    reap_after_lapse(ctx, 1).await;
+    let retain = SettleOptions {
+        retain: 10,
+        record: false,
+    };
+    let got = ctx.store.claim(&ctx.q, 10, LEASE, MAX, retain).await.unwrap();
+    assert_eq!(payloads(&got), ["a2"]);
+    let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Cancelled);
+    assert_eq!(ids_in(ctx, JobState::Cancelled).await, [ids[0].id().clone()]);
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().cancelled, 1);
+    assert_slot_invariant(ctx).await;
+}
+
+/// Enqueues `x` and `y`, corrupts `x` with `corrupt`, claims 2: only `y` comes out, `x` is dead
+/// with a last_error containing `defect`, counted as failed.
+async fn claim_meets_a_malformed_row<F, Fut>(ctx: &Ctx, group_of: Option<&str>, defect: &str, corrupt: F)
+where
+    F: FnOnce(JobId) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ids = match group_of {
+        None => ctx.store.enqueue(&ctx.q, &named(&["x", "y"])).await.unwrap(),
+        Some(g) => {
+            ctx.store
+                .set_group_limit(&ctx.q, &LimitTarget::Group(group(g)), 2)
+                .await
+                .unwrap();
+            ctx.store
+                .genqueue(&ctx.q, &group(g), &named(&["x", "y"]))
+                .await
+                .unwrap()
+        }
+    };
+    let bad = ids[0].id().clone();
+    corrupt(bad.clone()).await;
+    let got = claim(ctx, 2).await;
+    assert_eq!(payloads(&got), ["y"], "a malformed row never fails the batch");
+    assert_eq!(ids_in(ctx, JobState::Dead).await, std::slice::from_ref(&bad));
+    let err = raw_hget(ctx, &bad, "last_error").await.unwrap_or_default();
+    assert!(err.contains(defect), "last_error {err:?} names the defect {defect:?}");
+    assert_eq!(raw_hget(ctx, &bad, "state").await.as_deref(), Some("dead"));
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!(
+        (counts.failed, counts.dead, counts.active, counts.pending),
+        (1, 1, 1, 0)
+    );
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn claim_buries_a_row_with_malformed_attempts(ctx: &Ctx) {
+    claim_meets_a_malformed_row(ctx, None, "attempts", |id| async move {
+        raw_hset(ctx, &id, "attempts", "xx").await
+    })
+    .await;
+}
+
+pub async fn claim_buries_a_row_with_malformed_max_attempts(ctx: &Ctx) {
+    claim_meets_a_malformed_row(ctx, None, "max_attempts", |id| async move {
+        raw_hset(ctx, &id, "max_attempts", "lots").await
+    })
+    .await;
+}
+
+pub async fn claim_buries_a_row_without_data(ctx: &Ctx) {
+    claim_meets_a_malformed_row(ctx, None, "data", |id| async move { raw_hdel(ctx, &id, "data").await }).await;
+}
+
+pub async fn claim_buries_a_row_in_a_state_other_than_pending(ctx: &Ctx) {
+    claim_meets_a_malformed_row(ctx, None, "state", |id| async move {
+        raw_hset(ctx, &id, "state", "completed").await
+    })
+    .await;
+}
+
+pub async fn claim_buries_a_malformed_lane_row_without_taking_a_slot(ctx: &Ctx) {
+    claim_meets_a_malformed_row(ctx, Some("a"), "attempts", |id| async move {
+        raw_hset(ctx, &id, "attempts", "-").await
+    })
+    .await;
+    assert_eq!(ctx.probe.slots().await.get("a"), Some(&1), "only y holds a slot");
+}
+
+pub async fn claim_drops_a_missing_row(ctx: &Ctx) {
+    let ids = ctx.store.enqueue(&ctx.q, &named(&["x", "y"])).await.unwrap();
+    raw_del(ctx, ids[0].id()).await;
+    let got = claim(ctx, 2).await;
+    assert_eq!(payloads(&got), ["y"]);
+    assert!(ids_in(ctx, JobState::Pending).await.is_empty(), "the id left pending");
+    assert!(
+        ids_in(ctx, JobState::Dead).await.is_empty(),
+        "a missing row is dropped, not buried"
+    );
+    assert_eq!(ctx.store.get(&ctx.q, ids[0].id()).await.unwrap(), None);
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.failed, counts.dead, counts.active), (0, 0, 1));
+}
+
+pub async fn claim_drops_a_missing_lane_row_without_taking_a_slot(ctx: &Ctx) {
+    let g = group("a");
+    let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
+    raw_del(ctx, ids[0].id()).await;
+    let got = claim(ctx, 10).await;
+    assert_eq!(payloads(&got), ["a2"], "limit 1: the dropped row does not use the slot");
+    assert!(ids_in(ctx, JobState::Dead).await.is_empty());
+    assert_slot_invariant(ctx).await;
+}
+
+// ---- pause and resume ----
+
+pub async fn pause_makes_claim_give_nothing_until_resume(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &named(&["f1"])).await.unwrap();
+    ctx.store.genqueue(&ctx.q, &group("a"), &named(&["a1"])).await.unwrap();
+    ctx.store.pause(&ctx.q).await.unwrap();
+    assert!(ctx.store.counts(&ctx.q).await.unwrap().paused);
+    assert!(claim(ctx, 10).await.is_empty(), "a paused queue claims nothing");
+    // Jobs keep arriving while paused, and wait.
+    ctx.store.enqueue(&ctx.q, &named(&["f2"])).await.unwrap();
+    assert!(claim(ctx, 10).await.is_empty());
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.pending, counts.active), (3, 0));
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert!(!ctx.store.counts(&ctx.q).await.unwrap().paused);
+    assert_eq!(payloads(&claim(ctx, 10).await), ["f1", "a1", "f2"]);
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn pause_twice_and_resume_once_resumes(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &named(&["f1"])).await.unwrap();
+    ctx.store.pause(&ctx.q).await.unwrap();
+    ctx.store.pause(&ctx.q).await.unwrap();
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert_eq!(payloads(&claim(ctx, 10).await), ["f1"]);
+}
+
+pub async fn pause_pushes_no_wake(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &named(&["f1"])).await.unwrap();
+    ctx.probe.clear_wakes().await;
+    ctx.store.pause(&ctx.q).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 0);
+}
+
+pub async fn resume_pushes_one_wake_per_claimable_job(ctx: &Ctx) {
+    // 3 flat jobs, group a (limit 1) with 2 waiting, group b (limit 3) with 4 waiting and c with one
+    // waiting behind one running (limit 1): 3 + 1 + 3 + 0 = 7 jobs claimable on resume.
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Group(group("b")), 3)
+        .await
+        .unwrap();
+    ctx.store
+        .genqueue(&ctx.q, &group("c"), &named(&["c1", "c2"]))
+        .await
+        .unwrap();
+    assert_eq!(payloads(&claim(ctx, 1).await), ["c1"]);
+    ctx.store.enqueue(&ctx.q, &named(&["f1", "f2", "f3"])).await.unwrap();
+    ctx.store
+        .genqueue(&ctx.q, &group("a"), &named(&["a1", "a2"]))
+        .await
+        .unwrap();
+    ctx.store
+        .genqueue(&ctx.q, &group("b"), &named(&["b1", "b2", "b3", "b4"]))
+        .await
+        .unwrap();
+    ctx.store.pause(&ctx.q).await.unwrap();
+    ctx.probe.clear_wakes().await;
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 7);
+    assert_eq!(claim(ctx, 100).await.len(), 7, "as many jobs as wakes");
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn resume_pushes_at_most_16_wakes(ctx: &Ctx) {
+    let jobs: Vec<NewJob> = (0..40).map(|i| NewJob::new(format!("{i}"))).collect();
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    ctx.store.pause(&ctx.q).await.unwrap();
+    ctx.probe.clear_wakes().await;
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 16);
+}
+
+pub async fn resume_of_an_empty_or_running_queue_pushes_no_wake(ctx: &Ctx) {
+    ctx.store.pause(&ctx.q).await.unwrap();
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 0, "nothing waits: nothing made claimable");
+    ctx.store.enqueue(&ctx.q, &named(&["f1"])).await.unwrap();
+    ctx.probe.clear_wakes().await;
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 0, "not paused: resume makes nothing claimable");
+}
+
+crate::conformance!(
+    claim_one_at_a_time_with_limit_2_gives_f1_a1_b1_c1_f2_a2_b2_c2_f3,
+    claim_in_batches_with_limit_1_gives_f1_a1_b1_c1_then_f2_f3,
+    claim_gives_flat_jobs_one_claim_in_g_plus_1_with_g_groups_ready,
+    claim_honours_a_group_s_own_limit_over_the_default,
+    claim_under_16_concurrent_claimers_never_exceeds_a_group_limit,
+    claim_drops_a_member_that_gives_nothing_and_clears_its_flag,
+    claim_hands_out_at_most_n_jobs_per_call,
+    claim_of_more_than_1000_jobs_hands_out_all_in_fifo_order,
+    claim_on_an_empty_queue_gives_nothing,
+    claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock,
+    claim_raises_attempts_by_one_each_time,
+    claim_buries_a_job_at_its_own_max_attempts_as_lease_expired,
+    claim_buries_a_lane_job_at_the_default_max_attempts_without_taking_a_slot,
+    claim_prefers_a_job_s_own_max_attempts_over_the_default,
+    claim_writes_a_completion_record_for_a_job_it_buries_when_asked,
+    claim_cancels_a_row_carrying_a_cancel_instead_of_handing_it_out,
+    claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_asked,
+    claim_buries_a_row_with_malformed_attempts,
+    claim_buries_a_row_with_malformed_max_attempts,
+    claim_buries_a_row_without_data,
+    claim_buries_a_row_in_a_state_other_than_pending,
+    claim_buries_a_malformed_lane_row_without_taking_a_slot,
+    claim_drops_a_missing_row,
+    claim_drops_a_missing_lane_row_without_taking_a_slot,
+    pause_makes_claim_give_nothing_until_resume,
+    pause_twice_and_resume_once_resumes,
+    pause_pushes_no_wake,
+    resume_pushes_one_wake_per_claimable_job,
+    resume_pushes_at_most_16_wakes,
+    resume_of_an_empty_or_running_queue_pushes_no_wake,
+);

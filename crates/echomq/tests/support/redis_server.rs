@@ -1,0 +1,59 @@
+//! A disposable `redis-server` for tests and benchmarks: started on a free loopback port, stopped
+//! by its own PID by a watchdog once the process that started it is gone (and after 30 minutes in
+//! any case). Shared by the conformance harness and the benchmarks through `#[path]`.
+
+#![allow(clippy::panic, clippy::zombie_processes)] // test support: panicking is how it reports
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The URL in `env_var` when set; else a fresh `redis-server` on a free loopback port. Panics with
+/// how to get Redis when there is none: a test that needs Redis never skips silently.
+pub fn url_from_env_or_start(env_var: &str) -> String {
+    if let Ok(url) = std::env::var(env_var) {
+        return url;
+    }
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status();
+    if !matches!(found, Ok(s) if s.success()) {
+        panic!(
+            "this needs a real redis-server and none was found on PATH.\n\
+             Install it (Debian: `apt-get install -y redis-server`) or point {env_var} at a disposable \
+             Redis, e.g. {env_var}=redis://127.0.0.1:6390.\n\
+             `bash tools/test.sh` installs and starts one for the test suite."
+        );
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let me = std::process::id();
+    let dir = std::env::temp_dir().join(format!("emq-redis-{port}"));
+    std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+    let script = format!(
+        "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
+         --daemonize no >/dev/null 2>&1 & rpid=$!; \
+         end=$(( $(date +%s) + 1800 )); \
+         while kill -0 {me} 2>/dev/null && [ $(date +%s) -lt $end ]; do sleep 1; done; \
+         kill $rpid 2>/dev/null; rm -rf '{dir}'",
+        dir = dir.display()
+    );
+    // The watchdog outlives this call on purpose: it stops the server when this process is gone.
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn the redis-server watchdog");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not start on port {port} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    format!("redis://127.0.0.1:{port}")
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine of this kind (Debian, Rust toolchain present):
+#   1. installs redis-server with apt-get when it is missing,
+#   2. starts it on a free loopback port (no persistence, bounded to 30 minutes),
+#   3. runs formatting and lint checks, then every test of the workspace against it,
+#   4. stops the server it started, by its own PID, whatever the outcome.
+# CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "tools/test.sh: redis-server is missing; installing Debian's redis-server" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -qq redis-server >/dev/null 2>&1 \
+    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq redis-server; }
+fi
+
+# a free loopback port: nothing answers on it
+port=""
+for _ in $(seq 1 50); do
+  candidate=$(( 20000 + RANDOM % 40000 ))
+  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
+done
+[ -n "$port" ] || { echo "tools/test.sh: no free loopback port found" >&2; exit 1; }
+
+dir=$(mktemp -d)
+timeout 1800 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+  --daemonize no >"$dir/redis.log" 2>&1 &
+redis_pid=$!
+cleanup() {
+  kill "$redis_pid" 2>/dev/null || true
+  wait "$redis_pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+for _ in $(seq 1 200); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+  sleep 0.05
+done
+(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { cat "$dir/redis.log" >&2; echo "redis-server did not start" >&2; exit 1; }
+echo "tools/test.sh: redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on 127.0.0.1:$port (pid $redis_pid)" >&2
+
+export EMQ_TEST_REDIS_URL="redis://127.0.0.1:$port"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --all-targets --locked
+cargo test --workspace --doc --locked
