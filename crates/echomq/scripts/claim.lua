@@ -30,6 +30,9 @@ if not lease or lease <= 0 then return emq_bad_args('claim', 'lease') end
 if not maxdef or maxdef < 1 then return emq_bad_args('claim', 'max_attempts') end
 if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
 if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
+-- the idle path (a parked consumer's beat) ends here: an empty ring has nothing to give
+local ring_len = redis.call('LLEN', ring)
+if ring_len == 0 then return {} end
 
 local now = emq_now()
 local deadline = now + lease
@@ -72,7 +75,7 @@ end
 
 -- each pop either hands out a job, buries a bad row or drops a member: bounded by n, the ring's
 -- length and the bad rows met (a bound keeps a ring full of bad rows from running long)
-local budget = n + redis.call('LLEN', ring) + 1000
+local budget = n + ring_len + 1000
 while got < n and budget > 0 do
   budget = budget - 1
   local m = redis.call('LPOP', ring)

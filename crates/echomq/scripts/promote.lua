@@ -14,6 +14,8 @@
 local scheduled = KEYS[1]
 local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('promote', 'limit') end
+-- the idle path: nothing scheduled, nothing to read the clock for
+if #redis.call('ZRANGE', scheduled, 0, 0) == 0 then return {0, -1} end
 local now = emq_now()
 local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', 0, limit)
 local moved = 0

@@ -57,3 +57,102 @@ pub fn url_from_env_or_start(env_var: &str) -> String {
     }
     format!("redis://127.0.0.1:{port}")
 }
+
+/// A `redis-server` a test owns: started on `port` with `dir` as its working directory (so an AOF
+/// there survives a restart), watched like the shared one, and killable by its own PID.
+#[allow(dead_code)] // each test binary that includes this module uses a different part
+pub struct OwnedServer {
+    /// The loopback port.
+    pub port: u16,
+    dir: std::path::PathBuf,
+    args: Vec<String>,
+    pid: u32,
+}
+
+#[allow(dead_code)]
+impl OwnedServer {
+    /// Starts a server on a free port in a fresh directory, with `args` added to its command line.
+    pub fn start(args: &[&str]) -> OwnedServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("emq-owned-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let mut s = OwnedServer {
+            port,
+            dir,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            pid: 0,
+        };
+        s.spawn();
+        s
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let pidfile = self.dir.join("watched.pid");
+        let _ = std::fs::remove_file(&pidfile);
+        let script = format!(
+            "redis-server --port {port} --bind 127.0.0.1 --save '' --dir '{dir}' {args} --daemonize no \
+             >>'{dir}/redis.log' 2>&1 & rpid=$!; echo $rpid > '{pidfile}'; \
+             end=$(( $(date +%s) + 900 )); \
+             while kill -0 {me} 2>/dev/null && kill -0 $rpid 2>/dev/null && [ $(date +%s) -lt $end ]; do sleep 1; done; \
+             kill $rpid 2>/dev/null",
+            port = self.port,
+            dir = self.dir.display(),
+            args = self.args.join(" "),
+            pidfile = pidfile.display(),
+            me = std::process::id(),
+        );
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(pid) = std::fs::read_to_string(&pidfile) {
+                if let Ok(pid) = pid.trim().parse() {
+                    if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                        self.pid = pid;
+                        return;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {} within 10 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL by its PID: no shutdown, no final AOF rewrite — a crash.
+    pub fn kill9(&mut self) {
+        let _ = Command::new("kill").arg("-9").arg(self.pid.to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "redis-server {} did not die", self.pid);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts it again on the same port and directory (an AOF there is replayed).
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+}
+
+impl Drop for OwnedServer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
