@@ -2,7 +2,8 @@
 //! by its own PID by a watchdog once the process that started it is gone (and after 30 minutes in
 //! any case). Shared by the conformance harness and the benchmarks through `#[path]`.
 
-#![allow(clippy::panic, clippy::zombie_processes)] // test support: panicking is how it reports
+// test support: panicking is how it reports; each test binary uses a different part of it
+#![allow(clippy::panic, clippy::zombie_processes, dead_code)]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -60,7 +61,6 @@ pub fn url_from_env_or_start(env_var: &str) -> String {
 
 /// A `redis-server` a test owns: started on `port` with `dir` as its working directory (so an AOF
 /// there survives a restart), watched like the shared one, and killable by its own PID.
-#[allow(dead_code)] // each test binary that includes this module uses a different part
 pub struct OwnedServer {
     /// The loopback port.
     pub port: u16,
@@ -69,7 +69,6 @@ pub struct OwnedServer {
     pid: u32,
 }
 
-#[allow(dead_code)]
 impl OwnedServer {
     /// Starts a server on a free port in a fresh directory, with `args` added to its command line.
     pub fn start(args: &[&str]) -> OwnedServer {
