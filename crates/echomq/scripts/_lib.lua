@@ -79,9 +79,10 @@ local function emq_leave_lane(base, g)
 end
 
 -- the fence of every holder verb (DESIGN §1): returns -1 (gone) or 0 (stale) when the caller does
--- not hold the job; else nil and the row's {state, attempts, group, max_attempts}. Reads only.
+-- not hold the job; else nil and the row's {state, attempts, group}. Reads only (three fields:
+-- each one more costs the hot settle path).
 local function emq_fence(jk, token)
-  local r = redis.call('HMGET', jk, 'state', 'attempts', 'group', 'max_attempts')
+  local r = redis.call('HMGET', jk, 'state', 'attempts', 'group')
   if not r[1] then return -1 end
   if r[1] ~= 'active' or r[2] ~= token then return 0 end
   return nil, r

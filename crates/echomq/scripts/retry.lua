@@ -22,7 +22,7 @@ local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
 local refused, row = emq_fence(jk, token)
 if refused then return refused end
-local maxa = tonumber(row[4] or maxdef) or maxdef
+local maxa = tonumber(redis.call('HGET', jk, 'max_attempts') or maxdef) or maxdef
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local now = emq_now()
 local g = row[3]

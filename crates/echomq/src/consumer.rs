@@ -89,7 +89,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// [`abort`](Self::abort).
 pub struct Consumer {
     shared: Arc<Shared>,
-    task: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// True once the loop has ended. A watch (not the join handle) so that a wait dropped halfway,
+    /// in a `select!`, leaves the next wait intact.
+    done: tokio::sync::watch::Receiver<bool>,
     aborts: Vec<AbortHandle>,
 }
 
@@ -128,13 +130,16 @@ impl Consumer {
         }
         let (settler, settle_tx) = settle::Settler::spawn(shared.clone());
         aborts.push(settler.abort_handle());
-        let task = tokio::spawn(run::run(shared.clone(), settle_tx, settler));
+        let (done_tx, done) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                run::run(shared, settle_tx, settler).await;
+                let _ = done_tx.send(true);
+            }
+        });
         aborts.push(task.abort_handle());
-        Ok(Consumer {
-            shared,
-            task: Mutex::new(Some(task)),
-            aborts,
-        })
+        Ok(Consumer { shared, done, aborts })
     }
 
     /// The queue this consumer serves.
@@ -149,7 +154,8 @@ impl Consumer {
 
     /// True once the loop has ended (stopped, aborted, or its ttl elapsed).
     pub fn is_finished(&self) -> bool {
-        lock(&self.task).as_ref().is_none_or(|t| t.is_finished())
+        // an aborted loop never sends: its sender is dropped, which ends the channel
+        *self.done.borrow() || self.done.has_changed().is_err()
     }
 
     /// Stops: no new claims; in-flight handlers finish and settle; returns when the loop is down.
@@ -161,19 +167,17 @@ impl Consumer {
     }
 
     /// Waits up to `timeout` for the loop to end on its own (its ttl), without asking it to stop.
+    /// Cancel-safe: dropping the wait halfway changes nothing.
     pub async fn wait_for(&self, timeout: Duration) -> Result<()> {
-        let Some(mut task) = lock(&self.task).take() else {
-            return Ok(());
-        };
-        match tokio::time::timeout(timeout, &mut task).await {
-            Ok(joined) => joined.unwrap_or(Ok(())),
-            Err(_) => {
-                *lock(&self.task) = Some(task);
-                Err(Error::Timeout {
-                    what: "consumer stop",
-                    after: timeout,
-                })
-            }
+        let mut done = self.done.clone();
+        // an Err inside (the loop task gone without a word: aborted) has ended all the same
+        let ended = tokio::time::timeout(timeout, async move { done.wait_for(|d| *d).await.is_ok() }).await;
+        match ended {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Error::Timeout {
+                what: "consumer stop",
+                after: timeout,
+            }),
         }
     }
 

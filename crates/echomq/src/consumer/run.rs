@@ -11,7 +11,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::settle::Finished;
 use super::{lock, JobContext, Shared, Verdict};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::job::ClaimedJob;
 use crate::store::ClaimRequest;
 
@@ -35,11 +35,7 @@ enum Leg {
     Exit,
 }
 
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    settle_tx: mpsc::UnboundedSender<Finished>,
-    settler: JoinHandle<()>,
-) -> Result<()> {
+pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Finished>, settler: JoinHandle<()>) {
     let slots = Arc::new(Semaphore::new(shared.opts.concurrency));
     let mut beat = Beat {
         shared: shared.clone(),
@@ -70,7 +66,6 @@ pub(crate) async fn run(
     while beat.handlers.join_next().await.is_some() {}
     drop(beat.settle_tx);
     let _ = settler.await;
-    Ok(())
 }
 
 impl Beat {

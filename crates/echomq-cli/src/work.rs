@@ -1,0 +1,488 @@
+//! `emq work`: a worker for any language. Each job runs `sh -c CMD` in a process group of its own
+//! with the payload on stdin; its exit status is the verdict.
+
+use std::collections::HashSet;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use echomq::consumer::{CONCURRENCY_DEFAULT, MAX_ATTEMPTS_DEFAULT};
+use echomq::store::{Recovery, StalledPolicy};
+use echomq::{Consumer, ConsumerOptions, JobContext, QueueName, Verdict};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// The exit status that completes a job is 0; these are the other verdicts a command can choose.
+pub const EXIT_DISCARD: i32 = 65;
+/// Exit status: run again later (after the duration on stdout's last line, else `--retry-delay`).
+pub const EXIT_RETRY_AFTER: i32 = 75;
+/// Exit status: the job ends cancelled.
+pub const EXIT_CANCEL: i32 = 79;
+
+/// How much of a command's stdout becomes the job's output.
+pub const OUTPUT_MAX: usize = 64 * 1024;
+/// How much of a command's stderr (its end) becomes the job's error.
+pub const ERROR_TAIL_MAX: usize = 4 * 1024;
+/// Between SIGTERM and SIGKILL when a command times out or its job is cancelled.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long to keep reading a command's stdout and stderr after it exited: a background process
+/// it left behind may hold the pipes open, and the job must not wait for that process.
+const PIPE_GRACE: Duration = Duration::from_secs(1);
+
+const EXIT_CODES_HELP: &str = "\
+Each job runs `sh -c CMD` in a process group of its own. The payload is on the command's stdin
+(never on its command line); EMQ_QUEUE, EMQ_JOB_ID, EMQ_ATTEMPTS (1 on the first attempt) and
+EMQ_GROUP (unset for a job without a group) are in its environment.
+
+Exit status of the command -> what becomes of the job:
+  0          completed; the first 64 KiB of stdout is the job's output
+  65         discard: dead now, no further attempts (EX_DATAERR: retrying cannot help);
+             the last 4 KiB of stderr is the reason
+  75         retry later (EX_TEMPFAIL): after the duration on the last line of stdout
+             (`30s`, `500ms`; a bare number is seconds), else after --retry-delay;
+             counts as an attempt
+  79         cancel: the job ends cancelled, the last 4 KiB of stderr is the reason
+  any other  error: the last 4 KiB of stderr is the job's last_error (`exit status N`
+  or signal  or `killed by signal N` when stderr is empty); retried after --retry-delay
+             until its attempts reach --max-attempts (or the job's own), then dead
+
+--timeout: SIGTERM to the command's process group, SIGKILL 5 s later; the job errs.
+A cancel request (`emq cancel`) or a lost lease stops the command the same way.
+SIGTERM or Ctrl-C: stop claiming, let running commands finish and settle, exit 0.
+A second signal: SIGKILL every running command's group and exit 130 without settling
+(the jobs return when their leases lapse).";
+
+/// Run a worker: each job runs `sh -c CMD` with its payload on stdin.
+#[derive(clap::Args, Debug)]
+#[command(after_help = EXIT_CODES_HELP)]
+pub struct Args {
+    /// The queue to work.
+    pub queue: String,
+    /// The shell command run for each job (`sh -c CMD`).
+    #[arg(long, value_name = "CMD")]
+    pub exec: String,
+    /// Commands running at once.
+    #[arg(long, value_name = "N", default_value_t = CONCURRENCY_DEFAULT)]
+    pub concurrency: usize,
+    /// Lease of each claimed job; renewed while the command runs unless --no-locks.
+    #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "30s")]
+    pub lease: Duration,
+    /// The beat: the longest idle wait, and how often recovery and promotion run.
+    #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
+    pub beat: Duration,
+    /// What recovers jobs whose leases lapsed: `reap` returns them uncounted; `stalled` counts
+    /// stalls and dead-letters a job at --max-stalled; `off` runs no recovery.
+    #[arg(long, value_enum, default_value_t = RecoveryArg::Reap)]
+    pub recovery: RecoveryArg,
+    /// With --recovery stalled: a job is dead on its N-th stall.
+    #[arg(long, value_name = "N")]
+    pub max_stalled: Option<u32>,
+    /// Wait before a failed job runs again.
+    #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
+    pub retry_delay: Duration,
+    /// Attempt budget of jobs that have none of their own.
+    #[arg(long, value_name = "N", default_value_t = MAX_ATTEMPTS_DEFAULT)]
+    pub max_attempts: u32,
+    /// Kill a command running longer than this (SIGTERM, SIGKILL 5 s later); the job errs.
+    #[arg(long, value_name = "D", value_parser = crate::duration)]
+    pub timeout: Option<Duration>,
+    /// Exit 0 at the first settle boundary after this long (for a supervisor to restart).
+    #[arg(long, value_name = "D", value_parser = crate::duration)]
+    pub ttl: Option<Duration>,
+    /// Write a completion record for every settled job (stream `emq:{QUEUE}:completions`).
+    #[arg(long)]
+    pub record: bool,
+    /// Do not renew leases while commands run: a command running past --lease is recovered and
+    /// may run twice.
+    #[arg(long)]
+    pub no_locks: bool,
+}
+
+/// `--recovery`: the recovery leg of the consumer's beat.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryArg {
+    /// No recovery leg.
+    Off,
+    /// Lapsed leases back to ready, uncounted.
+    Reap,
+    /// Lapsed leases counted; dead at --max-stalled.
+    Stalled,
+}
+
+fn humantime(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// The process groups of the commands running now (each group's id is its leader's pid), so a
+/// second signal can kill them all.
+type Groups = Arc<Mutex<HashSet<u32>>>;
+
+fn groups_lock(g: &Mutex<HashSet<u32>>) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+    g.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What each job runs, and how.
+struct Exec {
+    cmd: String,
+    queue: String,
+    timeout: Option<Duration>,
+    retry_delay: Duration,
+    groups: Groups,
+}
+
+/// Runs `emq work`.
+pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
+    let queue = QueueName::new(&args.queue)?;
+    let recovery = match (args.recovery, args.max_stalled) {
+        (RecoveryArg::Stalled, n) => Recovery::Stalled(StalledPolicy {
+            max_stalled: n.unwrap_or(StalledPolicy::default().max_stalled),
+            ..StalledPolicy::default()
+        }),
+        (_, Some(_)) => clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            "--max-stalled needs --recovery stalled\n",
+        )
+        .exit(),
+        (RecoveryArg::Reap, None) => Recovery::Reap,
+        (RecoveryArg::Off, None) => Recovery::Off,
+    };
+    let opts = ConsumerOptions::default()
+        .with_concurrency(args.concurrency)
+        .with_lease(args.lease)
+        .with_beat(args.beat)
+        .with_recovery(recovery)
+        .with_retry_delay(args.retry_delay)
+        .with_max_attempts(args.max_attempts)
+        .with_ttl(args.ttl)
+        .with_record(args.record)
+        .with_locks(!args.no_locks)
+        .with_cancel(true);
+    // refused options fail before the store is opened, the same with or without a server
+    opts.validate()?;
+    if args.timeout.is_some_and(|t| t.is_zero()) {
+        anyhow::bail!("invalid option timeout = 0s: must be greater than zero");
+    }
+    // listen before the first job can start, so no signal is lost to the default action
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let store = crate::open(url).await?;
+    let groups: Groups = Arc::default();
+    let exec = Arc::new(Exec {
+        cmd: args.exec,
+        queue: queue.to_string(),
+        timeout: args.timeout,
+        retry_delay: args.retry_delay,
+        groups: groups.clone(),
+    });
+    let handler = move |job: JobContext| {
+        let exec = exec.clone();
+        async move { exec.run_job(job).await }
+    };
+    let consumer = Consumer::start(store, queue, handler, opts)?;
+    tracing::info!(queue = %consumer.queue(), "emq work started");
+
+    let ttl_ended = async {
+        if args.ttl.is_none() {
+            return std::future::pending::<()>().await;
+        }
+        // a local flag, no store traffic
+        while !consumer.is_finished() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = ttl_ended => {
+            consumer.stop(Duration::MAX).await?;
+            return Ok(0);
+        }
+    }
+    note(&format!(
+        "stopping: no new jobs; waiting for {} running command(s) to finish (a second signal kills them)",
+        groups_lock(&groups).len()
+    ));
+    tokio::select! {
+        r = consumer.stop(Duration::MAX) => {
+            r?;
+            Ok(0)
+        }
+        _ = term.recv() => Ok(kill_all(&groups).await),
+        _ = int.recv() => Ok(kill_all(&groups).await),
+    }
+}
+
+#[allow(clippy::print_stderr)] // an operator's notice on stderr, shown whatever EMQ_LOG says
+fn note(msg: &str) {
+    eprintln!("emq work: {msg}");
+}
+
+/// The second signal: SIGKILL every running command's group; the jobs stay unsettled.
+async fn kill_all(groups: &Groups) -> i32 {
+    let pgids: Vec<u32> = groups_lock(groups).iter().copied().collect();
+    note(&format!(
+        "second signal: killing {} running command(s); exiting unsettled",
+        pgids.len()
+    ));
+    for pgid in pgids {
+        kill_group(pgid, "KILL").await;
+    }
+    130
+}
+
+/// Sends `sig` to the process group `pgid` with the `kill` utility (no unsafe code, no libc);
+/// where no `kill` is on the PATH, with the shell's builtin.
+async fn kill_group(pgid: u32, sig: &str) {
+    let run = |program: &str, args: Vec<String>| {
+        tokio::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+    };
+    let (flag, group) = (format!("-{sig}"), format!("-{pgid}"));
+    let r = match run("kill", vec![flag.clone(), "--".into(), group.clone()]).await {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            run("sh", vec!["-c".into(), format!("kill {flag} -- {group}")]).await
+        }
+        r => r,
+    };
+    if let Err(e) = r {
+        tracing::warn!(pgid, signal = sig, error = %e, "cannot send the signal to the command's group");
+    }
+}
+
+/// How a command's run ended.
+enum End {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled(Option<String>),
+}
+
+impl Exec {
+    async fn run_job(&self, job: JobContext) -> Verdict {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(&self.cmd)
+            .env("EMQ_QUEUE", &self.queue)
+            .env("EMQ_JOB_ID", job.id.as_str())
+            .env("EMQ_ATTEMPTS", job.attempts.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // its own group: a terminal's Ctrl-C reaches emq only, and a kill reaches the
+            // command's children too
+            .process_group(0);
+        match &job.group {
+            Some(g) => cmd.env("EMQ_GROUP", g.as_str()),
+            None => cmd.env_remove("EMQ_GROUP"),
+        };
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return Verdict::Error(format!("cannot run sh -c: {e}")),
+        };
+        let Some(pgid) = child.id() else {
+            return Verdict::Error("the command's process vanished at start".into());
+        };
+        groups_lock(&self.groups).insert(pgid);
+        tracing::info!(queue = %self.queue, id = %job.id, attempt = job.attempts, pgid, "job started");
+
+        let stdin = child.stdin.take();
+        let payload = job.payload;
+        let writer = tokio::spawn(async move {
+            if let Some(mut stdin) = stdin {
+                // a command that ignores stdin closes it early: that is fine
+                let _ = stdin.write_all(&payload).await;
+            }
+        });
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let err = Arc::new(Mutex::new(Vec::new()));
+        let readers = [
+            child.stdout.take().map(|r| tokio::spawn(read_head(r, out.clone()))),
+            child.stderr.take().map(|r| tokio::spawn(read_tail(r, err.clone()))),
+        ];
+
+        let timeout = async {
+            match self.timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        // the child is reaped only by the branch that wins, so its pid (the group id) cannot be
+        // reused while we signal the group below
+        let end = tokio::select! {
+            s = child.wait() => match s {
+                Ok(s) => End::Exited(s),
+                Err(e) => {
+                    groups_lock(&self.groups).remove(&pgid);
+                    return Verdict::Error(format!("cannot wait for the command: {e}"));
+                }
+            },
+            _ = timeout => End::TimedOut,
+            c = job.cancel.cancelled() => End::Cancelled(c.reason),
+        };
+        if !matches!(end, End::Exited(_)) {
+            kill_group(pgid, "TERM").await;
+            if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
+                kill_group(pgid, "KILL").await;
+                let _ = child.wait().await;
+            }
+        }
+        groups_lock(&self.groups).remove(&pgid);
+
+        let _ = tokio::time::timeout(PIPE_GRACE, async {
+            for r in readers.iter().flatten() {
+                while !r.is_finished() {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+        .await;
+        for r in readers.iter().flatten() {
+            r.abort();
+        }
+        writer.abort();
+        let stdout = std::mem::take(&mut *lock(&out));
+        let stderr = tail_text(&lock(&err));
+
+        let reason = |fallback: String| if stderr.is_empty() { fallback } else { stderr.clone() };
+        let verdict = match end {
+            End::TimedOut => {
+                let t = humantime(self.timeout.unwrap_or_default());
+                if stderr.is_empty() {
+                    Verdict::Error(format!("timed out after {t}"))
+                } else {
+                    Verdict::Error(format!("timed out after {t}\n{stderr}"))
+                }
+            }
+            End::Cancelled(why) => Verdict::Cancel(why.unwrap_or_else(|| "cancelled".into())),
+            End::Exited(status) => match status.code() {
+                Some(0) if stdout.is_empty() => Verdict::Done,
+                Some(0) => Verdict::DoneWith(stdout),
+                Some(EXIT_DISCARD) => Verdict::Discard(reason(format!("exit status {EXIT_DISCARD}"))),
+                Some(EXIT_RETRY_AFTER) => Verdict::RetryAfter(retry_delay(&stdout).unwrap_or(self.retry_delay)),
+                Some(EXIT_CANCEL) => Verdict::Cancel(reason(format!("exit status {EXIT_CANCEL}"))),
+                Some(code) => Verdict::Error(reason(format!("exit status {code}"))),
+                None => Verdict::Error(reason(format!(
+                    "killed by signal {}",
+                    status.signal().unwrap_or_default()
+                ))),
+            },
+        };
+        tracing::info!(queue = %self.queue, id = %job.id, attempt = job.attempts, verdict = ?short(&verdict), "job finished");
+        verdict
+    }
+}
+
+fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The verdict's kind, for the log line (not the payload-sized output).
+fn short(v: &Verdict) -> &'static str {
+    match v {
+        Verdict::Done | Verdict::DoneWith(_) => "completed",
+        Verdict::Cancel(_) => "cancel",
+        Verdict::Error(_) => "error",
+        Verdict::RetryAfter(_) => "retry-after",
+        Verdict::Discard(_) => "discard",
+        _ => "other",
+    }
+}
+
+/// Keeps the first [`OUTPUT_MAX`] bytes and reads (and drops) the rest, so a chatty command never
+/// blocks on a full pipe.
+async fn read_head(mut r: impl AsyncRead + Unpin, into: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut head = lock(&into);
+                let room = OUTPUT_MAX.saturating_sub(head.len());
+                head.extend_from_slice(&buf[..n.min(room)]);
+            }
+        }
+    }
+}
+
+/// Keeps the last [`ERROR_TAIL_MAX`] bytes.
+async fn read_tail(mut r: impl AsyncRead + Unpin, into: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut tail = lock(&into);
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 2 * ERROR_TAIL_MAX {
+                    let cut = tail.len() - ERROR_TAIL_MAX;
+                    tail.drain(..cut);
+                }
+            }
+        }
+    }
+}
+
+/// The last [`ERROR_TAIL_MAX`] bytes as text: starting on a character boundary, trailing
+/// whitespace trimmed.
+fn tail_text(bytes: &[u8]) -> String {
+    let mut tail = &bytes[bytes.len().saturating_sub(ERROR_TAIL_MAX)..];
+    // a cut inside a UTF-8 sequence: skip its continuation bytes
+    let skip = tail.iter().take(3).take_while(|b| (**b & 0xC0) == 0x80).count();
+    tail = &tail[skip..];
+    String::from_utf8_lossy(tail).trim_end().to_string()
+}
+
+/// The delay a command asked for with exit 75: the last non-empty line of its stdout, a humantime
+/// duration or a number of seconds.
+fn retry_delay(stdout: &[u8]) -> Option<Duration> {
+    let text = String::from_utf8_lossy(stdout);
+    let last = text.lines().map(str::trim).rfind(|l| !l.is_empty())?;
+    if let Ok(secs) = last.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    humantime::parse_duration(last).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_duration_defaults_are_the_library_defaults() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct W {
+            #[command(flatten)]
+            args: Args,
+        }
+        let w = W::try_parse_from(["work", "q", "--exec", "true"]).unwrap();
+        assert_eq!(w.args.lease, echomq::consumer::LEASE_DEFAULT);
+        assert_eq!(w.args.beat, echomq::consumer::BEAT_DEFAULT);
+        assert_eq!(w.args.retry_delay, echomq::consumer::RETRY_DELAY_DEFAULT);
+    }
+
+    #[test]
+    fn the_retry_delay_is_read_from_the_last_line_of_stdout() {
+        assert_eq!(retry_delay(b"working\n30s\n"), Some(Duration::from_secs(30)));
+        assert_eq!(retry_delay(b"1.5\n\n"), Some(Duration::from_millis(1500)));
+        assert_eq!(retry_delay(b"250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(retry_delay(b"soon"), None);
+        assert_eq!(retry_delay(b""), None);
+        assert_eq!(retry_delay(b"-3"), None);
+    }
+
+    #[test]
+    fn the_error_tail_keeps_the_end_on_a_character_boundary() {
+        let mut long = "é".repeat(ERROR_TAIL_MAX);
+        long.push_str("boom\n");
+        let t = tail_text(long.as_bytes());
+        assert!(t.ends_with("boom"));
+        assert!(t.len() <= ERROR_TAIL_MAX);
+        assert!(!t.contains('\u{FFFD}'));
+        assert_eq!(tail_text(b"oops \n"), "oops");
+    }
+}

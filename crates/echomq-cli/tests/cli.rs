@@ -1,0 +1,779 @@
+//! End-to-end tests of the `emq` binary against a real `redis-server`: enqueue (one, stdin, file,
+//! duplicates), stats, `work --exec` (verdicts by exit status, environment, payload on stdin,
+//! stderr tail, output, timeout, cancel, lease renewal, graceful and forced stop), and the exit
+//! statuses and error lines of the global rules.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../echomq/tests/support/redis_server.rs"]
+mod redis_server;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use echomq::store::Counts;
+use echomq::{Job, JobId, JobState, QueueName, Store};
+
+static URL: OnceLock<String> = OnceLock::new();
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn url() -> String {
+    URL.get_or_init(|| redis_server::url_from_env_or_start("EMQ_TEST_REDIS_URL"))
+        .clone()
+}
+
+/// A queue name of this test's own.
+fn queue(name: &str) -> String {
+    format!(
+        "cli-{name}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A scratch directory of this test's own.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "emq-cli-{name}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn emq_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_emq"));
+    c.args(args)
+        .env("EMQ_URL", url())
+        .env_remove("EMQ_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Runs `emq ARGS` to completion.
+fn emq(args: &[&str]) -> Output {
+    emq_cmd(args).output().unwrap()
+}
+
+/// Runs `emq ARGS` with `input` on its stdin.
+fn emq_with_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = emq_cmd(args).stdin(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "exit status\nstdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+/// A usage error: exit 2 and clap's `error:` line on stderr, nothing on stdout.
+#[track_caller]
+fn assert_usage_error(args: &[&str]) {
+    let o = emq(args);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).starts_with("error:"), "{args:?}: {}", stderr(&o));
+    assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+}
+
+/// Any other error: exit 1 and one `error: …` line on stderr naming `names`.
+#[track_caller]
+fn assert_error_naming(o: &Output, names: &str) {
+    assert_exit(o, 1);
+    let err = stderr(o);
+    assert!(err.starts_with("error: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(names), "the error names {names:?}: {err}");
+    assert!(o.stdout.is_empty(), "{}", stdout(o));
+}
+
+/// Enqueues one job and returns its id.
+#[track_caller]
+fn enqueue(q: &str, payload: &str, extra: &[&str]) -> String {
+    let mut args = vec!["enqueue", q, payload];
+    args.extend_from_slice(extra);
+    let o = emq(&args);
+    assert_exit(&o, 0);
+    stdout(&o).trim_end().to_string()
+}
+
+/// The library's view of the store, for checks the CLI does not print yet (job rows).
+struct Lib {
+    rt: tokio::runtime::Runtime,
+    store: Arc<dyn Store>,
+}
+
+fn lib() -> Lib {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt.block_on(echomq::store::open(&url())).unwrap();
+    Lib {
+        rt,
+        store: Arc::from(store),
+    }
+}
+
+impl Lib {
+    fn counts(&self, q: &str) -> Counts {
+        let q = QueueName::new(q).unwrap();
+        self.rt.block_on(self.store.counts(&q)).unwrap()
+    }
+
+    fn job(&self, q: &str, id: &str) -> Option<Job> {
+        let (q, id) = (QueueName::new(q).unwrap(), JobId::parse(id).unwrap());
+        self.rt.block_on(self.store.get(&q, &id)).unwrap()
+    }
+
+    fn pending_payloads(&self, q: &str) -> Vec<String> {
+        let qn = QueueName::new(q).unwrap();
+        let ids = self
+            .rt
+            .block_on(self.store.list(&qn, JobState::Pending, 0, 10_000))
+            .unwrap();
+        ids.iter()
+            .map(|id| String::from_utf8(self.job(q, id.as_str()).unwrap().payload).unwrap())
+            .collect()
+    }
+
+    fn cancel(&self, q: &str, id: &str, reason: &str) {
+        let (q, id) = (QueueName::new(q).unwrap(), JobId::parse(id).unwrap());
+        self.rt
+            .block_on(self.store.cancel(&q, &id, Some(reason), Default::default()))
+            .unwrap();
+    }
+}
+
+/// Polls `f` until it holds, failing after `within`.
+#[track_caller]
+fn wait_until(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A running `emq work`; killed (SIGKILL) if the test ends without stopping it.
+struct Worker {
+    child: Option<Child>,
+}
+
+fn work(q: &str, exec: &str, extra: &[&str]) -> Worker {
+    work_with_env(q, exec, extra, &[])
+}
+
+fn work_with_env(q: &str, exec: &str, extra: &[&str], env: &[(&str, &str)]) -> Worker {
+    let mut args = vec!["work", q, "--exec", exec, "--beat", "100ms", "--retry-delay", "10ms"];
+    args.extend_from_slice(extra);
+    let mut cmd = emq_cmd(&args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Worker {
+        child: Some(cmd.spawn().unwrap()),
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+fn alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+impl Worker {
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn signal(&self, sig: &str) {
+        signal(self.pid(), sig);
+    }
+
+    /// Waits for the worker to exit (at most `within`) and returns its output.
+    fn wait(mut self, within: Duration) -> Output {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut().unwrap();
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "emq work did not exit within {within:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.child.take().unwrap().wait_with_output().unwrap()
+    }
+
+    /// SIGTERM, then the exit status must be 0.
+    fn stop(self) -> Output {
+        self.signal("TERM");
+        let o = self.wait(Duration::from_secs(10));
+        assert_exit(&o, 0);
+        o
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The completion records of `q` (`--record`): each entry's fields as (name, value) pairs.
+fn completion_records(q: &str) -> Vec<Vec<(String, Vec<u8>)>> {
+    let client = redis::Client::open(url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(format!("emq:{{{q}}}:completions"))
+        .arg("-")
+        .arg("+")
+        .query(&mut con)
+        .unwrap();
+    entries
+        .into_iter()
+        .map(|(_, flat)| {
+            flat.chunks(2)
+                .map(|kv| (String::from_utf8_lossy(&kv[0]).into_owned(), kv[1].clone()))
+                .collect()
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// enqueue
+
+#[test]
+fn enqueue_prints_the_id_alone_on_stdout() {
+    let q = queue("enq-id");
+    let o = emq(&["enqueue", &q, "hello"]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    assert!(out.ends_with('\n') && out.lines().count() == 1, "{out:?}");
+    let id = out.trim_end();
+    assert!(!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()), "{out:?}");
+    let job = lib().job(&q, id).expect("the job exists");
+    assert_eq!(job.payload, b"hello");
+    assert_eq!(job.state, JobState::Pending);
+}
+
+#[test]
+fn enqueue_applies_group_delay_and_max_attempts() {
+    let q = queue("enq-opts");
+    let id = enqueue(&q, "p", &["--group", "g1", "--delay", "1h", "--max-attempts", "7"]);
+    let job = lib().job(&q, &id).unwrap();
+    assert_eq!(job.state, JobState::Scheduled);
+    assert_eq!(job.group.as_ref().map(|g| g.as_str()), Some("g1"));
+    assert_eq!(job.max_attempts, Some(7));
+}
+
+#[test]
+fn a_duplicate_caller_id_prints_the_existing_id_and_duplicate_on_stderr() {
+    let q = queue("enq-dup");
+    let first = emq(&["enqueue", &q, "one", "--id", "order-17"]);
+    assert_exit(&first, 0);
+    assert_eq!(stdout(&first), "order-17\n");
+    assert!(!stderr(&first).contains("duplicate"), "{}", stderr(&first));
+    let again = emq(&["enqueue", &q, "two", "--id", "order-17"]);
+    assert_exit(&again, 0);
+    assert_eq!(stdout(&again), "order-17\n");
+    assert!(stderr(&again).contains("duplicate"), "{}", stderr(&again));
+    let l = lib();
+    assert_eq!(l.counts(&q).pending, 1);
+    assert_eq!(l.job(&q, "order-17").unwrap().payload, b"one");
+}
+
+#[test]
+fn payload_dash_reads_one_payload_from_stdin_byte_for_byte() {
+    let q = queue("enq-stdin");
+    let o = emq_with_stdin(&["enqueue", &q, "-"], b"line one\nline two\n");
+    assert_exit(&o, 0);
+    let job = lib().job(&q, stdout(&o).trim_end()).unwrap();
+    assert_eq!(job.payload, b"line one\nline two\n");
+}
+
+#[test]
+fn file_enqueues_one_job_per_line_skipping_empty_lines_and_stripping_cr() {
+    let q = queue("enq-file");
+    let dir = scratch("enq-file");
+    let path = dir.join("jobs.txt");
+    std::fs::write(&path, b"alpha\r\n\n\r\nbeta\n\ngamma").unwrap();
+    let o = emq(&["enqueue", &q, "--file", path.to_str().unwrap()]);
+    assert_exit(&o, 0);
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    assert!(stderr(&o).contains("enqueued 3 jobs"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("jobs/s"), "{}", stderr(&o));
+    assert_eq!(lib().pending_payloads(&q), ["alpha", "beta", "gamma"]);
+}
+
+#[test]
+fn file_dash_reads_stdin_in_batches_with_the_options_on_each_job() {
+    let q = queue("enq-file-stdin");
+    let input: String = (0..2500).map(|i| format!("job-{i}\n")).collect();
+    let o = emq_with_stdin(&["enqueue", &q, "--file", "-", "--delay", "1h"], input.as_bytes());
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("enqueued 2500 jobs"), "{}", stderr(&o));
+    let c = lib().counts(&q);
+    assert_eq!((c.pending, c.scheduled), (0, 2500));
+}
+
+#[test]
+fn id_with_file_is_a_usage_error() {
+    assert_usage_error(&["enqueue", "q", "--file", "-", "--id", "abc"]);
+}
+
+#[test]
+fn payload_and_file_together_or_neither_are_usage_errors() {
+    assert_usage_error(&["enqueue", "q", "x", "--file", "-"]);
+    assert_usage_error(&["enqueue", "q"]);
+}
+
+#[test]
+fn invalid_queue_group_or_id_exits_1_naming_the_value() {
+    assert_error_naming(&emq(&["enqueue", "bad queue!", "x"]), "bad queue!");
+    assert_error_naming(&emq(&["enqueue", "q", "x", "--group", "bad/group"]), "bad/group");
+    assert_error_naming(&emq(&["enqueue", "q", "x", "--id", "12345"]), "12345");
+    assert_error_naming(&emq(&["stats", "bad queue!"]), "bad queue!");
+    assert_error_naming(&emq(&["work", "bad queue!", "--exec", "true"]), "bad queue!");
+}
+
+#[test]
+fn max_attempts_zero_is_refused_by_the_library_with_exit_1() {
+    assert_error_naming(
+        &emq(&["enqueue", &queue("enq-max0"), "x", "--max-attempts", "0"]),
+        "max_attempts",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// global rules
+
+#[test]
+fn unknown_subcommands_flags_and_bad_values_exit_2() {
+    assert_usage_error(&["frobnicate"]);
+    assert_usage_error(&["enqueue", "q", "x", "--frob"]);
+    assert_usage_error(&["stats", "--frob"]);
+    assert_usage_error(&["work", "q"]);
+    assert_usage_error(&["work", "q", "--exec", "true", "--recovery", "bogus"]);
+    assert_usage_error(&["work", "q", "--exec", "true", "--lease", "abc"]);
+    assert_usage_error(&["work", "q", "--exec", "true", "--concurrency", "many"]);
+    assert_usage_error(&["work", "q", "--exec", "true", "--max-stalled", "2"]);
+    assert_usage_error(&["enqueue", "q", "x", "--delay", "soon"]);
+}
+
+#[test]
+fn values_the_library_refuses_exit_1_naming_the_option() {
+    assert_error_naming(&emq(&["work", "q", "--exec", "true", "--lease", "0s"]), "lease");
+    assert_error_naming(
+        &emq(&["work", "q", "--exec", "true", "--concurrency", "0"]),
+        "concurrency",
+    );
+    assert_error_naming(&emq(&["work", "q", "--exec", "true", "--beat", "0s"]), "beat");
+    assert_error_naming(&emq(&["work", "q", "--exec", "true", "--timeout", "0s"]), "timeout");
+}
+
+#[test]
+fn an_unreachable_store_exits_1_within_5_s_naming_the_address() {
+    for args in [
+        &["enqueue", "q", "x"][..],
+        &["stats", "--json"][..],
+        &["work", "q", "--exec", "true"][..],
+    ] {
+        let started = Instant::now();
+        let o = emq_cmd(args).env("EMQ_URL", "redis://127.0.0.1:1").output().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert_error_naming(&o, "127.0.0.1:1");
+    }
+    // the flag wins over the environment, after the subcommand too
+    let o = emq(&["stats", "--url", "redis://127.0.0.1:1"]);
+    assert_error_naming(&o, "127.0.0.1:1");
+}
+
+#[test]
+fn an_unsupported_url_scheme_exits_1_naming_it() {
+    let o = emq(&["--url", "nonsense://x", "stats"]);
+    assert_error_naming(&o, "nonsense");
+}
+
+#[test]
+fn work_help_documents_the_exit_status_table() {
+    let o = emq(&["work", "--help"]);
+    assert_exit(&o, 0);
+    let help = stdout(&o);
+    for needle in ["65", "75", "79", "discard", "retry", "cancel", "EMQ_JOB_ID", "130"] {
+        assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// stats
+
+#[test]
+fn stats_of_a_never_used_queue_prints_zeros_and_exits_0() {
+    let q = queue("stats-never");
+    let o = emq(&["stats", &q, "--json"]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim_end()).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"queue": q, "pending": 0, "scheduled": 0, "active": 0, "dead": 0,
+            "completed": 0, "cancelled": 0, "paused": false})
+    );
+}
+
+#[test]
+fn stats_without_a_queue_lists_every_queue_one_json_line_each() {
+    let (a, b) = (queue("stats-all-a"), queue("stats-all-b"));
+    enqueue(&a, "x", &[]);
+    enqueue(&b, "x", &[]);
+    enqueue(&b, "y", &["--delay", "1h"]);
+    let o = emq(&["stats", "--json"]);
+    assert_exit(&o, 0);
+    let lines: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let find = |q: &str| lines.iter().find(|v| v["queue"] == q).cloned().unwrap();
+    assert_eq!(find(&a)["pending"], 1);
+    assert_eq!(
+        (find(&b)["pending"].clone(), find(&b)["scheduled"].clone()),
+        (1.into(), 1.into())
+    );
+}
+
+#[test]
+fn stats_without_json_prints_an_aligned_table() {
+    let q = queue("stats-table");
+    enqueue(&q, "x", &[]);
+    let o = emq(&["stats", &q]);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].starts_with("QUEUE") && lines[0].contains("PENDING"), "{out}");
+    assert!(lines[1].starts_with(&q), "{out}");
+    // the numbers line up under their headings
+    let col = lines[0].find("PENDING").unwrap() + "PENDING".len();
+    assert_eq!(&lines[1][col - 1..col], "1", "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// work
+
+#[test]
+fn enqueue_then_work_then_stats_shows_completed() {
+    let q = queue("work-e2e");
+    for i in 0..5 {
+        enqueue(&q, &format!("p{i}"), &[]);
+    }
+    let w = work(&q, "cat >/dev/null", &["--concurrency", "2"]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "5 completed", || l.counts(&q).completed == 5);
+    w.stop();
+    let o = emq(&["stats", &q, "--json"]);
+    assert_exit(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim_end()).unwrap();
+    assert_eq!(v["completed"], 5);
+    assert_eq!((v["pending"].clone(), v["active"].clone()), (0.into(), 0.into()));
+}
+
+#[test]
+fn the_command_gets_the_payload_on_stdin_and_its_env_never_the_payload_on_its_command_line() {
+    let q = queue("work-env");
+    let dir = scratch("work-env");
+    let evil = format!("'; touch {0}/pwned; echo \"$(touch {0}/pwned2)\"", dir.display());
+    let flat = enqueue(&q, &evil, &[]);
+    let grouped = enqueue(&q, "grouped payload", &["--group", "g7"]);
+    let exec = format!(
+        "{{ echo \"$EMQ_QUEUE|$EMQ_JOB_ID|$EMQ_ATTEMPTS|${{EMQ_GROUP-unset}}\"; cat; }} > {}/$EMQ_JOB_ID.out",
+        dir.display()
+    );
+    // a stray EMQ_GROUP in emq's own environment never reaches a flat job
+    let w = work_with_env(&q, &exec, &[], &[("EMQ_GROUP", "stray")]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "2 completed", || l.counts(&q).completed == 2);
+    w.stop();
+    assert_eq!(
+        read(&dir.join(format!("{flat}.out"))),
+        format!("{q}|{flat}|1|unset\n{evil}")
+    );
+    assert_eq!(
+        read(&dir.join(format!("{grouped}.out"))),
+        format!("{q}|{grouped}|1|g7\ngrouped payload")
+    );
+    assert!(!dir.join("pwned").exists() && !dir.join("pwned2").exists());
+}
+
+#[test]
+fn exit_0_completes_with_the_first_64_kib_of_stdout_as_output() {
+    let q = queue("work-output");
+    enqueue(&q, "small", &[]);
+    enqueue(&q, "big", &[]);
+    let exec = r#"if [ "$(cat)" = small ]; then printf 'result!'; else head -c 100000 /dev/zero | tr '\0' y; fi"#;
+    let w = work(&q, exec, &["--record"]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "2 completed", || l.counts(&q).completed == 2);
+    w.stop();
+    let mut outputs: Vec<Vec<u8>> = completion_records(&q)
+        .into_iter()
+        .map(|rec| {
+            assert!(rec.iter().any(|(k, v)| k == "status" && v == b"completed"), "{rec:?}");
+            rec.into_iter().find(|(k, _)| k == "output").map(|(_, v)| v).unwrap()
+        })
+        .collect();
+    outputs.sort_by_key(|o| o.len());
+    assert_eq!(outputs[0], b"result!");
+    assert_eq!(outputs[1].len(), 64 * 1024);
+    assert!(outputs[1].iter().all(|b| *b == b'y'));
+}
+
+#[test]
+fn a_failing_command_is_retried_then_dead_with_its_stderr_tail_as_last_error() {
+    let q = queue("work-fail");
+    let id = enqueue(&q, "x", &["--max-attempts", "2"]);
+    let dir = scratch("work-fail");
+    let exec = format!(
+        "echo run >> {}/runs; echo \"noise\"; echo \"boom on attempt $EMQ_ATTEMPTS\" >&2; exit 3",
+        dir.display()
+    );
+    let w = work(&q, &exec, &[]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "the job dead", || l.counts(&q).dead == 1);
+    w.stop();
+    let job = l.job(&q, &id).unwrap();
+    assert_eq!(job.state, JobState::Dead);
+    assert_eq!(job.attempts, 2);
+    assert_eq!(job.last_error.as_deref(), Some("boom on attempt 2"));
+    assert_eq!(read(&dir.join("runs")).lines().count(), 2);
+}
+
+#[test]
+fn the_error_is_the_last_4_kib_of_stderr_or_the_exit_status_when_stderr_is_empty() {
+    let q = queue("work-tail");
+    let long = enqueue(&q, "long", &["--max-attempts", "1"]);
+    let silent = enqueue(&q, "silent", &["--max-attempts", "1"]);
+    let exec = r#"if [ "$(cat)" = long ]; then head -c 10000 /dev/zero | tr '\0' x >&2; echo END >&2; exit 1; else exit 4; fi"#;
+    let w = work(&q, exec, &[]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "2 dead", || l.counts(&q).dead == 2);
+    w.stop();
+    let err = l.job(&q, &long).unwrap().last_error.unwrap();
+    assert!(err.ends_with("xxxEND"), "{}", &err[err.len().saturating_sub(20)..]);
+    assert!(err.len() <= 4096 && err.len() > 4000, "{}", err.len());
+    assert_eq!(l.job(&q, &silent).unwrap().last_error.as_deref(), Some("exit status 4"));
+}
+
+#[test]
+fn exit_statuses_choose_the_verdict() {
+    let q = queue("work-verdicts");
+    let done = enqueue(&q, "0", &[]);
+    let discard = enqueue(&q, "65", &[]);
+    let later = enqueue(&q, "75", &[]);
+    let cancel = enqueue(&q, "79", &[]);
+    // 75 reads its delay from the last line of stdout
+    let exec = r#"code=$(cat); echo "why $code" >&2; [ "$code" = 75 ] && echo 1h; exit $code"#;
+    let w = work(&q, exec, &["--concurrency", "4", "--max-attempts", "5"]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "every verdict settled", || {
+        let c = l.counts(&q);
+        c.completed == 1 && c.dead == 1 && c.scheduled == 1 && c.cancelled == 1
+    });
+    w.stop();
+    assert!(l.job(&q, &done).is_none(), "a completed row is not retained");
+    let d = l.job(&q, &discard).unwrap();
+    assert_eq!((d.state, d.attempts), (JobState::Dead, 1), "discard: dead at once");
+    assert_eq!(d.last_error.as_deref(), Some("why 65"));
+    let r = l.job(&q, &later).unwrap();
+    assert_eq!((r.state, r.attempts), (JobState::Scheduled, 1));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let due_in = r.run_at.unwrap().saturating_sub(now_ms);
+    assert!(due_in > 3_500_000 && due_in <= 3_600_000, "due in {due_in} ms");
+    assert!(l.job(&q, &cancel).is_none(), "a cancelled row is not retained");
+}
+
+#[test]
+fn retry_after_without_a_delay_on_stdout_uses_the_retry_delay() {
+    let q = queue("work-75");
+    let id = enqueue(&q, "x", &["--max-attempts", "3"]);
+    let w = work(&q, "exit 75", &[]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "dead after 3 attempts", || {
+        l.counts(&q).dead == 1
+    });
+    w.stop();
+    assert_eq!(l.job(&q, &id).unwrap().attempts, 3);
+}
+
+#[test]
+fn sigterm_lets_a_running_job_finish_then_exits_0() {
+    let q = queue("work-sigterm");
+    let dir = scratch("work-sigterm");
+    enqueue(&q, "first", &[]);
+    enqueue(&q, "second", &[]);
+    let exec = format!("touch {0}/started; sleep 1; cat >> {0}/done", dir.display());
+    let w = work(&q, &exec, &[]);
+    wait_until(Duration::from_secs(10), "the command started", || {
+        dir.join("started").exists()
+    });
+    let o = w.stop();
+    assert!(stderr(&o).contains("stopping"), "{}", stderr(&o));
+    let l = lib();
+    let c = l.counts(&q);
+    assert_eq!(
+        (c.completed, c.active, c.pending),
+        (1, 0, 1),
+        "the running job finished; no new claim"
+    );
+    assert_eq!(read(&dir.join("done")), "first");
+}
+
+#[test]
+fn a_second_signal_kills_the_running_commands_and_exits_130() {
+    let q = queue("work-sigkill");
+    let dir = scratch("work-sigkill");
+    enqueue(&q, "x", &[]);
+    let exec = format!("sleep 30 & echo $! > {0}/pid; wait", dir.display());
+    let w = work(&q, &exec, &[]);
+    wait_until(Duration::from_secs(10), "the command started", || {
+        read(&dir.join("pid")).ends_with('\n')
+    });
+    let sleeper: u32 = read(&dir.join("pid")).trim().parse().unwrap();
+    w.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(alive(sleeper), "the first signal lets the command run");
+    w.signal("INT");
+    let o = w.wait(Duration::from_secs(5));
+    assert_exit(&o, 130);
+    wait_until(Duration::from_secs(5), "the command's group killed", || !alive(sleeper));
+    assert_eq!(lib().counts(&q).active, 1, "left unsettled");
+}
+
+#[test]
+fn timeout_kills_a_hanging_command_and_the_job_errs() {
+    let q = queue("work-timeout");
+    let id = enqueue(&q, "x", &["--max-attempts", "1"]);
+    let started = Instant::now();
+    let w = work(&q, "echo waiting >&2; sleep 30", &["--timeout", "300ms"]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "the job dead", || l.counts(&q).dead == 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "SIGTERM ended it: {:?}",
+        started.elapsed()
+    );
+    w.stop();
+    let err = l.job(&q, &id).unwrap().last_error.unwrap();
+    assert_eq!(err, "timed out after 300ms\nwaiting");
+}
+
+#[test]
+fn timeout_sigkills_a_command_that_ignores_sigterm_5_s_later() {
+    let q = queue("work-timeout-kill");
+    let id = enqueue(&q, "x", &["--max-attempts", "1"]);
+    let started = Instant::now();
+    let w = work(&q, "trap '' TERM; sleep 30", &["--timeout", "200ms"]);
+    let l = lib();
+    wait_until(Duration::from_secs(15), "the job dead", || l.counts(&q).dead == 1);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    w.stop();
+    assert!(l
+        .job(&q, &id)
+        .unwrap()
+        .last_error
+        .unwrap()
+        .starts_with("timed out after 200ms"));
+}
+
+#[test]
+fn a_cancel_request_stops_the_running_command_and_the_job_ends_cancelled() {
+    let q = queue("work-cancel");
+    let dir = scratch("work-cancel");
+    let id = enqueue(&q, "x", &[]);
+    let exec = format!("touch {}/started; sleep 30", dir.display());
+    let w = work(&q, &exec, &[]);
+    wait_until(Duration::from_secs(10), "the command started", || {
+        dir.join("started").exists()
+    });
+    let l = lib();
+    let started = Instant::now();
+    l.cancel(&q, &id, "operator");
+    wait_until(Duration::from_secs(5), "the job cancelled", || {
+        l.counts(&q).cancelled == 1
+    });
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    w.stop();
+}
+
+#[test]
+fn leases_are_renewed_while_a_command_runs_longer_than_its_lease() {
+    let q = queue("work-locks");
+    let dir = scratch("work-locks");
+    enqueue(&q, "x", &[]);
+    let exec = format!("echo run >> {}/runs; sleep 1.2", dir.display());
+    // a second worker would take the job over if its lease lapsed
+    let a = work(&q, &exec, &["--lease", "300ms"]);
+    let b = work(&q, &exec, &["--lease", "300ms"]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "completed", || l.counts(&q).completed == 1);
+    a.stop();
+    b.stop();
+    assert_eq!(read(&dir.join("runs")).lines().count(), 1, "ran once");
+    assert_eq!(l.counts(&q).dead, 0);
+}
+
+#[test]
+fn ttl_ends_the_worker_with_exit_0() {
+    let q = queue("work-ttl");
+    let w = work(&q, "true", &["--ttl", "300ms"]);
+    let o = w.wait(Duration::from_secs(5));
+    assert_exit(&o, 0);
+}
