@@ -1,4 +1,4 @@
--- _lib.lua — helpers the loader prepends to every script except the self-contained extend_lock.lua
+-- _lib.lua — helpers the loader prepends (each script gets those it uses) to every script except the self-contained extend_lock.lua
 -- and sweep_stalled.lua (those two run as a raw EVAL of the file, as the seed documents).
 -- Every key here is the queue base ARGV[1] = 'emq:{q}:' plus a suffix listed in keyspace.rs.
 -- None of these raises on well-formed keys; callers read and validate before their first write.
