@@ -169,17 +169,55 @@ local function emq_bad_args(verb, what)
   return redis.error_reply('EMQARGS ' .. verb .. ': ' .. what)
 end
 
+-- ready new jobs published: to the flat set (`ready` = score/member pairs) or g's lane (`ready` =
+-- ids), then the ring step and one wake per job made claimable
+local function emq_publish_ready(base, g, ready)
+  if #ready == 0 then return end
+  if g then
+    emq_bulk('RPUSH', base .. 'lane:' .. g, ready)
+    emq_ring_step(base, g)
+    emq_wake(base, emq_claimable(base, g, #ready))
+  else
+    emq_bulk('ZADD', base .. 'pending', ready)
+    emq_ring_step_flat(base)
+    emq_wake(base, #ready / 2)
+  end
+end
+
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
--- ARGV from index o: n, then per job: id ('' = generated), delay_ms, max_attempts ('' = none), payload.
+-- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
+-- budget of their own — one argument per job instead of four, the bulk path) or per job: id
+-- ('' = generated), delay_ms, max_attempts ('' = none), payload.
 -- Returns {first sequence, index of each duplicate, …}: the new jobs take the sequences from the
 -- first on, in batch order, and a generated id is its sequence. Or an error reply, nothing written.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
-  if not n or n < 1 or n > 1000 or #ARGV ~= o + 4 * n then
+  local plain = n and #ARGV == o + n
+  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 4 * n) then
     return emq_bad_args(verb, 'batch shape')
   end
   if redis.call('EXISTS', base .. 'obliterating') == 1 then
     return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
+  end
+  if plain then
+    local seq = redis.call('INCRBY', base .. 'id', n) - n
+    local first, ready = seq + 1, {}
+    for i = 1, n do
+      seq = seq + 1
+      -- one number-to-text conversion per job (each costs a printf), reused for key, score, member
+      local id = tostring(seq)
+      if g then
+        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[o + i], 'state', 'pending', 'group', g)
+        ready[i] = id
+      else
+        -- exactly the two fields of a waiting flat row
+        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[o + i], 'state', 'pending')
+        ready[2 * i - 1] = id
+        ready[2 * i] = id
+      end
+    end
+    emq_publish_ready(base, g, ready)
+    return { first }
   end
   -- read and validate everything first
   local seen, dup, delays, fresh = {}, {}, {}, 0
@@ -242,17 +280,7 @@ local function emq_new_jobs(verb, base, o, g)
     end
   end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
-  if #ready > 0 then
-    if g then
-      emq_bulk('RPUSH', base .. 'lane:' .. g, ready)
-      emq_ring_step(base, g)
-      emq_wake(base, emq_claimable(base, g, #ready))
-    else
-      emq_bulk('ZADD', base .. 'pending', ready)
-      emq_ring_step_flat(base)
-      emq_wake(base, #ready / 2)
-    end
-  end
+  emq_publish_ready(base, g, ready)
   return reply
 end
 

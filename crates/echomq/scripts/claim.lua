@@ -35,7 +35,8 @@ local ring_len = redis.call('LLEN', ring)
 if ring_len == 0 then return {} end
 
 local now = emq_now()
-local deadline = now + lease
+-- as text once: every leased member's score would otherwise be formatted anew (a printf each)
+local deadline = tostring(now + lease)
 local out, leased = {}, {}
 local got, failed, cancelled = 0, 0, 0
 

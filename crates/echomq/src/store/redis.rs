@@ -410,15 +410,21 @@ impl RedisStore {
                 args.push(g.as_str().as_bytes().to_vec());
             }
             args.push(num(batch.len()));
+            // the plain layout (payloads alone) when no job has an option: a quarter of the arguments
+            let plain = batch
+                .iter()
+                .all(|j| j.id.is_none() && j.max_attempts.is_none() && j.delay.is_none_or(|d| d.as_millis() == 0));
             for job in batch {
-                args.push(
-                    job.id
-                        .as_ref()
-                        .map(|i| i.as_str().as_bytes().to_vec())
-                        .unwrap_or_default(),
-                );
-                args.push(num(job.delay.map(|d| d.as_millis()).unwrap_or(0)));
-                args.push(job.max_attempts.map(num).unwrap_or_default());
+                if !plain {
+                    args.push(
+                        job.id
+                            .as_ref()
+                            .map(|i| i.as_str().as_bytes().to_vec())
+                            .unwrap_or_default(),
+                    );
+                    args.push(num(job.delay.map(|d| d.as_millis()).unwrap_or(0)));
+                    args.push(job.max_attempts.map(num).unwrap_or_default());
+                }
                 args.push(job.payload.clone());
             }
             calls.push((keys.clone(), args));
