@@ -38,44 +38,50 @@ local now = emq_now()
 -- as text once: every leased member's score would otherwise be formatted anew (a printf each)
 local deadline = tostring(now + lease)
 local out, leased = {}, {}
+local nout, nleased = 0, 0
 local got, failed, cancelled = 0, 0, 0
+-- attempts counts as text: the common small ones without a number-to-text printf per job
+local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
 
 -- one popped job: hand it out, or settle it here. True when handed out.
 local function take(id, g)
+  local jk = base .. 'job:' .. id
   -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
   -- field the guard needs would read 5 (most absent) — the cheaper call on the hottest path
-  local all = redis.call('HGETALL', base .. 'job:' .. id)
+  local all = redis.call('HGETALL', jk)
+  if #all == 0 then return false end -- a missing row: dropped
   local f = {}
   for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
-  local r = { f.data, f.state, f.attempts, f.max_attempts, f.cancel }
-  if not r[1] and not r[2] then return false end -- a missing row: dropped
-  local att, maxa = tonumber(r[3] or '0'), tonumber(r[4] or maxdef)
+  local data, state, attempts, maxattempts, cancel = f.data, f.state, f.attempts, f.max_attempts, f.cancel
+  local att, maxa = tonumber(attempts or '0'), tonumber(maxattempts or maxdef)
   local defect
-  if not r[1] then defect = 'malformed row: no data'
-  elseif r[2] ~= 'pending' then defect = 'malformed row: state ' .. tostring(r[2]) .. ' in a ready set'
-  elseif not att then defect = 'malformed row: attempts ' .. r[3]
-  elseif not maxa then defect = 'malformed row: max_attempts ' .. r[4]
+  if not data then defect = 'malformed row: no data'
+  elseif state ~= 'pending' then defect = 'malformed row: state ' .. tostring(state) .. ' in a ready set'
+  elseif not att then defect = 'malformed row: attempts ' .. attempts
+  elseif not maxa then defect = 'malformed row: max_attempts ' .. maxattempts
   end
-  if not defect and r[5] then
-    emq_finish(base, id, 'cancelled', now, keep, 'last_error', r[5])
-    emq_record(base, recmax, id, 'cancelled', r[3], 'error', r[5], now)
+  if not defect and cancel then
+    emq_finish(base, id, 'cancelled', now, keep, 'last_error', cancel)
+    emq_record(base, recmax, id, 'cancelled', attempts, 'error', cancel, now)
     cancelled = cancelled + 1
     return false
   end
   if not defect and att >= maxa then defect = 'lease expired on the last attempt' end
   if defect then
     emq_bury(base, id, now, defect)
-    emq_record(base, recmax, id, 'dead', r[3], 'error', defect, now)
+    emq_record(base, recmax, id, 'dead', attempts, 'error', defect, now)
     failed = failed + 1
     return false
   end
-  redis.call('HSET', base .. 'job:' .. id, 'state', 'active', 'attempts', att + 1)
-  leased[#leased + 1] = deadline
-  leased[#leased + 1] = id
-  out[#out + 1] = id
-  out[#out + 1] = r[1]
-  out[#out + 1] = att + 1
-  out[#out + 1] = g or ''
+  redis.call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
+  leased[nleased + 1] = deadline
+  leased[nleased + 2] = id
+  nleased = nleased + 2
+  out[nout + 1] = id
+  out[nout + 2] = data
+  out[nout + 3] = att + 1
+  out[nout + 4] = g or ''
+  nout = nout + 4
   return true
 end
 

@@ -18,9 +18,10 @@ local ids = {}
 for i = 1, n do ids[i] = ARGV[2 + 3 * i] end
 -- read and validate every entry first
 local scores = redis.call('ZMSCORE', active, unpack(ids))
-local reply, done, lanes, seen = {}, {}, {}, {}
+local reply, done, lanes, seen, rows = {}, {}, {}, {}, {}
 for i = 1, n do
-  local refused, row = emq_fence(base .. 'job:' .. ids[i], ARGV[3 + 3 * i])
+  rows[i] = base .. 'job:' .. ids[i]
+  local refused, row = emq_fence(rows[i], ARGV[3 + 3 * i])
   if refused then
     reply[i] = refused
   elseif not scores[i] or seen[ids[i]] then
@@ -39,14 +40,16 @@ redis.call('ZREM', active, unpack(gone))
 local now = 0
 if keep > 0 or recmax > 0 then now = emq_now() end
 if keep <= 0 then
-  local rows = {}
-  for k, id in ipairs(gone) do rows[k] = base .. 'job:' .. id end
-  redis.call('DEL', unpack(rows))
+  local dead_rows = {}
+  for k, i in ipairs(done) do dead_rows[k] = rows[i] end
+  redis.call('DEL', unpack(dead_rows))
 end
-for _, i in ipairs(done) do
-  local output = emq_opt(ARGV[4 + 3 * i])
-  if keep > 0 then emq_finish(base, ids[i], 'completed', now, keep, 'output', output) end
-  emq_record(base, recmax, ids[i], 'completed', ARGV[3 + 3 * i], 'output', output, now)
+if keep > 0 or recmax > 0 then
+  for _, i in ipairs(done) do
+    local output = emq_opt(ARGV[4 + 3 * i])
+    if keep > 0 then emq_finish(base, ids[i], 'completed', now, keep, 'output', output) end
+    emq_record(base, recmax, ids[i], 'completed', ARGV[3 + 3 * i], 'output', output, now)
+  end
 end
 for _, g in ipairs(lanes) do emq_leave_lane(base, g) end
 emq_count(base, 'completed', #done)
