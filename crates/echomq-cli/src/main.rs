@@ -4,7 +4,18 @@
 //! 0 success, 2 a usage error found while parsing, 1 every other error (one `error: …` line).
 
 mod bench;
+mod cancel;
+mod drain;
 mod enqueue;
+mod group_limit;
+mod job;
+mod list;
+mod obliterate;
+mod pause;
+mod promote;
+mod remove;
+mod resume;
+mod retry;
 mod stats;
 mod work;
 
@@ -38,6 +49,28 @@ enum Command {
     Work(work::Args),
     /// Benchmarks with the peers' workloads and JSON fields.
     Bench(bench::Args),
+    /// Show one job's row.
+    Job(job::Args),
+    /// List the jobs of a queue in one state.
+    List(list::Args),
+    /// Pause a queue: consumers claim nothing until it is resumed.
+    Pause(pause::Args),
+    /// Resume a paused queue.
+    Resume(resume::Args),
+    /// Drop every ready and scheduled job of a queue.
+    Drain(drain::Args),
+    /// Delete a queue and every job in it (asks first).
+    Obliterate(obliterate::Args),
+    /// Re-drive a dead job (or every dead job) back to ready.
+    Retry(retry::Args),
+    /// Delete one job.
+    Remove(remove::Args),
+    /// Make a scheduled job ready now.
+    Promote(promote::Args),
+    /// Cancel a waiting job, or ask the consumer running it to stop.
+    Cancel(cancel::Args),
+    /// Set a group's concurrency limit, or the queue's default.
+    GroupLimit(group_limit::Args),
 }
 
 /// Parses a humantime duration (`500ms`, `2s`, `1m`).
@@ -69,6 +102,17 @@ fn main() {
             Command::Stats(a) => stats::run(&cli.url, a).await,
             Command::Work(a) => work::run(&cli.url, a).await,
             Command::Bench(a) => bench::run(&cli.url, a).await,
+            Command::Job(a) => job::run(&cli.url, a).await,
+            Command::List(a) => list::run(&cli.url, a).await,
+            Command::Pause(a) => pause::run(&cli.url, a).await,
+            Command::Resume(a) => resume::run(&cli.url, a).await,
+            Command::Drain(a) => drain::run(&cli.url, a).await,
+            Command::Obliterate(a) => obliterate::run(&cli.url, a).await,
+            Command::Retry(a) => retry::run(&cli.url, a).await,
+            Command::Remove(a) => remove::run(&cli.url, a).await,
+            Command::Promote(a) => promote::run(&cli.url, a).await,
+            Command::Cancel(a) => cancel::run(&cli.url, a).await,
+            Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
         }
     });
     match result {

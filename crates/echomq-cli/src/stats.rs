@@ -1,7 +1,13 @@
-//! `emq stats`: sizes per state and the counters of one queue or of every queue.
+//! `emq stats`: sizes per state and the counters of one queue or of every queue, once or (with
+//! `--watch`) every second with rates.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime};
 
 use echomq::store::Counts;
-use echomq::QueueName;
+use echomq::{QueueName, Store};
+use tokio::signal::unix::{signal, SignalKind};
 
 /// Sizes per state and the counters, per queue.
 #[derive(clap::Args, Debug)]
@@ -12,14 +18,34 @@ pub struct Args {
     /// completed, cancelled (counters since the queue was created or obliterated), paused.
     #[arg(long)]
     pub json: bool,
+    /// Redraw every second with rates since the last draw (completed, retried and dead-lettered
+    /// jobs per second); Ctrl-C stops (exit 0). When stdout is not a terminal, a new block per
+    /// second; with --json, each line also carries `at` (ms since the epoch) and `completed_per_s`,
+    /// `retried_per_s`, `failed_per_s` (null on the first draw).
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// Runs `emq stats`.
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let named = args.queue.as_deref().map(QueueName::new).transpose()?;
     let store = crate::open(url).await?;
+    if args.watch {
+        return watch(store.as_ref(), named.as_ref(), args.json).await;
+    }
+    let rows = read(store.as_ref(), named.as_ref()).await?;
+    if args.json {
+        print_json(&rows);
+    } else {
+        print_table(&rows);
+    }
+    Ok(0)
+}
+
+/// The counts of the named queue, or of every queue by name.
+async fn read(store: &dyn Store, named: Option<&QueueName>) -> anyhow::Result<Vec<(QueueName, Counts)>> {
     let mut queues = match named {
-        Some(q) => vec![q],
+        Some(q) => vec![q.clone()],
         None => store.queues().await?,
     };
     queues.sort();
@@ -28,12 +54,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         let counts = store.counts(&q).await?;
         rows.push((q, counts));
     }
-    if args.json {
-        print_json(&rows);
-    } else {
-        print_table(&rows);
-    }
-    Ok(0)
+    Ok(rows)
 }
 
 /// One NDJSON line, its fields in the documented order.
@@ -64,20 +85,38 @@ fn print_table(rows: &[(QueueName, Counts)]) {
         eprintln!("no queues yet");
         return;
     }
-    const HEAD: [&str; 8] = [
-        "QUEUE",
-        "PENDING",
-        "SCHEDULED",
-        "ACTIVE",
-        "DEAD",
-        "COMPLETED",
-        "CANCELLED",
-        "PAUSED",
-    ];
-    let cells: Vec<[String; 8]> = rows
+    for line in table(rows, None) {
+        println!("{line}");
+    }
+}
+
+const HEAD: [&str; 8] = [
+    "QUEUE",
+    "PENDING",
+    "SCHEDULED",
+    "ACTIVE",
+    "DEAD",
+    "COMPLETED",
+    "CANCELLED",
+    "PAUSED",
+];
+
+/// The columns `--watch` adds before PAUSED.
+const RATE_HEAD: [&str; 3] = ["COMPLETED/S", "RETRIED/S", "FAILED/S"];
+
+/// The aligned table: numbers right-aligned, the last column (paused) left-aligned. With `rates`
+/// (one per row, `None` before the second draw), the rate columns go before PAUSED.
+fn table(rows: &[(QueueName, Counts)], rates: Option<&[Option<Rates>]>) -> Vec<String> {
+    let mut head: Vec<&str> = HEAD[..7].to_vec();
+    if rates.is_some() {
+        head.extend(RATE_HEAD);
+    }
+    head.push(HEAD[7]);
+    let cells: Vec<Vec<String>> = rows
         .iter()
-        .map(|(q, c)| {
-            [
+        .enumerate()
+        .map(|(i, (q, c))| {
+            let mut row = vec![
                 q.to_string(),
                 c.pending.to_string(),
                 c.scheduled.to_string(),
@@ -85,21 +124,28 @@ fn print_table(rows: &[(QueueName, Counts)]) {
                 c.dead.to_string(),
                 c.completed.to_string(),
                 c.cancelled.to_string(),
-                if c.paused { "yes" } else { "no" }.to_string(),
-            ]
+            ];
+            if let Some(rates) = rates {
+                match rates.get(i).copied().flatten() {
+                    Some(r) => row.extend([r.completed, r.retried, r.failed].map(|x| format!("{x:.1}"))),
+                    None => row.extend(["-", "-", "-"].map(String::from)),
+                }
+            }
+            row.push(if c.paused { "yes" } else { "no" }.to_string());
+            row
         })
         .collect();
-    let mut width = HEAD.map(str::len);
+    let mut width: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for row in &cells {
         for (w, cell) in width.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
         }
     }
-    let line = |row: [&str; 8]| {
+    let last = head.len() - 1;
+    let line = |row: &[&str]| {
         let mut out = format!("{:<w$}", row[0], w = width[0]);
         for (i, cell) in row.iter().enumerate().skip(1) {
-            // numbers right-aligned; the last column (paused) left-aligned
-            if i == 7 {
+            if i == last {
                 out.push_str(&format!("  {cell:<w$}", w = width[i]));
             } else {
                 out.push_str(&format!("  {cell:>w$}", w = width[i]));
@@ -107,8 +153,117 @@ fn print_table(rows: &[(QueueName, Counts)]) {
         }
         out.trim_end().to_string()
     };
-    println!("{}", line(HEAD));
+    let mut lines = vec![line(&head)];
     for row in &cells {
-        println!("{}", line(row.each_ref().map(String::as_str)));
+        lines.push(line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
     }
+    lines
+}
+
+/// Events per second between two draws of one queue.
+#[derive(Debug, Clone, Copy)]
+struct Rates {
+    completed: f64,
+    retried: f64,
+    failed: f64,
+}
+
+impl Rates {
+    /// A counter that went down (the queue was obliterated in between) counts as 0.
+    fn between(before: &Counts, after: &Counts, secs: f64) -> Self {
+        let per_s = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs.max(1e-9);
+        Rates {
+            completed: per_s(before.completed, after.completed),
+            retried: per_s(before.retried, after.retried),
+            failed: per_s(before.failed, after.failed),
+        }
+    }
+}
+
+/// `--watch`: a draw every second until SIGINT or SIGTERM (exit 0). On a terminal the table is
+/// redrawn in place; otherwise each draw is a new block (or new NDJSON lines).
+async fn watch(store: &dyn Store, named: Option<&QueueName>, json: bool) -> anyhow::Result<i32> {
+    // listen first: from here on Ctrl-C ends the loop instead of killing the process mid-draw
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let redraw = !json && std::io::stdout().is_terminal();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last: Option<(Instant, HashMap<QueueName, Counts>)> = None;
+    let mut first = true;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+        let rows = read(store, named).await?;
+        let now = Instant::now();
+        let rates: Vec<Option<Rates>> = rows
+            .iter()
+            .map(|(q, c)| {
+                let (then, before) = last.as_ref()?;
+                Some(Rates::between(
+                    before.get(q)?,
+                    c,
+                    now.duration_since(*then).as_secs_f64(),
+                ))
+            })
+            .collect();
+        let at = SystemTime::now();
+        let mut block = String::new();
+        if json {
+            let ms = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            for ((q, c), r) in rows.iter().zip(&rates) {
+                let base = json_line(q, c);
+                let rate = |f: fn(&Rates) -> f64| {
+                    r.as_ref()
+                        .map_or(serde_json::Value::Null, |r| ((f(r) * 100.0).round() / 100.0).into())
+                };
+                block.push_str(&format!(
+                    "{},\"at\":{ms},\"completed_per_s\":{},\"retried_per_s\":{},\"failed_per_s\":{}}}\n",
+                    &base[..base.len() - 1],
+                    rate(|r| r.completed),
+                    rate(|r| r.retried),
+                    rate(|r| r.failed),
+                ));
+            }
+        } else {
+            let when = humantime::format_rfc3339_seconds(at);
+            let mut lines = vec![if redraw {
+                format!("{when}  every 1 s, Ctrl-C to stop")
+            } else {
+                when.to_string()
+            }];
+            if rows.is_empty() {
+                lines.push("no queues yet".to_string());
+            } else {
+                lines.extend(table(&rows, Some(&rates)));
+            }
+            if redraw {
+                // home, each line clearing its rest, then clear below: no flicker, no leftovers
+                block.push_str(if first { "\x1b[2J\x1b[H" } else { "\x1b[H" });
+                for l in lines {
+                    block.push_str(&l);
+                    block.push_str("\x1b[K\n");
+                }
+                block.push_str("\x1b[J");
+            } else {
+                block = lines.join("\n") + "\n\n";
+            }
+        }
+        let mut out = std::io::stdout().lock();
+        match out.write_all(block.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => {}
+            // the reader went away (`| head`): as good as Ctrl-C
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+            Err(e) => return Err(e.into()),
+        }
+        first = false;
+        last = Some((now, rows.into_iter().collect()));
+    }
+    Ok(0)
 }
