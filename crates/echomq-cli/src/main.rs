@@ -5,6 +5,7 @@
 
 mod bench;
 mod cancel;
+mod demo;
 mod drain;
 mod enqueue;
 mod group_limit;
@@ -25,14 +26,15 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use echomq::Store;
 
-/// The Redis URL used when neither `--url` nor `EMQ_URL` is given (until the embedded store
-/// becomes the default).
-pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+/// The store used when neither `--url` nor `EMQ_URL` is given: the embedded store on
+/// `./echomq.db` in the current directory (no server needed).
+pub const DEFAULT_URL: &str = "sqlite:echomq.db";
 
 #[derive(Parser, Debug)]
 #[command(name = "emq", version, about = "EchoMQ: enqueue, inspect, run workers, benchmark")]
 struct Cli {
-    /// The store: redis://[user:pass@]host:port[/db] or rediss://…
+    /// The store: redis://[user:pass@]host:port[/db], rediss://…, sqlite:PATH, sqlite://PATH or a
+    /// plain path (the embedded store); default ./echomq.db
     #[arg(long, env = "EMQ_URL", global = true, default_value = DEFAULT_URL)]
     url: String,
     #[command(subcommand)]
@@ -49,6 +51,9 @@ enum Command {
     Work(work::Args),
     /// Benchmarks with the peers' workloads and JSON fields.
     Bench(bench::Args),
+    /// The tour: 20,000 jobs through flat and grouped lanes, delays, retries and dead jobs, on the
+    /// embedded store by default (no server needed), with a summary at the end.
+    Demo(demo::Args),
     /// Show one job's row.
     Job(job::Args),
     /// List the jobs of a queue in one state.
@@ -102,6 +107,7 @@ fn main() {
             Command::Stats(a) => stats::run(&cli.url, a).await,
             Command::Work(a) => work::run(&cli.url, a).await,
             Command::Bench(a) => bench::run(&cli.url, a).await,
+            Command::Demo(a) => demo::run(&cli.url, a).await,
             Command::Job(a) => job::run(&cli.url, a).await,
             Command::List(a) => list::run(&cli.url, a).await,
             Command::Pause(a) => pause::run(&cli.url, a).await,

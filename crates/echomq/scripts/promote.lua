@@ -25,13 +25,18 @@ if #due > 0 then
     rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group', 'data')
   end
   emq_bulk('ZREM', scheduled, due)
-  local flat, lanes = 0, {}
+  local flat, lanes, order = 0, {}, {}
   for i, id in ipairs(due) do
     local state, g = rows[i][1], rows[i][2]
     if state == 'scheduled' and rows[i][3] then
       emq_ready(base, id, g)
       redis.call('HDEL', base .. 'job:' .. id, 'run_at')
-      if g then lanes[g] = (lanes[g] or 0) + 1 else flat = flat + 1 end
+      if g then
+      if not lanes[g] then order[#order + 1] = g end
+      lanes[g] = (lanes[g] or 0) + 1
+    else
+      flat = flat + 1
+    end
       moved = moved + 1
     elseif state then
       emq_bury(base, id, now, 'malformed row: state ' .. state .. (rows[i][3] and '' or ', no data') .. ' in scheduled')
@@ -40,7 +45,9 @@ if #due > 0 then
   end
   local wakes = flat
   if flat > 0 then emq_ring_step_flat(base) end
-  for g, added in pairs(lanes) do
+  -- groups in the order their first job came (pairs() order is undefined; the twin must match)
+  for _, g in ipairs(order) do
+    local added = lanes[g]
     wakes = wakes + emq_claimable(base, g, added)
     emq_ring_step(base, g)
   end

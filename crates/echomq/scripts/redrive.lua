@@ -32,7 +32,7 @@ if mode == 'one' then
   if not rows[1][1] then return -1 end
   if rows[1][1] ~= 'dead' then return 0 end
 end
-local done, flat, lanes = 0, 0, {}
+local done, flat, lanes, order = 0, 0, {}, {}
 for i, id in ipairs(ids) do
   local state, att, g = rows[i][1], tonumber(rows[i][2]) or 0, rows[i][3]
   redis.call('ZREM', KEYS[1], id)
@@ -40,13 +40,20 @@ for i, id in ipairs(ids) do
     redis.call('HSET', base .. 'job:' .. id, 'max_attempts', att + extra)
     redis.call('HDEL', base .. 'job:' .. id, 'stalled')
     emq_ready(base, id, g)
-    if g then lanes[g] = (lanes[g] or 0) + 1 else flat = flat + 1 end
+    if g then
+      if not lanes[g] then order[#order + 1] = g end
+      lanes[g] = (lanes[g] or 0) + 1
+    else
+      flat = flat + 1
+    end
     done = done + 1
   end
 end
 local wakes = flat
 if flat > 0 then emq_ring_step_flat(base) end
-for g, added in pairs(lanes) do
+-- groups in the order their first job came (pairs() order is undefined; the twin must match)
+for _, g in ipairs(order) do
+  local added = lanes[g]
   wakes = wakes + emq_claimable(base, g, added)
   emq_ring_step(base, g)
 end

@@ -11,6 +11,8 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 
+#[cfg(feature = "embedded")]
+pub mod embedded;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -490,18 +492,46 @@ pub(crate) fn check_payload(len: usize, limit: usize) -> Result<()> {
     Ok(())
 }
 
-/// Opens a store from a URL: `redis://` and `rediss://` open Redis. (The embedded store and the
-/// no-URL default come with the embedded-store issue.)
+/// Opens a store from a URL: `redis://` and `rediss://` open Redis; `sqlite:PATH`, `sqlite://PATH`
+/// or a plain path (no `scheme://`) open the embedded store on that file; any other scheme is an
+/// error naming it. See [`open_default`] for no URL at all.
 pub async fn open(url: &str) -> Result<Box<dyn Store>> {
+    if let Some(path) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+        return open_embedded(path).await;
+    }
     match url.split_once("://") {
         #[cfg(feature = "redis")]
         Some(("redis" | "rediss", _)) => Ok(Box::new(redis::RedisStore::open(url).await?)),
         Some((scheme, _)) => Err(Error::UnsupportedScheme {
             scheme: scheme.to_string(),
         }),
-        None => Err(Error::InvalidUrl {
-            url: url.to_string(),
-            reason: "no scheme: use redis://HOST:PORT (the embedded store is not built yet)".into(),
-        }),
+        None => open_embedded(url).await,
+    }
+}
+
+/// Opens the default store: the embedded store on `./echomq.db` in the current directory.
+pub async fn open_default() -> Result<Box<dyn Store>> {
+    open_embedded(DEFAULT_EMBEDDED_PATH).await
+}
+
+/// The file of the default store.
+pub const DEFAULT_EMBEDDED_PATH: &str = "echomq.db";
+
+async fn open_embedded(path: &str) -> Result<Box<dyn Store>> {
+    if path.is_empty() {
+        return Err(Error::InvalidUrl {
+            url: path.to_string(),
+            reason: "an empty path".into(),
+        });
+    }
+    #[cfg(feature = "embedded")]
+    {
+        Ok(Box::new(embedded::EmbeddedStore::open(path).await?))
+    }
+    #[cfg(not(feature = "embedded"))]
+    {
+        Err(Error::UnsupportedScheme {
+            scheme: "sqlite".into(),
+        })
     }
 }

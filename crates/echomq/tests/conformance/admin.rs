@@ -58,11 +58,9 @@ pub(crate) async fn sizes(ctx: &Ctx) -> (u64, u64, u64, u64) {
     (c.pending, c.scheduled, c.active, c.dead)
 }
 
-/// The store's clock in ms (Redis `TIME`).
+/// The store's clock in ms.
 pub(crate) async fn store_now(ctx: &Ctx) -> u64 {
-    let (mut conn, _, _) = ctx.probe.redis();
-    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
-    s * 1000 + us / 1000
+    ctx.probe.now_ms().await
 }
 
 /// Waits until the store's clock has passed `ms`, so the next write gets a later score.
@@ -74,42 +72,9 @@ async fn after(ctx: &Ctx, ms: u64) {
     }
 }
 
-/// Every raw key of the case's queue (`SCAN MATCH emq:{q}:*`), sorted.
+/// Every key of the case's queue, as its suffix after `emq:{q}:`, sorted.
 pub(crate) async fn queue_keys(ctx: &Ctx) -> Vec<String> {
-    let (mut conn, base, _) = ctx.probe.redis();
-    let pattern = format!("{base}*");
-    let mut cursor: u64 = 0;
-    let mut keys = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    keys.sort();
-    keys
-}
-
-/// The members of `emq:{q}:groups` (slot counters, limits, ring flags).
-async fn group_fields(ctx: &Ctx) -> Vec<String> {
-    let (mut conn, base, _) = ctx.probe.redis();
-    let mut fields: Vec<String> = redis::cmd("HKEYS")
-        .arg(format!("{base}groups"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    fields.sort();
-    fields
+    ctx.probe.keys().await
 }
 
 /// Waits until `reap` has put `n` lapsed leases back (the caller claimed them with a short lease).
@@ -200,7 +165,7 @@ pub async fn drain_is_chunked_over_more_than_1000_jobs(ctx: &Ctx) {
     let left: Vec<String> = queue_keys(ctx)
         .await
         .into_iter()
-        .filter(|k| k.contains(":job:") || k.contains(":lane:") || k.ends_with(":pending") || k.ends_with(":scheduled"))
+        .filter(|k| k.starts_with("job:") || k.starts_with("lane:") || k == "pending" || k == "scheduled")
         .collect();
     assert!(
         left.is_empty(),
@@ -225,9 +190,9 @@ pub async fn drain_then_claim_hands_out_nothing_and_clears_stale_ring_members(ct
         "claim drops the members drain emptied"
     );
     assert!(
-        group_fields(ctx).await.iter().all(|f| !f.starts_with("r:")),
+        ctx.probe.group_fields().await.iter().all(|f| !f.starts_with("r:")),
         "no ring flag outlives its member: {:?}",
-        group_fields(ctx).await
+        ctx.probe.group_fields().await
     );
     assert_slot_invariant(ctx).await;
 
@@ -358,14 +323,7 @@ pub async fn obliterate_is_chunked_over_more_than_1000_jobs(ctx: &Ctx) {
 
 pub async fn enqueue_is_refused_while_the_queue_is_being_obliterated(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let (mut conn, base, _) = ctx.probe.redis();
-    let mark = format!("{base}obliterating");
-    let _: () = redis::cmd("SET")
-        .arg(&mark)
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    ctx.probe.set_obliterating_mark().await;
 
     let err = ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap_err();
     assert!(
@@ -382,7 +340,7 @@ pub async fn enqueue_is_refused_while_the_queue_is_being_obliterated(ctx: &Ctx) 
         "claims give nothing while obliterating"
     );
 
-    let _: () = redis::cmd("DEL").arg(&mark).query_async(&mut conn).await.unwrap();
+    ctx.probe.clear_obliterating_mark().await;
     let next = ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     assert_eq!(next[0].id().as_str(), "2", "the refused enqueues took no id");
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use echomq::store::{LimitTarget, SettleOptions, Settled};
 use echomq::{ClaimedJob, GroupName, JobId, JobState, NewJob};
-use redis::AsyncCommands;
 
 use crate::harness::{assert_slot_invariant, wait_until, Ctx};
 
@@ -57,34 +56,6 @@ async fn enqueue_the_example(ctx: &Ctx) {
         let jobs = named(&[&format!("{g}1"), &format!("{g}2")]);
         ctx.store.genqueue(&ctx.q, &group(g), &jobs).await.unwrap();
     }
-}
-
-/// The row's key, for cases that reach under the contract.
-fn row_key(ctx: &Ctx, id: &JobId) -> String {
-    let (_, base, _) = ctx.probe.redis();
-    format!("{base}job:{id}")
-}
-
-async fn raw_hset(ctx: &Ctx, id: &JobId, field: &str, value: &str) {
-    let (mut conn, _, _) = ctx.probe.redis();
-    let _: () = conn.hset(row_key(ctx, id), field, value).await.unwrap();
-}
-
-async fn raw_hdel(ctx: &Ctx, id: &JobId, field: &str) {
-    let (mut conn, _, _) = ctx.probe.redis();
-    let _: () = conn.hdel(row_key(ctx, id), field).await.unwrap();
-}
-
-async fn raw_del(ctx: &Ctx, id: &JobId) {
-    let (mut conn, _, _) = ctx.probe.redis();
-    let _: () = conn.del(row_key(ctx, id)).await.unwrap();
-}
-
-/// A row field read raw: `get` refuses a malformed row (a typed error), so a case that corrupts
-/// one reads the defect's name this way.
-async fn raw_hget(ctx: &Ctx, id: &JobId, field: &str) -> Option<String> {
-    let (mut conn, _, _) = ctx.probe.redis();
-    conn.hget(row_key(ctx, id), field).await.unwrap()
 }
 
 async fn ids_in(ctx: &Ctx, state: JobState) -> Vec<JobId> {
@@ -221,20 +192,14 @@ pub async fn claim_under_16_concurrent_claimers_never_exceeds_a_group_limit(ctx:
     let done: Arc<Mutex<HashSet<String>>> = Arc::default();
     let finished = Arc::new(AtomicUsize::new(0));
 
-    let (conn, base, _) = ctx.probe.redis();
     let checker = {
         let finished = finished.clone();
-        let groups_key = format!("{base}groups");
-        let mut conn = conn.clone();
+        let probe = ctx.probe.clone();
         tokio::spawn(async move {
             let mut polls = 0u64;
             while finished.load(Ordering::SeqCst) < TOTAL {
-                let all: HashMap<String, String> = conn.hgetall(&groups_key).await.unwrap();
-                for (k, v) in all {
-                    if let Some(g) = k.strip_prefix("a:") {
-                        let a: u32 = v.parse().unwrap();
-                        assert!(a <= LIMIT, "the store counts {a} active jobs in group {g}");
-                    }
+                for (g, a) in probe.slots().await {
+                    assert!(a <= u64::from(LIMIT), "the store counts {a} active jobs in group {g}");
                 }
                 polls += 1;
                 tokio::task::yield_now().await;
@@ -348,10 +313,9 @@ pub async fn claim_on_an_empty_queue_gives_nothing(ctx: &Ctx) {
 
 pub async fn claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &named(&["x"])).await.unwrap();
-    let (mut conn, _, _) = ctx.probe.redis();
-    let before = store_now_ms(&mut conn).await;
+    let before = ctx.probe.now_ms().await;
     let got = claim(ctx, 1).await;
-    let after = store_now_ms(&mut conn).await;
+    let after = ctx.probe.now_ms().await;
     let job = ctx.store.get(&ctx.q, &got[0].id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Active);
     let lease = LEASE.as_millis() as u64;
@@ -363,11 +327,6 @@ pub async fn claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock(ct
         after + lease
     );
     assert_eq!(ids_in(ctx, JobState::Active).await, [got[0].id.clone()]);
-}
-
-async fn store_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(conn).await.unwrap();
-    s * 1000 + us / 1000
 }
 
 pub async fn claim_raises_attempts_by_one_each_time(ctx: &Ctx) {
@@ -482,26 +441,12 @@ pub async fn claim_writes_a_completion_record_for_a_job_it_buries_when_asked(ctx
         record: true,
     };
     assert!(ctx.store.claim(&ctx.q, 1, LEASE, MAX, record).await.unwrap().is_empty());
-    let (mut conn, base, _) = ctx.probe.redis();
-    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
-        .arg(format!("{base}completions"))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(entries.len(), 1, "one record, written by claim itself");
-    let fields: HashMap<String, String> = entries[0]
-        .1
-        .chunks(2)
-        .map(|kv| (kv[0].clone(), kv[1].clone()))
-        .collect();
-    assert_eq!(fields.get("id").map(String::as_str), Some(ids[0].id().as_str()));
-    assert_eq!(fields.get("status").map(String::as_str), Some("dead"));
-    assert_eq!(
-        fields.get("error").map(String::as_str),
-        Some("lease expired on the last attempt")
-    );
+    let records = ctx.probe.records().await;
+    assert_eq!(records.len(), 1, "one record, written by claim itself");
+    let record = &records[0];
+    assert_eq!(record.id, ids[0].id().as_str());
+    assert_eq!(record.status, "dead");
+    assert_eq!(record.error.as_deref(), Some("lease expired on the last attempt"));
 }
 
 pub async fn claim_cancels_a_row_carrying_a_cancel_instead_of_handing_it_out(ctx: &Ctx) {
@@ -586,9 +531,9 @@ where
     let got = claim(ctx, 2).await;
     assert_eq!(payloads(&got), ["y"], "a malformed row never fails the batch");
     assert_eq!(ids_in(ctx, JobState::Dead).await, std::slice::from_ref(&bad));
-    let err = raw_hget(ctx, &bad, "last_error").await.unwrap_or_default();
+    let err = ctx.probe.row_field(&bad, "last_error").await.unwrap_or_default();
     assert!(err.contains(defect), "last_error {err:?} names the defect {defect:?}");
-    assert_eq!(raw_hget(ctx, &bad, "state").await.as_deref(), Some("dead"));
+    assert_eq!(ctx.probe.row_field(&bad, "state").await.as_deref(), Some("dead"));
     let counts = ctx.store.counts(&ctx.q).await.unwrap();
     assert_eq!(
         (counts.failed, counts.dead, counts.active, counts.pending),
@@ -599,32 +544,35 @@ where
 
 pub async fn claim_buries_a_row_with_malformed_attempts(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, None, "attempts", |id| async move {
-        raw_hset(ctx, &id, "attempts", "xx").await
+        ctx.probe.set_row_field(&id, "attempts", "xx").await
     })
     .await;
 }
 
 pub async fn claim_buries_a_row_with_malformed_max_attempts(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, None, "max_attempts", |id| async move {
-        raw_hset(ctx, &id, "max_attempts", "lots").await
+        ctx.probe.set_row_field(&id, "max_attempts", "lots").await
     })
     .await;
 }
 
 pub async fn claim_buries_a_row_without_data(ctx: &Ctx) {
-    claim_meets_a_malformed_row(ctx, None, "data", |id| async move { raw_hdel(ctx, &id, "data").await }).await;
+    claim_meets_a_malformed_row(ctx, None, "data", |id| async move {
+        ctx.probe.del_row_field(&id, "data").await
+    })
+    .await;
 }
 
 pub async fn claim_buries_a_row_in_a_state_other_than_pending(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, None, "state", |id| async move {
-        raw_hset(ctx, &id, "state", "completed").await
+        ctx.probe.set_row_field(&id, "state", "completed").await
     })
     .await;
 }
 
 pub async fn claim_buries_a_malformed_lane_row_without_taking_a_slot(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, Some("a"), "attempts", |id| async move {
-        raw_hset(ctx, &id, "attempts", "-").await
+        ctx.probe.set_row_field(&id, "attempts", "-").await
     })
     .await;
     assert_eq!(ctx.probe.slots().await.get("a"), Some(&1), "only y holds a slot");
@@ -632,7 +580,7 @@ pub async fn claim_buries_a_malformed_lane_row_without_taking_a_slot(ctx: &Ctx) 
 
 pub async fn claim_drops_a_missing_row(ctx: &Ctx) {
     let ids = ctx.store.enqueue(&ctx.q, &named(&["x", "y"])).await.unwrap();
-    raw_del(ctx, ids[0].id()).await;
+    ctx.probe.del_row(ids[0].id()).await;
     let got = claim(ctx, 2).await;
     assert_eq!(payloads(&got), ["y"]);
     assert!(ids_in(ctx, JobState::Pending).await.is_empty(), "the id left pending");
@@ -648,7 +596,7 @@ pub async fn claim_drops_a_missing_row(ctx: &Ctx) {
 pub async fn claim_drops_a_missing_lane_row_without_taking_a_slot(ctx: &Ctx) {
     let g = group("a");
     let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
-    raw_del(ctx, ids[0].id()).await;
+    ctx.probe.del_row(ids[0].id()).await;
     let got = claim(ctx, 10).await;
     assert_eq!(payloads(&got), ["a2"], "limit 1: the dropped row does not use the slot");
     assert!(ids_in(ctx, JobState::Dead).await.is_empty());

@@ -1,4 +1,5 @@
-//! The conformance suite: every case runs against every store (see `harness.rs`).
+//! The conformance suite: every case runs against every store, Redis and embedded (see
+//! `harness.rs`); what is about the Lua scripts themselves is in `tests/redis_scripts.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -29,4 +30,43 @@ fn every_verb_has_a_case() {
         .filter(|v| !cases.iter().any(|c| c.starts_with(&format!("{v}_"))))
         .collect();
     assert!(missing.is_empty(), "verbs with no conformance case: {missing:?}");
+}
+
+/// The embedded store's modules that twin no script (its plumbing). Any other file under
+/// `src/store/embedded/` is a verb's twin and must have a script of its name.
+const EMBEDDED_SUPPORT: &[&str] = &["common", "db", "schema"];
+
+/// The stems of the files in `dir` (relative to the crate) with extension `ext`.
+fn stems(dir: &str, ext: &str) -> std::collections::BTreeSet<String> {
+    let dir = format!("{}/{dir}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("read {dir}: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Every script has its embedded twin `src/store/embedded/<verb>.rs`, and every twin its script
+/// `scripts/<verb>.lua` (STYLE 2: the same verb name in every layer).
+#[test]
+fn every_script_has_an_embedded_twin_and_every_twin_a_script() {
+    let scripts: std::collections::BTreeSet<String> =
+        stems("scripts", "lua").into_iter().filter(|s| s != "_lib").collect();
+    let twins: std::collections::BTreeSet<String> = stems("src/store/embedded", "rs")
+        .into_iter()
+        .filter(|s| !EMBEDDED_SUPPORT.contains(&s.as_str()))
+        .collect();
+    assert!(
+        scripts.len() >= echomq::store::redis::VERBS.len(),
+        "found only {} scripts: is the test reading scripts/?",
+        scripts.len()
+    );
+    let no_twin: Vec<&String> = scripts.difference(&twins).collect();
+    let no_script: Vec<&String> = twins.difference(&scripts).collect();
+    assert!(
+        no_twin.is_empty() && no_script.is_empty(),
+        "scripts with no embedded twin (src/store/embedded/<verb>.rs): {no_twin:?}; \
+         twins with no script (scripts/<verb>.lua): {no_script:?}"
+    );
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use echomq::store::{LimitTarget, Promoted, SettleOptions, Settled};
 use echomq::{ClaimedJob, GroupName, JobId, JobState, NewJob};
-use redis::AsyncCommands;
 
 use crate::harness::{assert_slot_invariant, wait_until, Ctx};
 
@@ -58,13 +57,6 @@ async fn promote(ctx: &Ctx, limit: u32) -> Promoted {
     ctx.store.promote(&ctx.q, limit).await.unwrap()
 }
 
-/// The store's clock, ms.
-async fn store_now_ms(ctx: &Ctx) -> u64 {
-    let (mut conn, _, _) = ctx.probe.redis();
-    let (s, us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
-    s * 1000 + us / 1000
-}
-
 /// Waits until the store's clock has passed every due time of `ids`, without promoting them.
 async fn wait_until_due(ctx: &Ctx, ids: &[JobId]) {
     let mut due = 0;
@@ -74,14 +66,9 @@ async fn wait_until_due(ctx: &Ctx, ids: &[JobId]) {
         due = due.max(row.run_at.expect("a scheduled row carries run_at"));
     }
     wait_until(WITHIN, "the store's clock passes the due times", move || async move {
-        store_now_ms(ctx).await >= due
+        ctx.probe.now_ms().await >= due
     })
     .await;
-}
-
-fn row_key(ctx: &Ctx, id: &JobId) -> String {
-    let (_, base, _) = ctx.probe.redis();
-    format!("{base}job:{id}")
 }
 
 // ---- delayed jobs and promote ----
@@ -269,8 +256,7 @@ pub async fn promote_drops_a_missing_row(ctx: &Ctx) {
         .unwrap();
     let ids: Vec<JobId> = ids.iter().map(|r| r.id().clone()).collect();
     wait_until_due(ctx, &ids).await;
-    let (mut conn, _, _) = ctx.probe.redis();
-    let _: () = conn.del(row_key(ctx, &ids[0])).await.unwrap();
+    ctx.probe.del_row(&ids[0]).await;
     let p = promote(ctx, 100).await;
     assert_eq!(p.moved, 1, "the missing row is dropped, the rest promoted");
     let counts = ctx.store.counts(&ctx.q).await.unwrap();
@@ -292,9 +278,8 @@ pub async fn promote_buries_a_malformed_scheduled_row_naming_the_defect(ctx: &Ct
         .unwrap();
     let ids: Vec<JobId> = ids.iter().map(|r| r.id().clone()).collect();
     wait_until_due(ctx, &ids).await;
-    let (mut conn, _, _) = ctx.probe.redis();
-    let _: () = conn.hset(row_key(ctx, &ids[0]), "state", "active").await.unwrap();
-    let _: () = conn.hdel(row_key(ctx, &ids[1]), "data").await.unwrap();
+    ctx.probe.set_row_field(&ids[0], "state", "active").await;
+    ctx.probe.del_row_field(&ids[1], "data").await;
     let p = promote(ctx, 100).await;
     assert_eq!(p.moved, 1, "malformed rows never fail the beat");
     let mut dead = ctx.store.list(&ctx.q, JobState::Dead, 0, 100).await.unwrap();

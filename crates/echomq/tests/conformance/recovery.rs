@@ -1,14 +1,14 @@
 //! Recovery and the lease: reap (lapsed leases back to the front, uncounted), sweep_stalled (the
 //! seed's count-thresholded sweep, with DESIGN's fixes: lane jobs, missing rows, the morgue's time)
-//! and extend_lock (the deadline moves; a job not in `active` is never re-added). The two
-//! self-contained scripts are also run as a raw `EVAL` of their file with the seed's KEYS and ARGV.
+//! and extend_lock (the deadline moves; a job not in `active` is never re-added). (The raw `EVAL` of
+//! the two self-contained script files with the seed's KEYS and ARGV is Redis-only:
+//! `tests/redis_scripts.rs`.)
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use echomq::store::{Extended, LimitTarget, Retried, Settled, StalledPolicy, Swept};
 use echomq::{JobId, JobState};
-use redis::AsyncCommands;
 
 use crate::harness::{assert_slot_invariant, Ctx};
 use crate::settle::{
@@ -35,33 +35,15 @@ fn swept(recovered: &[&JobId], dead: &[&JobId]) -> Swept {
 
 /// Deletes a job's row under the store's feet, its id left wherever it was.
 async fn delete_row(ctx: &Ctx, id: &JobId) {
-    let (mut conn, base, _) = ctx.probe.redis();
-    let n: u64 = conn.del(format!("{base}job:{id}")).await.unwrap();
-    assert_eq!(n, 1);
+    assert!(ctx.probe.del_row(id).await, "job {id} had a row to delete");
 }
 
 async fn row_exists(ctx: &Ctx, id: &JobId) -> bool {
-    let (mut conn, base, _) = ctx.probe.redis();
-    conn.exists(format!("{base}job:{id}")).await.unwrap()
+    ctx.probe.row_exists(id).await
 }
 
 async fn active_len(ctx: &Ctx) -> u64 {
-    let (mut conn, base, _) = ctx.probe.redis();
-    conn.zcard(format!("{base}active")).await.unwrap()
-}
-
-/// A raw `EVAL` of one of the self-contained script files.
-async fn eval_file(ctx: &Ctx, file: &str, keys: &[String], argv: &[String]) -> redis::RedisResult<redis::Value> {
-    let path = format!("{}/scripts/{file}", env!("CARGO_MANIFEST_DIR"));
-    let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    let (mut conn, _, _) = ctx.probe.redis();
-    redis::cmd("EVAL")
-        .arg(source)
-        .arg(keys.len())
-        .arg(keys)
-        .arg(argv)
-        .query_async(&mut conn)
-        .await
+    ctx.probe.set_len("active").await
 }
 
 // --- reap -----------------------------------------------------------------------------------------
@@ -179,11 +161,7 @@ pub async fn reap_dead_letters_a_malformed_lane_row_and_frees_its_slot(ctx: &Ctx
     let g = group("g");
     let lane = add_lane(ctx, &g, 2).await;
     claim_id(ctx, &lane[0], SHORT).await;
-    let (mut conn, base, _) = ctx.probe.redis();
-    let _: () = conn
-        .hset(format!("{base}job:{}", lane[0]), "state", "scheduled")
-        .await
-        .unwrap();
+    ctx.probe.set_row_field(&lane[0], "state", "scheduled").await;
     lapse(ctx, &lane[0]).await;
     ctx.probe.clear_wakes().await;
     assert_eq!(
@@ -385,66 +363,6 @@ pub async fn sweep_stalled_drops_a_missing_row_and_reports_it_neither_way(ctx: &
     assert_eq!((n.failed, n.stalled, n.dead, n.pending), (1, 0, 1, 0));
 }
 
-pub async fn sweep_stalled_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
-    let alive = add(ctx, None, "alive").await;
-    claim_id(ctx, &alive, LEASE).await;
-    let a = add(ctx, None, "a").await;
-    let b = add(ctx, None, "b").await;
-    let (_, base, _) = ctx.probe.redis();
-    let keys = [format!("{base}active"), format!("{base}pending"), format!("{base}dead")];
-    let run = |max_stalled: u32, limit: u32| {
-        let keys = keys.clone();
-        let argv = [base.to_string(), max_stalled.to_string(), limit.to_string()];
-        async move {
-            let v = eval_file(ctx, "sweep_stalled.lua", &keys, &argv).await.unwrap();
-            redis::from_redis_value::<(Vec<String>, Vec<String>)>(v).unwrap()
-        }
-    };
-    let s = |ids: &[&JobId]| ids.iter().map(|i| i.to_string()).collect::<Vec<_>>();
-    assert_eq!(run(2, 100).await, (vec![], vec![]), "nothing lapsed yet");
-    assert_eq!(ids(&claim(ctx, 2, SHORT).await), [a.clone(), b.clone()]);
-    lapse(ctx, &a).await;
-    lapse(ctx, &b).await;
-    assert_eq!(
-        run(2, 1).await,
-        (s(&[&a]), vec![]),
-        "{{recovered, dead}}, at most limit"
-    );
-    assert_eq!(run(2, 1).await, (s(&[&b]), vec![]));
-    assert_eq!(get(ctx, &a).await.stalled, 1);
-    let again = claim(ctx, 2, SHORT).await;
-    assert_eq!(again.len(), 2);
-    lapse(ctx, &a).await;
-    lapse(ctx, &b).await;
-    let t0 = server_ms(ctx).await;
-    assert_eq!(run(2, 100).await, (vec![], s(&[&a, &b])), "the second stall of 2: dead");
-    let t1 = server_ms(ctx).await;
-    for id in [&a, &b] {
-        let row = get(ctx, id).await;
-        assert_eq!(
-            (row.state, row.last_error.as_deref()),
-            (JobState::Dead, Some("stalled"))
-        );
-        let died = zscore(ctx, "dead", id).await.unwrap();
-        assert!((t0..=t1).contains(&died), "scored with the server's time, not 0");
-    }
-    let n = counts(ctx).await;
-    assert_eq!((n.stalled, n.failed), (2, 2));
-    assert_eq!(
-        get(ctx, &alive).await.state,
-        JobState::Active,
-        "an unexpired lease stays"
-    );
-    let bad = eval_file(
-        ctx,
-        "sweep_stalled.lua",
-        &keys,
-        &[base.to_string(), "0".into(), "10".into()],
-    )
-    .await;
-    assert_eq!(bad.unwrap_err().code(), Some("EMQARGS"), "max_stalled 0 is refused");
-}
-
 // --- extend_lock ----------------------------------------------------------------------------------
 
 pub async fn extend_lock_moves_the_deadline_to_now_plus_the_lease(ctx: &Ctx) {
@@ -516,8 +434,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
     // the row says active with this token, but its id left `active` (the seed's ZADD would re-add it)
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
-    let (mut conn, base, _) = ctx.probe.redis();
-    let _: u64 = conn.zrem(format!("{base}active"), id.as_str()).await.unwrap();
+    assert!(ctx.probe.remove_from_set("active", &id).await);
     let e = ctx.store.extend_lock(&ctx.q, &id, c.attempts, LEASE).await.unwrap();
     assert_eq!(e, Extended::Stale);
     assert_eq!(zscore(ctx, "active", &id).await, None, "not re-added to active");
@@ -566,41 +483,6 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
     assert!(!row_exists(ctx, &orphan).await);
 }
 
-pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
-    let id = add(ctx, None, "p").await;
-    let c = claim_id(ctx, &id, Duration::from_secs(1)).await;
-    let (_, base, _) = ctx.probe.redis();
-    let keys = [format!("{base}active"), format!("{base}job:{id}")];
-    let argv = |token: u64, lease_ms: u64| [id.to_string(), token.to_string(), lease_ms.to_string()];
-    let before = zscore(ctx, "active", &id).await.unwrap();
-    let t0 = server_ms(ctx).await;
-    let ok = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts, 60_000)).await;
-    let t1 = server_ms(ctx).await;
-    assert_eq!(redis::from_redis_value::<i64>(ok.unwrap()).unwrap(), 1);
-    let after = zscore(ctx, "active", &id).await.unwrap();
-    assert!(after > before && (t0 + 60_000..=t1 + 60_000).contains(&after));
-    let stale = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts + 1, 60_000)).await;
-    let err = stale.unwrap_err();
-    assert_eq!(err.code(), Some("EMQSTALE"), "a stale holder gets EMQSTALE: {err}");
-    assert_eq!(zscore(ctx, "active", &id).await, Some(after), "nothing written");
-    let missing = [format!("{base}active"), format!("{base}job:nope")];
-    let gone = eval_file(
-        ctx,
-        "extend_lock.lua",
-        &missing,
-        &["nope".into(), "1".into(), "60000".into()],
-    )
-    .await;
-    assert_eq!(redis::from_redis_value::<i64>(gone.unwrap()).unwrap(), -1);
-    assert_eq!(zscore(ctx, "active", &JobId::new("nope").unwrap()).await, None);
-    // DESIGN's fix: the holder's token but the id not in active → EMQSTALE, never re-added
-    let (mut conn, _, _) = ctx.probe.redis();
-    let _: u64 = conn.zrem(&keys[0], id.as_str()).await.unwrap();
-    let out = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts, 60_000)).await;
-    assert_eq!(out.unwrap_err().code(), Some("EMQSTALE"));
-    assert_eq!(zscore(ctx, "active", &id).await, None, "not re-added to active");
-}
-
 crate::conformance!(
     reap_returns_a_lapsed_lease_to_the_front_uncounted,
     reap_returns_the_count_and_honours_its_limit,
@@ -614,10 +496,8 @@ crate::conformance!(
     sweep_stalled_recovers_lane_jobs_to_their_lanes_front_and_frees_slots,
     sweep_stalled_dead_letters_a_lane_job_and_frees_its_slot,
     sweep_stalled_drops_a_missing_row_and_reports_it_neither_way,
-    sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
     extend_lock_moves_the_deadline_to_now_plus_the_lease,
     extend_lock_keeps_an_extended_lease_from_being_reaped,
     extend_lock_of_a_lane_job_keeps_its_slot,
     extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it,
-    extend_lock_raw_eval_of_the_file_answers_as_the_seed,
 );

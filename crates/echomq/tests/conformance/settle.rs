@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use echomq::store::{Completion, Counts, Discarded, Extended, Redriven, Retried, SettleOptions, Settled};
 use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob};
-use redis::AsyncCommands;
 
-use crate::harness::{assert_slot_invariant, wait_until, Ctx};
+use crate::harness::{assert_slot_invariant, wait_until, Ctx, Record};
 
 /// A lease no case outlives.
 pub const LEASE: Duration = Duration::from_secs(30);
@@ -87,18 +86,14 @@ pub async fn counts(ctx: &Ctx) -> Counts {
     ctx.store.counts(&ctx.q).await.unwrap()
 }
 
-/// The store's clock, ms (`TIME`).
+/// The store's clock, ms.
 pub async fn server_ms(ctx: &Ctx) -> u64 {
-    let (mut conn, _, _) = ctx.probe.redis();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
-    secs * 1000 + micros / 1000
+    ctx.probe.now_ms().await
 }
 
-/// The score of `id` in the zset `emq:{q}:<suffix>`, read on the raw connection.
-pub async fn zscore(ctx: &Ctx, suffix: &str, id: &JobId) -> Option<u64> {
-    let (mut conn, base, _) = ctx.probe.redis();
-    let score: Option<f64> = conn.zscore(format!("{base}{suffix}"), id.as_str()).await.unwrap();
-    score.map(|s| s as u64)
+/// The score of `id` in the sorted set `set` (`active`, `dead`, …), read under the contract.
+pub async fn zscore(ctx: &Ctx, set: &str, id: &JobId) -> Option<u64> {
+    ctx.probe.score(set, id).await
 }
 
 /// Waits until the store's clock is past `id`'s lease deadline.
@@ -991,23 +986,14 @@ pub async fn complete_many_frees_the_slots_of_lane_jobs(ctx: &Ctx) {
 
 // --- completion records ---------------------------------------------------------------------------
 
-/// The completion stream's entries, each as its fields.
-async fn records(ctx: &Ctx) -> Vec<HashMap<String, String>> {
-    let (mut conn, base, _) = ctx.probe.redis();
-    let entries: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
-        .arg(format!("{base}completions"))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    entries.into_iter().map(|(_, fields)| fields).collect()
+/// The completion records, oldest first.
+async fn records(ctx: &Ctx) -> Vec<Record> {
+    ctx.probe.records().await
 }
 
-fn record_at(record: &HashMap<String, String>, t0: u64, t1: u64) {
-    let at: u64 = record["at"].parse().unwrap();
+fn record_at(record: &Record, t0: u64, t1: u64) {
     assert!(
-        (t0..=t1).contains(&at),
+        (t0..=t1).contains(&record.at),
         "the record's time is the store's time of the settle"
     );
 }
@@ -1035,10 +1021,10 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     let recs = records(ctx).await;
     assert_eq!(recs.len(), 1);
     let r = &recs[0];
-    assert_eq!(r["id"], id.as_str());
-    assert_eq!(r["status"], "completed");
-    assert_eq!(r["attempts"], "1");
-    assert_eq!(r["output"], "the output");
+    assert_eq!(r.id, id.as_str());
+    assert_eq!(r.status, "completed");
+    assert_eq!(r.attempts, "1");
+    assert_eq!(r.output.as_deref(), Some("the output"));
     record_at(r, t0, t1);
     // a refused settle writes no record
     let s = ctx
@@ -1059,15 +1045,15 @@ pub async fn complete_many_with_record_writes_one_record_per_completed_entry(ctx
     let replies = ctx.store.complete_many(&ctx.q, &batch, recording()).await.unwrap();
     assert_eq!(replies, [Settled::Ok, Settled::Stale, Settled::Ok]);
     let recs = records(ctx).await;
-    let who: Vec<&str> = recs.iter().map(|r| r["id"].as_str()).collect();
+    let who: Vec<&str> = recs.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(
         who,
         [a.as_str(), c.as_str()],
         "records in batch order, none for the stale entry"
     );
-    assert!(recs.iter().all(|r| r["status"] == "completed" && r["attempts"] == "1"));
-    assert_eq!(recs[0]["output"], "oa");
-    assert!(!recs[1].contains_key("output"), "no output given, none recorded");
+    assert!(recs.iter().all(|r| r.status == "completed" && r.attempts == "1"));
+    assert_eq!(recs[0].output.as_deref(), Some("oa"));
+    assert_eq!(recs[1].output, None, "no output given, none recorded");
 }
 
 pub async fn complete_cancelled_with_record_writes_a_cancelled_record(ctx: &Ctx) {
@@ -1083,9 +1069,9 @@ pub async fn complete_cancelled_with_record_writes_a_cancelled_record(ctx: &Ctx)
     assert_eq!(s, Settled::Ok);
     let recs = records(ctx).await;
     assert_eq!(recs.len(), 1);
-    assert_eq!(recs[0]["id"], id.as_str());
-    assert_eq!(recs[0]["status"], "cancelled");
-    assert_eq!(recs[0]["error"], "user asked");
+    assert_eq!(recs[0].id, id.as_str());
+    assert_eq!(recs[0].status, "cancelled");
+    assert_eq!(recs[0].error.as_deref(), Some("user asked"));
     record_at(&recs[0], t0, t1);
     assert_eq!(counts(ctx).await.cancelled, 1);
 }
@@ -1109,10 +1095,10 @@ pub async fn retry_with_record_writes_a_dead_record_only_when_it_dead_letters(ct
     assert_eq!(r, Retried::Dead);
     let recs = records(ctx).await;
     assert_eq!(recs.len(), 1);
-    assert_eq!(recs[0]["id"], id.as_str());
-    assert_eq!(recs[0]["status"], "dead");
-    assert_eq!(recs[0]["attempts"], "2");
-    assert_eq!(recs[0]["error"], "second");
+    assert_eq!(recs[0].id, id.as_str());
+    assert_eq!(recs[0].status, "dead");
+    assert_eq!(recs[0].attempts, "2");
+    assert_eq!(recs[0].error.as_deref(), Some("second"));
 }
 
 pub async fn discard_with_record_writes_a_dead_record(ctx: &Ctx) {
@@ -1130,8 +1116,8 @@ pub async fn discard_with_record_writes_a_dead_record(ctx: &Ctx) {
     assert!((t0..=t1).contains(&died), "the morgue is scored with the time of death");
     let recs = records(ctx).await;
     assert_eq!(recs.len(), 1);
-    assert_eq!(recs[0]["status"], "dead");
-    assert_eq!(recs[0]["error"], "bad input");
+    assert_eq!(recs[0].status, "dead");
+    assert_eq!(recs[0].error.as_deref(), Some("bad input"));
     record_at(&recs[0], t0, t1);
 }
 

@@ -1,0 +1,755 @@
+//! `EmbeddedStore`: the native twin of every script, on one SQLite file (bundled SQLite, WAL) — the
+//! default store when no Redis URL is given. Each verb is one `BEGIN IMMEDIATE` transaction on the
+//! store's own clock, run on a thread of the store's own (never held across an `.await`), and gives
+//! the same typed replies as Redis for the same inputs: the schema mirrors the Redis keyspace table
+//! by table and each twin (`embedded/<verb>.rs`) follows its script step by step.
+//!
+//! Limits, plainly:
+//! * **one writer at a time**: transactions serialize (several processes may share the file;
+//!   a writer waits up to the busy timeout for another);
+//! * **wakes**: a consumer in the same process is woken at once by an enqueue; one in another
+//!   process notices within one beat (its park ends and the next round claims) — never by busy
+//!   polling;
+//! * **local file systems only** (WAL needs shared memory between the processes);
+//! * **durability**: `kill -9` never loses an acknowledged write (WAL, `synchronous=NORMAL`); a power
+//!   loss may lose the last transactions unless the store is opened with `synchronous=FULL`
+//!   ([`EmbeddedStore::open_with`]);
+//! * the `-wal` file is checkpointed by SQLite as it grows (autocheckpoint), so it does not grow
+//!   without bound.
+
+mod common;
+mod db;
+mod schema;
+
+mod cancel;
+mod claim;
+mod complete;
+mod complete_cancelled;
+mod complete_many;
+mod counts;
+mod discard;
+mod drain;
+mod enqueue;
+mod extend_lock;
+mod genqueue;
+mod get;
+mod list;
+mod obliterate;
+mod pause;
+mod promote;
+mod promote_job;
+mod queues;
+mod reap;
+mod redrive;
+mod remove;
+mod resume;
+mod retry;
+mod set_group_limit;
+mod sweep_stalled;
+mod update_data;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::Notify;
+
+use crate::error::{Error, Result};
+use crate::job::{ClaimedJob, Job, JobState, NewJob};
+use crate::keyspace::{GroupName, JobId, QueueName};
+use crate::store::{
+    check_payload, CancelRequest, Cancelled, ClaimRequest, Completion, Counts, Discarded, Enqueued, Extended,
+    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
+    Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT, RECORDS_MAXLEN_DEFAULT,
+};
+use db::Db;
+
+pub use schema::SCHEMA_VERSION;
+
+/// The file the embedded store opens when no URL is given: `./echomq.db`.
+pub const DEFAULT_PATH: &str = "echomq.db";
+
+/// How long a writer waits for another process's transaction before the verb fails.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often a cancel-request stream looks for requests written by other processes.
+pub const CANCEL_POLL: Duration = Duration::from_millis(200);
+
+pub(crate) fn sql_error(verb: &'static str, e: rusqlite::Error) -> Error {
+    Error::Store {
+        verb,
+        reason: e.to_string(),
+    }
+}
+
+type Work = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// The embedded store. Cheap to clone: clones share the connection's thread and the wake signals.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    worker: std::sync::mpsc::Sender<Work>,
+    path: Arc<String>,
+    wakes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+    payload_limit: usize,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How durable each commit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=NORMAL`: safe against a crashed process (`kill -9`); a power loss may lose the
+    /// last commits. The default.
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: every commit reaches the disk before it is acknowledged.
+    Full,
+}
+
+impl EmbeddedStore {
+    /// Opens (creating when missing) the database file at `path`, migrating its schema.
+    pub async fn open(path: &str) -> Result<Self> {
+        Self::open_with(path, Durability::Normal).await
+    }
+
+    /// Opens with a chosen durability.
+    pub async fn open_with(path: &str, durability: Durability) -> Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<Work>();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let owned = path.to_string();
+        std::thread::Builder::new()
+            .name("emq-sqlite".into())
+            .spawn(move || {
+                let mut conn = match Self::connect(&owned, durability) {
+                    Ok(c) => {
+                        let _ = ready_tx.send(Ok(()));
+                        c
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                // the thread ends when every store handle is gone
+                while let Ok(work) = rx.recv() {
+                    work(&mut conn);
+                }
+            })
+            .map_err(|e| Error::Store {
+                verb: "open",
+                reason: format!("cannot start the store thread: {e}"),
+            })?;
+        ready_rx.await.map_err(|_| Error::Store {
+            verb: "open",
+            reason: "the store thread ended while opening".into(),
+        })??;
+        Ok(EmbeddedStore {
+            worker: tx,
+            path: Arc::new(path.to_string()),
+            wakes: Arc::new(Mutex::new(HashMap::new())),
+            payload_limit: PAYLOAD_LIMIT_DEFAULT,
+        })
+    }
+
+    fn connect(path: &str, durability: Durability) -> Result<Connection> {
+        let mut conn = Connection::open(path).map_err(|e| Error::Store {
+            verb: "open",
+            reason: format!("cannot open {path}: {e}"),
+        })?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sql_error("open", e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| sql_error("open", e))?;
+        let sync = match durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        conn.pragma_update(None, "synchronous", sync)
+            .map_err(|e| sql_error("open", e))?;
+        conn.set_prepared_statement_cache_capacity(256);
+        schema::migrate(&mut conn, path)?;
+        Ok(conn)
+    }
+
+    /// Sets the largest payload (and output) accepted, in bytes (default 16 MiB).
+    pub fn with_payload_limit(mut self, limit: usize) -> Self {
+        self.payload_limit = limit;
+        self
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn signal(&self, queue: &str) -> Arc<Notify> {
+        let mut wakes = self.wakes.lock().unwrap_or_else(|p| p.into_inner());
+        wakes.entry(queue.to_string()).or_default().clone()
+    }
+
+    /// Runs `f` as one `BEGIN IMMEDIATE` transaction on the store's thread. A twin that errs
+    /// rolls back: nothing of it is written.
+    async fn run<T, F>(&self, queue: &str, verb: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Db) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let q = queue.to_string();
+        let work: Work = Box::new(move |conn: &mut Connection| {
+            let outcome = (|| {
+                let t = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(|e| sql_error(verb, e))?;
+                let (out, woke) = {
+                    let db = Db::new(&t, &q, verb);
+                    let out = f(&db)?;
+                    (out, db.woke.get())
+                };
+                t.commit().map_err(|e| sql_error(verb, e))?;
+                Ok((out, woke))
+            })();
+            let _ = tx.send(outcome);
+        });
+        self.worker.send(work).map_err(|_| Error::Store {
+            verb,
+            reason: "the store thread is gone".into(),
+        })?;
+        let (out, woke) = rx.await.map_err(|_| Error::Store {
+            verb,
+            reason: "the store thread dropped the request".into(),
+        })??;
+        if woke {
+            self.signal(queue).notify_waiters();
+        }
+        Ok(out)
+    }
+
+    fn check_jobs(&self, jobs: &[NewJob]) -> Result<()> {
+        for job in jobs {
+            check_payload(job.payload.len(), self.payload_limit)?;
+            if job.max_attempts == Some(0) {
+                return Err(Error::InvalidOption {
+                    field: "max_attempts",
+                    value: "0".into(),
+                    reason: "must be at least 1",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn positive(field: &'static str, v: u64) -> Result<()> {
+    if v == 0 {
+        return Err(Error::InvalidOption {
+            field,
+            value: "0".into(),
+            reason: "must be at least 1",
+        });
+    }
+    Ok(())
+}
+
+fn settle_args(settle: SettleOptions) -> (i64, i64) {
+    let recmax = if settle.record {
+        RECORDS_MAXLEN_DEFAULT as i64
+    } else {
+        0
+    };
+    (settle.retain as i64, recmax)
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        self.check_jobs(jobs)?;
+        let mut out = Vec::with_capacity(jobs.len());
+        for batch in jobs.chunks(BATCH_MAX) {
+            let batch = batch.to_vec();
+            let q = queue.clone();
+            out.extend(
+                self.run(queue.as_str(), "enqueue", move |db| enqueue::enqueue(db, &batch))
+                    .await
+                    .map_err(|e| obliterating(e, &q))?,
+            );
+        }
+        Ok(out)
+    }
+
+    async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        self.check_jobs(jobs)?;
+        let mut out = Vec::with_capacity(jobs.len());
+        for batch in jobs.chunks(BATCH_MAX) {
+            let batch = batch.to_vec();
+            let (q, g) = (queue.clone(), group.to_string());
+            out.extend(
+                self.run(queue.as_str(), "genqueue", move |db| genqueue::genqueue(db, &g, &batch))
+                    .await
+                    .map_err(|e| obliterating(e, &q))?,
+            );
+        }
+        Ok(out)
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        n: u32,
+        lease: Duration,
+        max_attempts: u32,
+        settle: SettleOptions,
+    ) -> Result<Vec<ClaimedJob>> {
+        positive("n", n as u64)?;
+        positive("lease", lease.as_millis() as u64)?;
+        positive("max_attempts", max_attempts as u64)?;
+        let (keep, recmax) = settle_args(settle);
+        let lease = lease.as_millis() as i64;
+        let mut out = Vec::new();
+        let mut left = n as usize;
+        while left > 0 {
+            let take = left.min(BATCH_MAX) as i64;
+            let got = self
+                .run(queue.as_str(), "claim", move |db| {
+                    claim::claim(db, take, lease, max_attempts as i64, keep, recmax)
+                })
+                .await?;
+            let k = got.len();
+            out.extend(got);
+            if (k as i64) < take {
+                break;
+            }
+            left -= take as usize;
+        }
+        Ok(out)
+    }
+
+    async fn complete(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        output: Option<&[u8]>,
+        settle: SettleOptions,
+    ) -> Result<Settled> {
+        if let Some(o) = output {
+            check_payload(o.len(), self.payload_limit)?;
+        }
+        let (keep, recmax) = settle_args(settle);
+        let (id, output) = (id.to_string(), output.map(<[u8]>::to_vec));
+        self.run(queue.as_str(), "complete", move |db| {
+            complete::complete(db, &id, token, output.as_deref(), keep, recmax)
+        })
+        .await
+    }
+
+    async fn complete_many(
+        &self,
+        queue: &QueueName,
+        jobs: &[Completion],
+        settle: SettleOptions,
+    ) -> Result<Vec<Settled>> {
+        for c in jobs {
+            if let Some(o) = &c.output {
+                check_payload(o.len(), self.payload_limit)?;
+            }
+        }
+        let (keep, recmax) = settle_args(settle);
+        let mut out = Vec::with_capacity(jobs.len());
+        for batch in jobs.chunks(BATCH_MAX) {
+            let batch = batch.to_vec();
+            out.extend(
+                self.run(queue.as_str(), "complete_many", move |db| {
+                    complete_many::complete_many(db, &batch, keep, recmax)
+                })
+                .await?,
+            );
+        }
+        Ok(out)
+    }
+
+    async fn complete_cancelled(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        reason: Option<&str>,
+        settle: SettleOptions,
+    ) -> Result<Settled> {
+        let (keep, recmax) = settle_args(settle);
+        let (id, reason) = (id.to_string(), reason.map(str::to_string));
+        self.run(queue.as_str(), "complete_cancelled", move |db| {
+            complete_cancelled::complete_cancelled(db, &id, token, reason.as_deref(), keep, recmax)
+        })
+        .await
+    }
+
+    async fn retry(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        delay: Duration,
+        max_attempts: u32,
+        error: &str,
+        settle: SettleOptions,
+    ) -> Result<Retried> {
+        positive("max_attempts", max_attempts as u64)?;
+        let (_, recmax) = settle_args(settle);
+        let (id, error) = (id.to_string(), error.to_string());
+        let delay = delay.as_millis() as i64;
+        self.run(queue.as_str(), "retry", move |db| {
+            retry::retry(db, &id, token, delay, max_attempts as i64, &error, recmax)
+        })
+        .await
+    }
+
+    async fn discard(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        error: &str,
+        settle: SettleOptions,
+    ) -> Result<Discarded> {
+        let (_, recmax) = settle_args(settle);
+        let (id, error) = (id.to_string(), error.to_string());
+        self.run(queue.as_str(), "discard", move |db| {
+            discard::discard(db, &id, token, &error, recmax)
+        })
+        .await
+    }
+
+    async fn reap(&self, queue: &QueueName, limit: u32) -> Result<u64> {
+        positive("limit", limit as u64)?;
+        self.run(queue.as_str(), "reap", move |db| reap::reap(db, limit as i64))
+            .await
+    }
+
+    async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept> {
+        positive("max_stalled", policy.max_stalled as u64)?;
+        positive("limit", policy.limit as u64)?;
+        self.run(queue.as_str(), "sweep_stalled", move |db| {
+            sweep_stalled::sweep_stalled(db, policy.max_stalled as i64, policy.limit as i64)
+        })
+        .await
+    }
+
+    async fn promote(&self, queue: &QueueName, limit: u32) -> Result<Promoted> {
+        positive("limit", limit as u64)?;
+        self.run(queue.as_str(), "promote", move |db| promote::promote(db, limit as i64))
+            .await
+    }
+
+    async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {
+        positive("lease", lease.as_millis() as u64)?;
+        let id = id.to_string();
+        let lease = lease.as_millis() as i64;
+        self.run(queue.as_str(), "extend_lock", move |db| {
+            extend_lock::extend_lock(db, &id, token, lease)
+        })
+        .await
+    }
+
+    async fn update_data(&self, queue: &QueueName, id: &JobId, token: u64, payload: &[u8]) -> Result<Settled> {
+        check_payload(payload.len(), self.payload_limit)?;
+        let (id, payload) = (id.to_string(), payload.to_vec());
+        self.run(queue.as_str(), "update_data", move |db| {
+            update_data::update_data(db, &id, token, &payload)
+        })
+        .await
+    }
+
+    async fn pause(&self, queue: &QueueName) -> Result<()> {
+        self.run(queue.as_str(), "pause", pause::pause).await
+    }
+
+    async fn resume(&self, queue: &QueueName) -> Result<()> {
+        self.run(queue.as_str(), "resume", resume::resume).await
+    }
+
+    async fn drain(&self, queue: &QueueName) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let (removed, finished) = self
+                .run(queue.as_str(), "drain", move |db| {
+                    drain::drain(db, CHUNK_DEFAULT as i64)
+                })
+                .await?;
+            total += removed;
+            if finished {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn obliterate(&self, queue: &QueueName, force: bool) -> Result<Obliterated> {
+        let mut total = 0;
+        loop {
+            let step = self
+                .run(queue.as_str(), "obliterate", move |db| {
+                    obliterate::obliterate(db, force, CHUNK_DEFAULT as i64)
+                })
+                .await?;
+            match step {
+                obliterate::Step::Refused(active) => return Ok(Obliterated::Active { active }),
+                obliterate::Step::Chunk { removed, finished } => {
+                    total += removed;
+                    if finished {
+                        return Ok(Obliterated::Done { removed: total });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<Job>> {
+        let id = id.clone();
+        self.run(queue.as_str(), "get", move |db| get::get(db, &id)).await
+    }
+
+    async fn remove(&self, queue: &QueueName, id: &JobId, force: bool) -> Result<Removed> {
+        let id = id.to_string();
+        self.run(queue.as_str(), "remove", move |db| remove::remove(db, &id, force))
+            .await
+    }
+
+    async fn redrive(&self, queue: &QueueName, id: &JobId, extra: u32) -> Result<Redriven> {
+        positive("extra", extra as u64)?;
+        let id = id.to_string();
+        self.run(queue.as_str(), "redrive", move |db| {
+            redrive::redrive(db, &id, extra as i64)
+        })
+        .await
+    }
+
+    async fn redrive_all(&self, queue: &QueueName, extra: u32) -> Result<u64> {
+        positive("extra", extra as u64)?;
+        let mut total = 0;
+        loop {
+            let (done, seen) = self
+                .run(queue.as_str(), "redrive", move |db| {
+                    redrive::redrive_all(db, extra as i64, CHUNK_DEFAULT as i64)
+                })
+                .await?;
+            total += done;
+            if seen == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn promote_job(&self, queue: &QueueName, id: &JobId) -> Result<PromotedJob> {
+        let id = id.to_string();
+        self.run(queue.as_str(), "promote_job", move |db| {
+            promote_job::promote_job(db, &id)
+        })
+        .await
+    }
+
+    async fn cancel(
+        &self,
+        queue: &QueueName,
+        id: &JobId,
+        reason: Option<&str>,
+        settle: SettleOptions,
+    ) -> Result<Cancelled> {
+        let (keep, recmax) = settle_args(settle);
+        let (id, reason) = (id.to_string(), reason.map(str::to_string));
+        self.run(queue.as_str(), "cancel", move |db| {
+            cancel::cancel(db, &id, reason.as_deref(), keep, recmax)
+        })
+        .await
+    }
+
+    async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()> {
+        positive("limit", limit as u64)?;
+        let group = match target {
+            LimitTarget::Group(g) => Some(g.to_string()),
+            LimitTarget::Default => None,
+        };
+        self.run(queue.as_str(), "set_group_limit", move |db| {
+            set_group_limit::set_group_limit(db, group.as_deref(), limit as i64)
+        })
+        .await
+    }
+
+    async fn counts(&self, queue: &QueueName) -> Result<Counts> {
+        self.run(queue.as_str(), "counts", counts::counts).await
+    }
+
+    async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {
+        if limit == 0 || limit > 10_000 {
+            return Err(Error::InvalidOption {
+                field: "limit",
+                value: limit.to_string(),
+                reason: "must be 1..=10000",
+            });
+        }
+        self.run(queue.as_str(), "list", move |db| {
+            list::list(db, state, offset as i64, limit as i64)
+        })
+        .await
+    }
+
+    async fn queues(&self) -> Result<Vec<QueueName>> {
+        self.run("", "queues", queues::queues).await
+    }
+
+    async fn recover_promote_claim(
+        &self,
+        queue: &QueueName,
+        recovery: Recovery,
+        pump: u32,
+        claim: ClaimRequest,
+    ) -> Result<Round> {
+        positive("pump", pump as u64)?;
+        if claim.n > 0 {
+            positive("lease", claim.lease.as_millis() as u64)?;
+            positive("max_attempts", claim.max_attempts as u64)?;
+        }
+        let (keep, recmax) = settle_args(claim.settle);
+        let lease = claim.lease.as_millis() as i64;
+        let n = (claim.n as usize).min(BATCH_MAX) as i64;
+        let max_attempts = claim.max_attempts as i64;
+        // the round trip's twin: one transaction, each leg's reply its own
+        self.run(queue.as_str(), "recover_promote_claim", move |db| {
+            let recovered = match recovery {
+                Recovery::Off => Ok(()),
+                Recovery::Reap => reap::reap(db, crate::consumer::REAP_LIMIT as i64).map(drop),
+                Recovery::Stalled(p) => {
+                    sweep_stalled::sweep_stalled(db, p.max_stalled as i64, p.limit as i64).map(drop)
+                }
+            };
+            let promoted = promote::promote(db, pump as i64);
+            let claimed = if n > 0 {
+                claim::claim(db, n, lease, max_attempts, keep, recmax)
+            } else {
+                Ok(Vec::new())
+            };
+            Ok(Round {
+                recovered,
+                promoted,
+                claimed,
+            })
+        })
+        .await
+    }
+
+    async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
+        let signal = self.signal(queue.as_str());
+        // registered before the look, so a wake between the look and the wait is not missed
+        let notified = signal.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.run(queue.as_str(), "park", |db| db.take_wake()).await? {
+            return Ok(true);
+        }
+        tokio::select! {
+            // woken in this process: go at once; the token is taken by the next park
+            _ = &mut notified => Ok(true),
+            _ = tokio::time::sleep(timeout) => {
+                // a wake from another process is seen here, within one park
+                self.run(queue.as_str(), "park", |db| db.take_wake()).await
+            }
+        }
+    }
+
+    async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
+        let q = queue.to_string();
+        let last = self
+            .run(queue.as_str(), "cancel_requests", cancel::last_request)
+            .await?;
+        let store = self.clone();
+        let signal = self.signal(queue.as_str());
+        let stream = futures::stream::unfold(
+            (store, q, last, signal, Vec::new()),
+            |(store, q, mut last, signal, mut buf)| async move {
+                loop {
+                    if let Some(req) = buf.pop() {
+                        return Some((req, (store, q, last, signal, buf)));
+                    }
+                    let notified = signal.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    let after = last;
+                    match store
+                        .run(&q, "cancel_requests", move |db| cancel::requests_after(db, after))
+                        .await
+                    {
+                        Ok(found) => {
+                            for (seq, req) in found.into_iter().rev() {
+                                last = last.max(seq);
+                                buf.push(req);
+                            }
+                            if !buf.is_empty() {
+                                continue;
+                            }
+                        }
+                        Err(e) => tracing::debug!(error = %e, "reading cancel requests failed; retrying"),
+                    }
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep(CANCEL_POLL) => {}
+                    }
+                }
+            },
+        );
+        Ok(stream.boxed())
+    }
+}
+
+fn obliterating(e: Error, queue: &QueueName) -> Error {
+    match e {
+        Error::Obliterating { .. } => Error::Obliterating {
+            queue: queue.to_string(),
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_new_file_gets_the_schema_and_a_newer_one_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let path = path.to_str().unwrap();
+        let store = EmbeddedStore::open(path).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        let ids = store.enqueue(&q, &[NewJob::new("a"), NewJob::new("b")]).await.unwrap();
+        assert_eq!(ids.iter().map(|e| e.id().to_string()).collect::<Vec<_>>(), ["1", "2"]);
+        let jobs = store
+            .claim(&q, 5, Duration::from_secs(5), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].payload, b"a");
+        let r = store
+            .complete(&q, &jobs[0].id, jobs[0].attempts, None, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(r, Settled::Ok);
+        drop(store);
+
+        let conn = Connection::open(path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1).unwrap();
+        drop(conn);
+        let err = EmbeddedStore::open(path).await.unwrap_err();
+        assert!(err.to_string().contains("newer than this build"), "{err}");
+        let conn = Connection::open(path).unwrap();
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION + 1, "the newer file was not touched");
+    }
+}

@@ -1,0 +1,154 @@
+//! The twin of `scripts/claim.lua`: up to n jobs off the ring under a lease. Pop the head member; if
+//! eligible take one job from it and push it back at the tail while still eligible, else clear its
+//! flag. A paused or obliterating queue claims nothing. The max-attempts guard, claim-time cancels
+//! and malformed rows as the script.
+
+use super::common::{bury, finish, lane, number, slots};
+use super::db::{Db, Field};
+use crate::error::Result;
+use crate::job::ClaimedJob;
+use crate::keyspace::{GroupName, JobId};
+
+struct Claim<'a, 'b> {
+    db: &'a Db<'b>,
+    deadline: i64,
+    maxdef: i64,
+    keep: i64,
+    recmax: i64,
+    out: Vec<ClaimedJob>,
+    failed: i64,
+    cancelled: i64,
+}
+
+impl Claim<'_, '_> {
+    /// One popped job: hand it out, or settle it here. True when handed out.
+    fn take(&mut self, id: &str, g: Option<&str>) -> Result<bool> {
+        let db = self.db;
+        let Some(row) = db.row(id)? else { return Ok(false) }; // a missing row: dropped
+        let att = number(row.attempts.as_deref(), 0);
+        let maxa = number(row.max_attempts.as_deref(), self.maxdef);
+        let mut defect = match (&row.data, row.state.as_deref(), att, maxa) {
+            (None, ..) => Some("malformed row: no data".to_string()),
+            (_, s, ..) if s != Some("pending") => {
+                Some(format!("malformed row: state {} in a ready set", s.unwrap_or("nil")))
+            }
+            (_, _, None, _) => Some(format!(
+                "malformed row: attempts {}",
+                row.attempts.as_deref().unwrap_or("")
+            )),
+            (_, _, _, None) => Some(format!(
+                "malformed row: max_attempts {}",
+                row.max_attempts.as_deref().unwrap_or("")
+            )),
+            _ => None,
+        };
+        let attempts_text = row.attempts.clone().unwrap_or_else(|| "0".into());
+        if defect.is_none() {
+            if let Some(reason) = row.cancel.as_deref() {
+                finish(db, id, "cancelled", self.keep, Some(Field::LastError(reason)))?;
+                db.record(
+                    self.recmax,
+                    id,
+                    "cancelled",
+                    &attempts_text,
+                    "error",
+                    Some(reason.as_bytes()),
+                )?;
+                self.cancelled += 1;
+                return Ok(false);
+            }
+        }
+        let (att, maxa) = (att.unwrap_or(0), maxa.unwrap_or(self.maxdef));
+        if defect.is_none() && att >= maxa {
+            defect = Some("lease expired on the last attempt".into());
+        }
+        if let Some(defect) = defect {
+            bury(db, id, &defect)?;
+            db.record(
+                self.recmax,
+                id,
+                "dead",
+                &attempts_text,
+                "error",
+                Some(defect.as_bytes()),
+            )?;
+            self.failed += 1;
+            return Ok(false);
+        }
+        db.hset(id, &[Field::State("active"), Field::Attempts(att + 1)])?;
+        db.zadd("active", self.deadline, id)?;
+        self.out.push(ClaimedJob {
+            id: JobId::from_store(id.to_string()),
+            payload: row.data.unwrap_or_default(),
+            attempts: (att + 1) as u64,
+            group: g.and_then(|g| GroupName::new(g).ok()),
+        });
+        Ok(true)
+    }
+}
+
+pub(crate) fn claim(
+    db: &Db,
+    n: i64,
+    lease_ms: i64,
+    max_attempts: i64,
+    keep: i64,
+    recmax: i64,
+) -> Result<Vec<ClaimedJob>> {
+    if db.exists_flag("paused")? || db.exists_flag("obliterating")? {
+        return Ok(Vec::new());
+    }
+    let ring_len = db.llen("ring")?;
+    if ring_len == 0 {
+        return Ok(Vec::new());
+    }
+    let mut c = Claim {
+        db,
+        deadline: db.now() + lease_ms,
+        maxdef: max_attempts,
+        keep,
+        recmax,
+        out: Vec::new(),
+        failed: 0,
+        cancelled: 0,
+    };
+    let mut got = 0;
+    let mut budget = n + ring_len + 1000;
+    while got < n && budget > 0 {
+        budget -= 1;
+        let Some(m) = db.lpop("ring")? else { break };
+        if m == "~" {
+            let want = if db.lnonempty("ring")? { 1 } else { n - got };
+            for id in db.zpopmin("pending", want)? {
+                if c.take(&id, None)? {
+                    got += 1;
+                }
+            }
+            if db.znonempty("pending")? {
+                db.rpush("ring", "~")?;
+            } else {
+                db.gdel("r:~")?;
+            }
+        } else {
+            let (mut a, limit) = slots(db, &m)?;
+            let lane = lane(&m);
+            if a < limit {
+                if let Some(id) = db.lpop(&lane)? {
+                    if c.take(&id, Some(&m))? {
+                        got += 1;
+                        a += 1;
+                        db.gset(&format!("a:{m}"), &a.to_string())?;
+                    }
+                }
+            }
+            if a < limit && db.lnonempty(&lane)? {
+                db.rpush("ring", &m)?;
+            } else {
+                db.gdel(&format!("r:{m}"))?;
+            }
+        }
+    }
+    db.count("failed", c.failed)?;
+    db.count("cancelled", c.cancelled)?;
+    Ok(c.out)
+}

@@ -1,0 +1,250 @@
+//! The twin of `scripts/_lib.lua`: the steps the verbs share, one function per Lua helper, with the
+//! same name less the `emq_` prefix.
+
+use super::db::{Db, Field};
+use crate::error::Result;
+use crate::store::Settled;
+
+/// A group's (active count, limit): its own limit, else the queue default l:~, else 1.
+pub(crate) fn slots(db: &Db, g: &str) -> Result<(i64, i64)> {
+    let num = |v: Option<String>| v.and_then(|s| s.parse::<i64>().ok());
+    let active = num(db.gget(&format!("a:{g}"))?).unwrap_or(0);
+    let limit = match num(db.gget(&format!("l:{g}"))?) {
+        Some(l) => l,
+        None => num(db.gget("l:~")?).unwrap_or(1),
+    };
+    Ok((active, limit))
+}
+
+/// The ring step for group g: when its r: flag is unset and it is eligible, RPUSH it and set the
+/// flag. True when pushed.
+pub(crate) fn ring_step(db: &Db, g: &str) -> Result<bool> {
+    if db.gget(&format!("r:{g}"))?.is_some() {
+        return Ok(false);
+    }
+    let (active, limit) = slots(db, g)?;
+    if active >= limit || !db.lnonempty(&lane(g))? {
+        return Ok(false);
+    }
+    db.rpush("ring", g)?;
+    db.gset(&format!("r:{g}"), "1")?;
+    Ok(true)
+}
+
+/// The ring step for the flat set, member '~'.
+pub(crate) fn ring_step_flat(db: &Db) -> Result<bool> {
+    if db.gget("r:~")?.is_some() || !db.znonempty("pending")? {
+        return Ok(false);
+    }
+    db.rpush("ring", "~")?;
+    db.gset("r:~", "1")?;
+    Ok(true)
+}
+
+/// How many jobs the `added` ready jobs just pushed on g's lane made claimable (call after the push).
+pub(crate) fn claimable(db: &Db, g: &str, added: i64) -> Result<i64> {
+    let (active, limit) = slots(db, g)?;
+    let free = (limit - active).max(0);
+    let len = db.llen(&lane(g))?;
+    let before = (len - added).max(0);
+    Ok(len.min(free) - before.min(free))
+}
+
+/// The slot invariant: a lane job leaving `active` frees one slot of its group.
+pub(crate) fn free_slot(db: &Db, g: &str) -> Result<()> {
+    let key = format!("a:{g}");
+    let left = db.gget(&key)?.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) - 1;
+    if left <= 0 {
+        db.gdel(&key)
+    } else {
+        db.gset(&key, &left.to_string())
+    }
+}
+
+/// A lane job left `active`: free its slot; the ring step; a wake when that put g back on the ring.
+pub(crate) fn leave_lane(db: &Db, g: &str) -> Result<()> {
+    free_slot(db, g)?;
+    if ring_step(db, g)? {
+        db.wake(1)?;
+    }
+    Ok(())
+}
+
+/// The fence of every holder verb: `Err(reply)` when the caller does not hold the job (Gone: no
+/// row, or a row without a state, as the script's `not r[1]`; Stale: not active or another token);
+/// else the row's group. Reads three fields only, never the payload: each settle pays for it.
+pub(crate) fn fence(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Option<String>, Settled>> {
+    use rusqlite::OptionalExtension;
+    let row: Option<(Option<String>, Option<String>, Option<String>)> = db
+        .sql()
+        .prepare_cached("SELECT state, attempts, grp FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .and_then(|mut s| {
+            s.query_row(rusqlite::params![db.queue(), id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+        })
+        .map_err(|e| db.err(e))?;
+    let Some((Some(state), attempts, group)) = row else {
+        return Ok(Err(Settled::Gone));
+    };
+    if state != "active" || attempts.as_deref() != Some(token.to_string().as_str()) {
+        return Ok(Err(Settled::Stale));
+    }
+    Ok(Ok(group))
+}
+
+/// A finished job (completed / cancelled): retained (newest `keep`, trimmed) or deleted.
+pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Field<'_>>) -> Result<()> {
+    if keep <= 0 {
+        db.del_row(id)?;
+        return Ok(());
+    }
+    let now = db.now();
+    let mut fields = vec![Field::State(state), Field::FinishedAt(now)];
+    fields.extend(extra);
+    db.hset(id, &fields)?;
+    db.zadd("completed", now, id)?;
+    let over = db.zcard("completed")? - keep;
+    if over > 0 {
+        for old in db.zrange("completed", 0, over, false)? {
+            db.del_row(&old)?;
+            db.zrem("completed", &old)?;
+        }
+    }
+    Ok(())
+}
+
+/// A job to the morgue, scored with the store's time of death.
+pub(crate) fn bury(db: &Db, id: &str, err: &str) -> Result<()> {
+    db.hset(id, &[Field::State("dead"), Field::LastError(err)])?;
+    db.zadd("dead", db.now(), id)
+}
+
+/// A job made ready again: the flat set at a fresh sequence, or its lane's tail; state pending.
+pub(crate) fn ready(db: &Db, id: &str, g: Option<&str>) -> Result<()> {
+    db.hset(id, &[Field::State("pending")])?;
+    match g {
+        Some(g) => db.rpush(&lane(g), id),
+        None => {
+            let seq = db.kv_incr("id", 1)?;
+            db.zadd("pending", seq, id)
+        }
+    }
+}
+
+/// A waiting job taken out of wherever it waits; false when not there.
+pub(crate) fn unwait(db: &Db, id: &str, state: &str, g: Option<&str>) -> Result<bool> {
+    if state == "scheduled" {
+        return db.zrem("scheduled", id);
+    }
+    match g {
+        Some(g) => db.lrem(&lane(g), id),
+        None => db.zrem("pending", id),
+    }
+}
+
+/// The list name of g's lane.
+pub(crate) fn lane(g: &str) -> String {
+    format!("lane:{g}")
+}
+
+/// The group names with a non-empty lane are those with an a: or r: field.
+pub(crate) fn lane_groups(db: &Db) -> Result<Vec<String>> {
+    let mut groups: Vec<String> = db
+        .gfields()?
+        .into_iter()
+        .filter_map(|f| {
+            f.strip_prefix("a:")
+                .or_else(|| f.strip_prefix("r:"))
+                .map(str::to_string)
+        })
+        .filter(|g| g != "~")
+        .collect();
+    // a group may hold both an a: and an r: field: sorted, so dedup sees the pair side by side
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
+}
+
+/// Parses a row's number field as Redis's `tonumber` would (absent = `default`; malformed = None).
+pub(crate) fn number(v: Option<&str>, default: i64) -> Option<i64> {
+    match v {
+        None => Some(default),
+        Some(s) => s
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .or_else(|| s.trim().parse::<f64>().ok().map(|f| f as i64)),
+    }
+}
+
+/// New jobs for enqueue (g = None) and genqueue: duplicates found first, then written; every new
+/// job takes one sequence value, a generated id is its sequence; then the ring step and one wake
+/// per job made claimable. The twin of `emq_new_jobs`.
+pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) -> Result<Vec<crate::store::Enqueued>> {
+    use crate::keyspace::JobId;
+    use crate::store::Enqueued;
+    if db.exists_flag("obliterating")? {
+        return Err(crate::Error::Obliterating {
+            queue: db.queue().to_string(),
+        });
+    }
+    db.register()?;
+    let mut seen = std::collections::HashSet::new();
+    let mut dup = vec![false; jobs.len()];
+    for (i, job) in jobs.iter().enumerate() {
+        if let Some(id) = &job.id {
+            if !seen.insert(id.as_str()) || db.row_exists(id.as_str())? {
+                dup[i] = true;
+            }
+        }
+    }
+    let fresh = dup.iter().filter(|d| !**d).count() as i64;
+    let mut seq = if fresh > 0 { db.kv_incr("id", fresh)? - fresh } else { 0 };
+    let (mut flat_ready, mut lane_ready) = (0i64, 0i64);
+    let mut out = Vec::with_capacity(jobs.len());
+    for (i, job) in jobs.iter().enumerate() {
+        if dup[i] {
+            // validated by the caller: a duplicate always carries its caller id
+            out.push(Enqueued::Duplicate(
+                job.id.clone().unwrap_or_else(|| JobId::from_store(String::new())),
+            ));
+            continue;
+        }
+        seq += 1;
+        let id = job.id.as_ref().map_or_else(|| seq.to_string(), |i| i.to_string());
+        let max_attempts = job.max_attempts.map(|m| m.to_string());
+        let delay = job.delay.map_or(0, |d| d.as_millis() as i64);
+        if delay > 0 {
+            let due = db.now() + delay;
+            db.insert_row(&id, &job.payload, "scheduled", g, max_attempts.as_deref(), Some(due))?;
+            db.zadd("scheduled", due, &id)?;
+        } else {
+            db.insert_row(&id, &job.payload, "pending", g, max_attempts.as_deref(), None)?;
+            match g {
+                Some(g) => {
+                    db.rpush(&lane(g), &id)?;
+                    lane_ready += 1;
+                }
+                None => {
+                    db.zadd("pending", seq, &id)?;
+                    flat_ready += 1;
+                }
+            }
+        }
+        out.push(Enqueued::New(JobId::from_store(id)));
+    }
+    match g {
+        Some(g) if lane_ready > 0 => {
+            ring_step(db, g)?;
+            db.wake(claimable(db, g, lane_ready)?)?;
+        }
+        None if flat_ready > 0 => {
+            ring_step_flat(db)?;
+            db.wake(flat_ready)?;
+        }
+        _ => {}
+    }
+    Ok(out)
+}

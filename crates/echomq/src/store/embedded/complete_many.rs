@@ -1,0 +1,54 @@
+//! The twin of `scripts/complete_many.lua`: complete for a batch in one step; each entry fenced on
+//! its own; a repeated entry is stale after its first settle.
+
+use super::common::{fence, finish, leave_lane};
+use super::db::{Db, Field};
+use crate::error::Result;
+use crate::store::{Completion, Settled};
+
+pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64) -> Result<Vec<Settled>> {
+    let mut reply = Vec::with_capacity(jobs.len());
+    let mut seen = std::collections::HashSet::new();
+    let mut done = Vec::new();
+    let mut lanes = Vec::new();
+    // read and validate every entry first
+    for (i, c) in jobs.iter().enumerate() {
+        let id = c.id.as_str();
+        match fence(db, id, c.token)? {
+            Err(refused) => reply.push(refused),
+            Ok(group) => {
+                if db.zscore("active", id)?.is_none() || !seen.insert(id) {
+                    reply.push(Settled::Stale);
+                } else {
+                    reply.push(Settled::Ok);
+                    done.push(i);
+                    lanes.extend(group);
+                }
+            }
+        }
+    }
+    for &i in &done {
+        let c = &jobs[i];
+        db.zrem("active", c.id.as_str())?;
+        finish(
+            db,
+            c.id.as_str(),
+            "completed",
+            keep,
+            c.output.as_deref().map(Field::Output),
+        )?;
+        db.record(
+            recmax,
+            c.id.as_str(),
+            "completed",
+            &c.token.to_string(),
+            "output",
+            c.output.as_deref(),
+        )?;
+    }
+    for g in lanes {
+        leave_lane(db, &g)?;
+    }
+    db.count("completed", done.len() as i64)?;
+    Ok(reply)
+}

@@ -1,0 +1,589 @@
+//! The Redis types on SQLite, for one queue inside one `BEGIN IMMEDIATE` transaction: the rows
+//! (hashes), the sorted sets, the lists, the groups hash, the counters, the wake list, the records.
+//! Each method is the twin of the Redis command its name says, so a twin reads like its script.
+
+use std::cell::Cell;
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::sql_error;
+use crate::error::Result;
+
+/// A job row: every field of `emq:{q}:job:<id>`, `None` = absent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) data: Option<Vec<u8>>,
+    pub(crate) state: Option<String>,
+    pub(crate) attempts: Option<String>,
+    pub(crate) group: Option<String>,
+    pub(crate) max_attempts: Option<String>,
+    pub(crate) run_at: Option<String>,
+    pub(crate) stalled: Option<String>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) cancel: Option<String>,
+    pub(crate) output: Option<Vec<u8>>,
+    pub(crate) finished_at: Option<String>,
+}
+
+/// One field to write with `hset`.
+#[derive(Debug, Clone)]
+pub(crate) enum Field<'a> {
+    Data(&'a [u8]),
+    State(&'a str),
+    Attempts(i64),
+    MaxAttempts(&'a str),
+    RunAt(i64),
+    Stalled(i64),
+    LastError(&'a str),
+    Cancel(&'a str),
+    Output(&'a [u8]),
+    FinishedAt(i64),
+}
+
+impl Field<'_> {
+    fn column(&self) -> &'static str {
+        match self {
+            Field::Data(_) => "data",
+            Field::State(_) => "state",
+            Field::Attempts(_) => "attempts",
+            Field::MaxAttempts(_) => "max_attempts",
+            Field::RunAt(_) => "run_at",
+            Field::Stalled(_) => "stalled",
+            Field::LastError(_) => "last_error",
+            Field::Cancel(_) => "cancel",
+            Field::Output(_) => "output",
+            Field::FinishedAt(_) => "finished_at",
+        }
+    }
+
+    fn value(&self) -> rusqlite::types::Value {
+        use rusqlite::types::Value;
+        match self {
+            Field::Data(b) | Field::Output(b) => Value::Blob(b.to_vec()),
+            Field::State(s) | Field::MaxAttempts(s) | Field::LastError(s) | Field::Cancel(s) => {
+                Value::Text(s.to_string())
+            }
+            Field::Attempts(n) | Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) => {
+                Value::Text(n.to_string())
+            }
+        }
+    }
+}
+
+/// A field to delete with `hdel`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Col {
+    RunAt,
+    Stalled,
+}
+
+impl Col {
+    fn column(self) -> &'static str {
+        match self {
+            Col::RunAt => "run_at",
+            Col::Stalled => "stalled",
+        }
+    }
+}
+
+/// One queue's keyspace inside one transaction.
+pub(crate) struct Db<'a> {
+    tx: &'a Transaction<'a>,
+    q: &'a str,
+    verb: &'static str,
+    now: Cell<Option<i64>>,
+    /// Wake tokens pushed by this transaction (the store notifies parked consumers after commit).
+    pub(crate) woke: Cell<bool>,
+}
+
+type R<T> = Result<T>;
+
+impl<'a> Db<'a> {
+    /// The transaction, for a twin's own statement (its SQL stays in its file).
+    pub(crate) fn sql(&self) -> &Transaction<'a> {
+        self.tx
+    }
+
+    /// The queue's name.
+    pub(crate) fn queue(&self) -> &str {
+        self.q
+    }
+
+    /// Maps a SQLite error to the verb's store error.
+    pub(crate) fn err(&self, e: rusqlite::Error) -> crate::Error {
+        sql_error(self.verb, e)
+    }
+
+    pub(crate) fn new(tx: &'a Transaction<'a>, q: &'a str, verb: &'static str) -> Self {
+        Db {
+            tx,
+            q,
+            verb,
+            now: Cell::new(None),
+            woke: Cell::new(false),
+        }
+    }
+
+    fn e(&self, e: rusqlite::Error) -> crate::Error {
+        sql_error(self.verb, e)
+    }
+
+    /// The store's clock in ms, read once per transaction (as a script reads TIME once).
+    pub(crate) fn now(&self) -> i64 {
+        if let Some(t) = self.now.get() {
+            return t;
+        }
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        self.now.set(Some(t));
+        t
+    }
+
+    // ---- strings and counters (emq_kv)
+
+    pub(crate) fn kv_get(&self, key: &str) -> R<Option<i64>> {
+        self.tx
+            .prepare_cached("SELECT value FROM emq_kv WHERE queue = ?1 AND key = ?2")
+            .and_then(|mut s| s.query_row(params![self.q, key], |r| r.get(0)).optional())
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn kv_set(&self, key: &str, value: i64) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_kv (queue, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (queue, key) DO UPDATE SET value = excluded.value")
+            .and_then(|mut s| s.execute(params![self.q, key, value]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn kv_del(&self, key: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_kv WHERE queue = ?1 AND key = ?2")
+            .and_then(|mut s| s.execute(params![self.q, key]))
+            .map(|n| n > 0)
+            .map_err(|e| self.e(e))
+    }
+
+    /// INCRBY: the new value.
+    pub(crate) fn kv_incr(&self, key: &str, by: i64) -> R<i64> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_kv (queue, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (queue, key) DO UPDATE SET value = value + excluded.value RETURNING value")
+            .and_then(|mut s| s.query_row(params![self.q, key, by], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn exists_flag(&self, key: &str) -> R<bool> {
+        Ok(self.kv_get(key)?.is_some())
+    }
+
+    /// HINCRBY emq:{q}:metrics:<event> count n
+    pub(crate) fn count(&self, event: &str, n: i64) -> R<()> {
+        if n > 0 {
+            self.kv_incr(&format!("metrics:{event}"), n)?;
+        }
+        Ok(())
+    }
+
+    /// RPUSH of n wake tokens, trimmed to 16.
+    pub(crate) fn wake(&self, n: i64) -> R<()> {
+        if n <= 0 {
+            return Ok(());
+        }
+        let have = self.kv_get("wakes")?.unwrap_or(0);
+        self.kv_set("wakes", (have + n).min(16))?;
+        self.woke.set(true);
+        Ok(())
+    }
+
+    /// LPOP of one wake token: true when there was one.
+    pub(crate) fn take_wake(&self) -> R<bool> {
+        self.tx
+            .prepare_cached("UPDATE emq_kv SET value = value - 1 WHERE queue = ?1 AND key = 'wakes' AND value > 0")
+            .and_then(|mut s| s.execute(params![self.q]))
+            .map(|n| n > 0)
+            .map_err(|e| self.e(e))
+    }
+
+    // ---- rows (emq_jobs)
+
+    pub(crate) fn row(&self, id: &str) -> R<Option<Row>> {
+        self.tx
+            .prepare_cached(
+                "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at \
+                 FROM emq_jobs WHERE queue = ?1 AND id = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.q, id], |r| {
+                    Ok(Row {
+                        data: r.get(0)?,
+                        state: r.get(1)?,
+                        attempts: r.get(2)?,
+                        group: r.get(3)?,
+                        max_attempts: r.get(4)?,
+                        run_at: r.get(5)?,
+                        stalled: r.get(6)?,
+                        last_error: r.get(7)?,
+                        cancel: r.get(8)?,
+                        output: r.get(9)?,
+                        finished_at: r.get(10)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn row_exists(&self, id: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("SELECT 1 FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+            .and_then(|mut s| s.exists(params![self.q, id]))
+            .map_err(|e| self.e(e))
+    }
+
+    /// HSET: the fields written, the row created when absent.
+    pub(crate) fn hset(&self, id: &str, fields: &[Field<'_>]) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_jobs (queue, id) VALUES (?1, ?2) ON CONFLICT (queue, id) DO NOTHING")
+            .and_then(|mut s| s.execute(params![self.q, id]))
+            .map_err(|e| self.e(e))?;
+        for f in fields {
+            let sql = format!("UPDATE emq_jobs SET {} = ?3 WHERE queue = ?1 AND id = ?2", f.column());
+            self.tx
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.execute(params![self.q, id, f.value()]))
+                .map_err(|e| self.e(e))?;
+        }
+        Ok(())
+    }
+
+    /// A new waiting row, written whole (the hot path of enqueue).
+    pub(crate) fn insert_row(
+        &self,
+        id: &str,
+        data: &[u8],
+        state: &str,
+        group: Option<&str>,
+        max_attempts: Option<&str>,
+        run_at: Option<i64>,
+    ) -> R<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, id, data, state, group, max_attempts, run_at.map(|t| t.to_string())]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    /// HDEL of fields.
+    pub(crate) fn hdel(&self, id: &str, cols: &[Col]) -> R<()> {
+        for c in cols {
+            let sql = format!("UPDATE emq_jobs SET {} = NULL WHERE queue = ?1 AND id = ?2", c.column());
+            self.tx
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.execute(params![self.q, id]))
+                .map_err(|e| self.e(e))?;
+        }
+        Ok(())
+    }
+
+    /// DEL of a row.
+    pub(crate) fn del_row(&self, id: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+            .and_then(|mut s| s.execute(params![self.q, id]))
+            .map(|n| n > 0)
+            .map_err(|e| self.e(e))
+    }
+
+    // ---- sorted sets (emq_zsets)
+
+    pub(crate) fn zadd(&self, z: &str, score: i64, member: &str) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue, zset, member) DO UPDATE SET score = excluded.score")
+            .and_then(|mut s| s.execute(params![self.q, z, member, score]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZADD XX: only an existing member's score moves. True when it existed.
+    pub(crate) fn zadd_xx(&self, z: &str, score: i64, member: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("UPDATE emq_zsets SET score = ?4 WHERE queue = ?1 AND zset = ?2 AND member = ?3")
+            .and_then(|mut s| s.execute(params![self.q, z, member, score]))
+            .map(|n| n > 0)
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZREM: true when it was a member.
+    pub(crate) fn zrem(&self, z: &str, member: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3")
+            .and_then(|mut s| s.execute(params![self.q, z, member]))
+            .map(|n| n > 0)
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn zscore(&self, z: &str, member: &str) -> R<Option<i64>> {
+        self.tx
+            .prepare_cached("SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3")
+            .and_then(|mut s| s.query_row(params![self.q, z, member], |r| r.get(0)).optional())
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn zcard(&self, z: &str) -> R<i64> {
+        self.tx
+            .prepare_cached("SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2")
+            .and_then(|mut s| s.query_row(params![self.q, z], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZCARD > 0, without counting: O(1) where a count is O(n).
+    pub(crate) fn znonempty(&self, z: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("SELECT 1 FROM emq_zsets WHERE queue = ?1 AND zset = ?2 LIMIT 1")
+            .and_then(|mut s| s.exists(params![self.q, z]))
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZRANGE by rank, `limit` members from `offset` (ascending; `rev` = ZREVRANGE).
+    pub(crate) fn zrange(&self, z: &str, offset: i64, limit: i64, rev: bool) -> R<Vec<String>> {
+        let sql = if rev {
+            "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score DESC, member DESC LIMIT ?3 OFFSET ?4"
+        } else {
+            "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT ?3 OFFSET ?4"
+        };
+        self.strings(sql, params![self.q, z, limit, offset])
+    }
+
+    /// ZRANGE … WITHSCORES of the lowest member.
+    pub(crate) fn zfirst(&self, z: &str) -> R<Option<(String, i64)>> {
+        self.tx
+            .prepare_cached(
+                "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.q, z], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZRANGEBYSCORE z -inf max LIMIT 0 limit.
+    pub(crate) fn zrange_upto(&self, z: &str, max: i64, limit: i64) -> R<Vec<String>> {
+        self.strings(
+            "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND score <= ?3 ORDER BY score, member LIMIT ?4",
+            params![self.q, z, max, limit],
+        )
+    }
+
+    /// ZPOPMIN z count.
+    pub(crate) fn zpopmin(&self, z: &str, count: i64) -> R<Vec<String>> {
+        let ids = self.zrange(z, 0, count, false)?;
+        for id in &ids {
+            self.zrem(z, id)?;
+        }
+        Ok(ids)
+    }
+
+    // ---- lists (emq_lists)
+
+    fn list_end(&self, list: &str, last: bool) -> R<Option<i64>> {
+        let sql = if last {
+            "SELECT max(pos) FROM emq_lists WHERE queue = ?1 AND list = ?2"
+        } else {
+            "SELECT min(pos) FROM emq_lists WHERE queue = ?1 AND list = ?2"
+        };
+        self.tx
+            .prepare_cached(sql)
+            .and_then(|mut s| s.query_row(params![self.q, list], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
+    fn list_put(&self, list: &str, pos: i64, member: &str) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_lists (queue, list, pos, member) VALUES (?1, ?2, ?3, ?4)")
+            .and_then(|mut s| s.execute(params![self.q, list, pos, member]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn rpush(&self, list: &str, member: &str) -> R<()> {
+        let pos = self.list_end(list, true)?.map_or(0, |p| p + 1);
+        self.list_put(list, pos, member)
+    }
+
+    pub(crate) fn lpush(&self, list: &str, member: &str) -> R<()> {
+        let pos = self.list_end(list, false)?.map_or(0, |p| p - 1);
+        self.list_put(list, pos, member)
+    }
+
+    pub(crate) fn lpop(&self, list: &str) -> R<Option<String>> {
+        let head: Option<(i64, String)> = self
+            .tx
+            .prepare_cached("SELECT pos, member FROM emq_lists WHERE queue = ?1 AND list = ?2 ORDER BY pos LIMIT 1")
+            .and_then(|mut s| {
+                s.query_row(params![self.q, list], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(|e| self.e(e))?;
+        let Some((pos, member)) = head else { return Ok(None) };
+        self.tx
+            .prepare_cached("DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos = ?3")
+            .and_then(|mut s| s.execute(params![self.q, list, pos]))
+            .map_err(|e| self.e(e))?;
+        Ok(Some(member))
+    }
+
+    pub(crate) fn llen(&self, list: &str) -> R<i64> {
+        self.tx
+            .prepare_cached("SELECT count(*) FROM emq_lists WHERE queue = ?1 AND list = ?2")
+            .and_then(|mut s| s.query_row(params![self.q, list], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
+    /// LLEN > 0, without counting.
+    pub(crate) fn lnonempty(&self, list: &str) -> R<bool> {
+        self.tx
+            .prepare_cached("SELECT 1 FROM emq_lists WHERE queue = ?1 AND list = ?2 LIMIT 1")
+            .and_then(|mut s| s.exists(params![self.q, list]))
+            .map_err(|e| self.e(e))
+    }
+
+    /// LRANGE list offset offset+limit-1.
+    pub(crate) fn lrange(&self, list: &str, offset: i64, limit: i64) -> R<Vec<String>> {
+        self.strings(
+            "SELECT member FROM emq_lists WHERE queue = ?1 AND list = ?2 ORDER BY pos LIMIT ?3 OFFSET ?4",
+            params![self.q, list, limit, offset],
+        )
+    }
+
+    /// LREM list 1 member: the first occurrence. True when found.
+    pub(crate) fn lrem(&self, list: &str, member: &str) -> R<bool> {
+        self.tx
+            .prepare_cached(
+                "DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos = \
+                 (SELECT pos FROM emq_lists WHERE queue = ?1 AND list = ?2 AND member = ?3 ORDER BY pos LIMIT 1)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, list, member]))
+            .map(|n| n > 0)
+            .map_err(|e| self.e(e))
+    }
+
+    // ---- the groups hash (emq_groups)
+
+    pub(crate) fn gget(&self, field: &str) -> R<Option<String>> {
+        self.tx
+            .prepare_cached("SELECT value FROM emq_groups WHERE queue = ?1 AND field = ?2")
+            .and_then(|mut s| s.query_row(params![self.q, field], |r| r.get(0)).optional())
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn gset(&self, field: &str, value: &str) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_groups (queue, field, value) VALUES (?1, ?2, ?3) ON CONFLICT (queue, field) DO UPDATE SET value = excluded.value")
+            .and_then(|mut s| s.execute(params![self.q, field, value]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn gdel(&self, field: &str) -> R<()> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_groups WHERE queue = ?1 AND field = ?2")
+            .and_then(|mut s| s.execute(params![self.q, field]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    /// Every field of the groups hash, by name.
+    pub(crate) fn gfields(&self) -> R<Vec<String>> {
+        self.strings(
+            "SELECT field FROM emq_groups WHERE queue = ?1 ORDER BY field",
+            params![self.q],
+        )
+    }
+
+    // ---- records and cancel requests
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn record(
+        &self,
+        recmax: i64,
+        id: &str,
+        status: &str,
+        attempts: &str,
+        field: &str,
+        value: Option<&[u8]>,
+    ) -> R<()> {
+        if recmax <= 0 {
+            return Ok(());
+        }
+        let now = self.now();
+        self.tx
+            .prepare_cached("INSERT INTO emq_records (queue, id, status, attempts, field, value, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")
+            .and_then(|mut s| s.execute(params![self.q, id, status, attempts, value.map(|_| field), value, now]))
+            .map_err(|e| self.e(e))?;
+        // MAXLEN ~ recmax: trimmed now and then, as Redis trims whole nodes
+        self.tx
+            .prepare_cached(
+                "DELETE FROM emq_records WHERE queue = ?1 AND seq <= \
+                 (SELECT seq FROM emq_records WHERE queue = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, recmax + 100]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn publish_cancel(&self, id: &str, reason: Option<&str>) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_cancels (queue, id, reason) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| s.execute(params![self.q, id, reason]))
+            .map(drop)
+            .map_err(|e| self.e(e))?;
+        self.woke.set(true);
+        Ok(())
+    }
+
+    // ---- whole-queue statements (queues, obliterate)
+
+    pub(crate) fn register(&self) -> R<()> {
+        self.tx
+            .prepare_cached("INSERT INTO emq_queues (queue) VALUES (?1) ON CONFLICT DO NOTHING")
+            .and_then(|mut s| s.execute(params![self.q]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    pub(crate) fn unregister(&self) -> R<()> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_queues WHERE queue = ?1")
+            .and_then(|mut s| s.execute(params![self.q]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    /// Deletes every remaining key of the queue but its rows (obliterate's last step).
+    pub(crate) fn delete_queue_keys(&self) -> R<()> {
+        for table in [
+            "emq_kv",
+            "emq_zsets",
+            "emq_lists",
+            "emq_groups",
+            "emq_records",
+            "emq_cancels",
+        ] {
+            self.tx
+                .execute(&format!("DELETE FROM {table} WHERE queue = ?1"), params![self.q])
+                .map_err(|e| self.e(e))?;
+        }
+        Ok(())
+    }
+
+    fn strings(&self, sql: &str, p: impl rusqlite::Params) -> R<Vec<String>> {
+        let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.e(e))?;
+        let rows = stmt.query_map(p, |r| r.get::<_, String>(0)).map_err(|e| self.e(e))?;
+        rows.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| self.e(e))
+    }
+}

@@ -1,0 +1,81 @@
+//! The twin of `scripts/retry.lua`: fenced; the holder hands the job back after a failure. At its
+//! budget (attempts ≥ its own max_attempts, else the default) it goes dead (metrics failed); else it
+//! waits in `scheduled` until now + delay (delay 0: ready at once), the error as last_error (metrics
+//! retried). A lane job frees its slot either way.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::common::{bury, fence, leave_lane, ready, ring_step_flat};
+use super::db::{Db, Field};
+use crate::error::{Error, Result};
+use crate::store::{Retried, Settled};
+
+pub(crate) fn retry(
+    db: &Db,
+    id: &str,
+    token: u64,
+    delay_ms: i64,
+    max_attempts: i64,
+    error: &str,
+    recmax: i64,
+) -> Result<Retried> {
+    if delay_ms < 0 || max_attempts < 1 {
+        return Err(Error::Store {
+            verb: "retry",
+            reason: "retry: delay, max_attempts or record".into(),
+        });
+    }
+    let g = match fence(db, id, token)? {
+        Ok(g) => g,
+        Err(Settled::Gone) => return Ok(Retried::Gone),
+        Err(_) => return Ok(Retried::Stale),
+    };
+    // tonumber(HGET max_attempts or default) or default
+    let maxa = hget_max_attempts(db, id)?
+        .and_then(|m| lua_number(&m))
+        .unwrap_or(max_attempts as f64);
+    if !db.zrem("active", id)? {
+        return Ok(Retried::Stale);
+    }
+    let now = db.now();
+    let token_s = token.to_string();
+    let reply = if token as f64 >= maxa {
+        bury(db, id, error)?;
+        db.count("failed", 1)?;
+        db.record(recmax, id, "dead", &token_s, "error", Some(error.as_bytes()))?;
+        Retried::Dead
+    } else {
+        db.hset(id, &[Field::LastError(error)])?;
+        if delay_ms > 0 {
+            db.hset(id, &[Field::State("scheduled"), Field::RunAt(now + delay_ms)])?;
+            db.zadd("scheduled", now + delay_ms, id)?;
+        } else {
+            ready(db, id, g.as_deref())?;
+            if g.is_none() {
+                ring_step_flat(db)?;
+                db.wake(1)?;
+            }
+        }
+        db.count("retried", 1)?;
+        Retried::Retrying
+    };
+    // after the job is back in its lane, so the ring step sees it
+    if let Some(g) = g.as_deref() {
+        leave_lane(db, g)?;
+    }
+    Ok(reply)
+}
+
+/// Lua's `tonumber` of a stored number: surrounding spaces allowed, a finite decimal, else `None`.
+fn lua_number(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+/// HGET job:<id> max_attempts — without reading the payload.
+fn hget_max_attempts(db: &Db, id: &str) -> Result<Option<String>> {
+    db.sql()
+        .prepare_cached("SELECT max_attempts FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .and_then(|mut s| s.query_row(params![db.queue(), id], |r| r.get(0)).optional())
+        .map(Option::flatten)
+        .map_err(|e| db.err(e))
+}

@@ -1,0 +1,230 @@
+//! The probe of the Redis store: its own connection, reading and writing the queue's keys raw.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use echomq::store::redis::RedisStore;
+use echomq::store::Store;
+use echomq::{JobId, QueueName};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+use super::{Record, Snapshot};
+
+#[derive(Clone)]
+pub struct RedisProbe {
+    conn: MultiplexedConnection,
+    /// `emq:{q}:`, the queue's key base.
+    base: String,
+    url: String,
+}
+
+impl RedisProbe {
+    pub async fn open(url: &str, q: &QueueName) -> Self {
+        let client = redis::Client::open(url).expect("client");
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("probe connection");
+        RedisProbe {
+            conn,
+            base: format!("emq:{{{}}}:", q.as_str()),
+            url: url.to_string(),
+        }
+    }
+
+    /// A raw connection and the queue's key base, for the Redis-only script tests.
+    #[allow(dead_code)] // used by tests/redis_scripts.rs only
+    pub fn raw(&self) -> (MultiplexedConnection, &str) {
+        (self.conn.clone(), &self.base)
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.base)
+    }
+
+    fn row_key(&self, id: &JobId) -> String {
+        self.key(&format!("job:{id}"))
+    }
+
+    pub async fn wakes(&self) -> u64 {
+        self.conn.clone().llen(self.key("wake")).await.expect("LLEN wake")
+    }
+
+    pub async fn clear_wakes(&self) {
+        let _: () = self.conn.clone().del(self.key("wake")).await.expect("DEL wake");
+    }
+
+    pub async fn slots(&self) -> HashMap<String, u64> {
+        let all: HashMap<String, String> = self.conn.clone().hgetall(self.key("groups")).await.expect("HGETALL");
+        all.into_iter()
+            .filter_map(|(k, v)| {
+                k.strip_prefix("a:")
+                    .map(|g| (g.to_string(), v.parse().expect("a: is an integer")))
+            })
+            .collect()
+    }
+
+    pub async fn ring(&self) -> Vec<String> {
+        self.conn
+            .clone()
+            .lrange(self.key("ring"), 0, -1)
+            .await
+            .expect("LRANGE ring")
+    }
+
+    pub async fn group_fields(&self) -> Vec<String> {
+        let mut fields: Vec<String> = self.conn.clone().hkeys(self.key("groups")).await.expect("HKEYS");
+        fields.sort();
+        fields
+    }
+
+    pub async fn row_field(&self, id: &JobId, field: &str) -> Option<String> {
+        self.conn.clone().hget(self.row_key(id), field).await.expect("HGET")
+    }
+
+    pub async fn set_row_field(&self, id: &JobId, field: &str, value: &str) {
+        let _: () = self
+            .conn
+            .clone()
+            .hset(self.row_key(id), field, value)
+            .await
+            .expect("HSET");
+    }
+
+    pub async fn del_row_field(&self, id: &JobId, field: &str) {
+        let _: () = self.conn.clone().hdel(self.row_key(id), field).await.expect("HDEL");
+    }
+
+    pub async fn del_row(&self, id: &JobId) -> bool {
+        let n: u64 = self.conn.clone().del(self.row_key(id)).await.expect("DEL");
+        n == 1
+    }
+
+    pub async fn row_exists(&self, id: &JobId) -> bool {
+        self.conn.clone().exists(self.row_key(id)).await.expect("EXISTS")
+    }
+
+    pub async fn score(&self, set: &str, id: &JobId) -> Option<u64> {
+        let score: Option<f64> = self
+            .conn
+            .clone()
+            .zscore(self.key(set), id.as_str())
+            .await
+            .expect("ZSCORE");
+        score.map(|s| s as u64)
+    }
+
+    pub async fn set_len(&self, set: &str) -> u64 {
+        self.conn.clone().zcard(self.key(set)).await.expect("ZCARD")
+    }
+
+    pub async fn remove_from_set(&self, set: &str, id: &JobId) -> bool {
+        let n: u64 = self.conn.clone().zrem(self.key(set), id.as_str()).await.expect("ZREM");
+        n == 1
+    }
+
+    pub async fn now_ms(&self) -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("TIME");
+        s * 1000 + us / 1000
+    }
+
+    pub async fn records(&self) -> Vec<Record> {
+        let entries: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+            .arg(self.key("completions"))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut self.conn.clone())
+            .await
+            .expect("XRANGE completions");
+        entries
+            .into_iter()
+            .map(|(entry, mut fields)| {
+                let mut take = |name: &str| fields.remove(name);
+                let record = Record {
+                    id: take("id").expect("a record names its job"),
+                    status: take("status").expect("a record has a status"),
+                    attempts: take("attempts").expect("a record has attempts"),
+                    output: take("output"),
+                    error: take("error"),
+                    at: take("at")
+                        .expect("a record has its time")
+                        .parse()
+                        .expect("at is an integer"),
+                };
+                assert!(fields.is_empty(), "record {entry} has unknown fields {fields:?}");
+                record
+            })
+            .collect()
+    }
+
+    pub async fn keys(&self) -> Vec<String> {
+        let pattern = self.key("*");
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut keys = Vec::new();
+        loop {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .expect("SCAN");
+            keys.extend(
+                batch
+                    .into_iter()
+                    .map(|k| k.strip_prefix(&self.base).expect("a key of the queue").to_string()),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        keys.sort();
+        keys
+    }
+
+    /// Every key with its serialized value (`DUMP`): a counter, a flag, a wake token included.
+    pub async fn snapshot(&self) -> Snapshot {
+        let mut conn = self.conn.clone();
+        let mut out = Vec::new();
+        for key in self.keys().await {
+            let dump: Vec<u8> = redis::cmd("DUMP")
+                .arg(self.key(&key))
+                .query_async(&mut conn)
+                .await
+                .expect("DUMP");
+            out.push((key, dump));
+        }
+        Snapshot(out)
+    }
+
+    pub async fn set_obliterating_mark(&self) {
+        let _: () = self
+            .conn
+            .clone()
+            .set(self.key("obliterating"), 1)
+            .await
+            .expect("SET obliterating");
+    }
+
+    pub async fn clear_obliterating_mark(&self) {
+        let _: () = self
+            .conn
+            .clone()
+            .del(self.key("obliterating"))
+            .await
+            .expect("DEL obliterating");
+    }
+
+    pub async fn store_with_payload_limit(&self, limit: usize) -> Arc<dyn Store> {
+        let store = RedisStore::open(&self.url).await.expect("open the Redis store");
+        Arc::new(store.with_payload_limit(limit))
+    }
+}

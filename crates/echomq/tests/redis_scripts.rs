@@ -1,0 +1,465 @@
+//! Redis-only tests: what is about the Lua scripts themselves rather than the Store contract, so it
+//! runs once against Redis instead of once per store (tests/conformance/ runs every case against
+//! every store). A raw `EVAL` of a script with malformed ARGV writes nothing; the two
+//! self-contained scripts answer as the seed's when `EVAL`ed from their file with the seed's KEYS
+//! and ARGV; and every key a script builds uses a suffix the keyspace lists.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use echomq::keyspace::{METRIC_EVENTS, SUFFIXES};
+use echomq::store::{Counts, SettleOptions};
+use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+
+// The conformance harness (a Redis per process, a fresh queue per case, the probe); this binary uses
+// its Redis half.
+#[allow(dead_code)]
+#[path = "conformance/harness.rs"]
+mod harness;
+
+use harness::{wait_until, Ctx, Snapshot};
+
+/// A lease no case outlives.
+const LEASE: Duration = Duration::from_secs(30);
+/// A lease a case waits out.
+const SHORT: Duration = Duration::from_millis(25);
+const BUDGET: u32 = 10;
+
+/// Runs each case against Redis, one `#[tokio::test]` each.
+macro_rules! redis_cases {
+    ($($case:ident),* $(,)?) => {
+        mod redis_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let ctx = crate::harness::redis_ctx(stringify!($case)).await;
+                    super::$case(&ctx).await;
+                }
+            )*
+        }
+    };
+}
+
+redis_cases!(
+    enqueue_script_that_fails_validation_writes_nothing,
+    sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
+    extend_lock_raw_eval_of_the_file_answers_as_the_seed,
+);
+
+/// The case's raw Redis connection and its queue's key base `emq:{q}:`.
+fn raw(ctx: &Ctx) -> (MultiplexedConnection, String) {
+    let probe = ctx.probe.as_redis().expect("a Redis case");
+    let (conn, base) = probe.raw();
+    (conn, base.to_string())
+}
+
+fn jobs(n: usize) -> Vec<NewJob> {
+    (0..n).map(|i| NewJob::new(format!("{{\"n\":{i}}}"))).collect()
+}
+
+fn id(s: &str) -> JobId {
+    JobId::parse(s).unwrap()
+}
+
+fn group(s: &str) -> GroupName {
+    GroupName::new(s).unwrap()
+}
+
+/// (pending, scheduled, active, dead) of the case's queue.
+async fn sizes(ctx: &Ctx) -> (u64, u64, u64, u64) {
+    let c = counts(ctx).await;
+    (c.pending, c.scheduled, c.active, c.dead)
+}
+
+async fn counts(ctx: &Ctx) -> Counts {
+    ctx.store.counts(&ctx.q).await.unwrap()
+}
+
+async fn snapshot(ctx: &Ctx) -> Snapshot {
+    ctx.probe.snapshot().await
+}
+
+/// Enqueues one flat job and returns its id.
+async fn add(ctx: &Ctx, payload: &str) -> JobId {
+    let replies = ctx.store.enqueue(&ctx.q, &[NewJob::new(payload)]).await.unwrap();
+    replies[0].id().clone()
+}
+
+async fn claim(ctx: &Ctx, n: u32, lease: Duration) -> Vec<ClaimedJob> {
+    ctx.store
+        .claim(&ctx.q, n, lease, BUDGET, SettleOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Claims one job and checks it is `id`.
+async fn claim_id(ctx: &Ctx, id: &JobId, lease: Duration) -> ClaimedJob {
+    let mut got = claim(ctx, 1, lease).await;
+    assert_eq!(got.len(), 1, "claim gave nothing, expected job {id}");
+    let c = got.remove(0);
+    assert_eq!(&c.id, id, "claim gave the wrong job");
+    c
+}
+
+fn ids(claimed: &[ClaimedJob]) -> Vec<JobId> {
+    claimed.iter().map(|c| c.id.clone()).collect()
+}
+
+async fn get(ctx: &Ctx, id: &JobId) -> Job {
+    ctx.store
+        .get(&ctx.q, id)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("job {id} has no row"))
+}
+
+async fn server_ms(ctx: &Ctx) -> u64 {
+    ctx.probe.now_ms().await
+}
+
+async fn zscore(ctx: &Ctx, set: &str, id: &JobId) -> Option<u64> {
+    ctx.probe.score(set, id).await
+}
+
+/// Waits until the store's clock is past `id`'s lease deadline.
+async fn lapse(ctx: &Ctx, id: &JobId) {
+    let deadline = zscore(ctx, "active", id)
+        .await
+        .unwrap_or_else(|| panic!("job {id} is not in active"));
+    wait_until(Duration::from_secs(2), "the lease to lapse", move || async move {
+        server_ms(ctx).await > deadline
+    })
+    .await;
+}
+
+/// A raw `EVAL` of one of the self-contained script files.
+async fn eval_file(ctx: &Ctx, file: &str, keys: &[String], argv: &[String]) -> redis::RedisResult<redis::Value> {
+    let path = format!("{}/scripts/{file}", env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+    let (mut conn, _) = raw(ctx);
+    redis::cmd("EVAL")
+        .arg(source)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(argv)
+        .query_async(&mut conn)
+        .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// a script that fails validation writes nothing
+
+fn script_body(verb: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/");
+    let lib = std::fs::read_to_string(format!("{dir}_lib.lua")).unwrap();
+    let own = std::fs::read_to_string(format!("{dir}{verb}.lua")).unwrap();
+    format!("{lib}\n{own}")
+}
+
+/// Runs the enqueue (group `None`) or genqueue script raw with these per-job ARGV quadruples,
+/// declaring `n` jobs.
+async fn eval_new_jobs(
+    ctx: &Ctx,
+    group: Option<&str>,
+    n: &str,
+    jobs: &[[&str; 4]],
+) -> redis::RedisResult<redis::Value> {
+    let (mut conn, base) = raw(ctx);
+    let verb = if group.is_some() { "genqueue" } else { "enqueue" };
+    let second = match group {
+        Some(g) => format!("{base}lane:{g}"),
+        None => format!("{base}pending"),
+    };
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script_body(verb)).arg(7);
+    for suffix in ["id", "", "scheduled", "ring", "groups", "wake", "obliterating"] {
+        if suffix.is_empty() {
+            cmd.arg(&second);
+        } else {
+            cmd.arg(format!("{base}{suffix}"));
+        }
+    }
+    cmd.arg(&base);
+    if let Some(g) = group {
+        cmd.arg(g);
+    }
+    cmd.arg(n);
+    for job in jobs {
+        for a in job {
+            cmd.arg(*a);
+        }
+    }
+    cmd.query_async(&mut conn).await
+}
+
+pub async fn enqueue_script_that_fails_validation_writes_nothing(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap(); // id 1: the counter exists
+    ctx.store.genqueue(&ctx.q, &group("g"), &jobs(1)).await.unwrap(); // 2
+    ctx.store
+        .enqueue(&ctx.q, &[NewJob::new("x").with_id(JobId::new("taken").unwrap())])
+        .await
+        .unwrap(); // 3
+    let before = snapshot(ctx).await;
+
+    let ok = ["", "0", "", "a"];
+    let fresh = ["fresh-id", "0", "", "b"];
+    let bad_delay = ["", "abc", "", "b"];
+    let negative_delay = ["", "-5", "", "b"];
+    let fractional_delay = ["", "1.5", "", "b"];
+    let bad_max = ["", "0", "0", "b"];
+    let text_max = ["", "0", "many", "b"];
+    let dup = ["taken", "0", "", "b"];
+    // (the refusal's text, the group for genqueue, the declared n, the per-job ARGV)
+    type Case<'a> = (&'a str, Option<&'a str>, &'a str, Vec<[&'a str; 4]>);
+    let malformed: Vec<Case> = vec![
+        ("delay of job 2", None, "3", vec![ok, bad_delay, ok]),
+        ("delay of job 2", Some("g"), "3", vec![fresh, bad_delay, ok]),
+        ("delay of job 3", None, "3", vec![ok, dup, negative_delay]),
+        ("delay of job 2", None, "2", vec![ok, fractional_delay]),
+        ("max_attempts of job 2", None, "3", vec![fresh, bad_max, ok]),
+        ("max_attempts of job 3", Some("g"), "3", vec![ok, ok, text_max]),
+        ("batch shape", None, "3", vec![ok, ok]),
+        ("batch shape", None, "0", vec![]),
+        ("batch shape", None, "x", vec![ok]),
+        ("batch shape", None, "1001", vec![ok]),
+    ];
+    for (what, group, n, batch) in malformed {
+        let err = eval_new_jobs(ctx, group, n, &batch).await.unwrap_err();
+        assert_eq!(err.code(), Some("EMQARGS"), "{what}: {err}");
+        assert!(err.to_string().contains(what), "{what}: {err}");
+        assert_eq!(snapshot(ctx).await, before, "{what}: the failed script wrote nothing");
+    }
+    assert!(ctx.store.get(&ctx.q, &id("fresh-id")).await.unwrap().is_none());
+
+    // the same script with well-formed arguments does write (the refusals above were not vacuous)
+    eval_new_jobs(ctx, None, "2", &[ok, fresh]).await.unwrap();
+    assert_eq!(sizes(ctx).await, (5, 0, 0, 0));
+    let next = ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
+    assert_eq!(
+        next[0].id().as_str(),
+        "6",
+        "the id counter moved only for the jobs written"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// the self-contained scripts, EVALed from their file
+
+pub async fn sweep_stalled_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
+    let alive = add(ctx, "alive").await;
+    claim_id(ctx, &alive, LEASE).await;
+    let a = add(ctx, "a").await;
+    let b = add(ctx, "b").await;
+    let (_, base) = raw(ctx);
+    let keys = [format!("{base}active"), format!("{base}pending"), format!("{base}dead")];
+    let run = |max_stalled: u32, limit: u32| {
+        let keys = keys.clone();
+        let argv = [base.to_string(), max_stalled.to_string(), limit.to_string()];
+        async move {
+            let v = eval_file(ctx, "sweep_stalled.lua", &keys, &argv).await.unwrap();
+            redis::from_redis_value::<(Vec<String>, Vec<String>)>(v).unwrap()
+        }
+    };
+    let s = |ids: &[&JobId]| ids.iter().map(|i| i.to_string()).collect::<Vec<_>>();
+    assert_eq!(run(2, 100).await, (vec![], vec![]), "nothing lapsed yet");
+    assert_eq!(ids(&claim(ctx, 2, SHORT).await), [a.clone(), b.clone()]);
+    lapse(ctx, &a).await;
+    lapse(ctx, &b).await;
+    assert_eq!(
+        run(2, 1).await,
+        (s(&[&a]), vec![]),
+        "{{recovered, dead}}, at most limit"
+    );
+    assert_eq!(run(2, 1).await, (s(&[&b]), vec![]));
+    assert_eq!(get(ctx, &a).await.stalled, 1);
+    let again = claim(ctx, 2, SHORT).await;
+    assert_eq!(again.len(), 2);
+    lapse(ctx, &a).await;
+    lapse(ctx, &b).await;
+    let t0 = server_ms(ctx).await;
+    assert_eq!(run(2, 100).await, (vec![], s(&[&a, &b])), "the second stall of 2: dead");
+    let t1 = server_ms(ctx).await;
+    for id in [&a, &b] {
+        let row = get(ctx, id).await;
+        assert_eq!(
+            (row.state, row.last_error.as_deref()),
+            (JobState::Dead, Some("stalled"))
+        );
+        let died = zscore(ctx, "dead", id).await.unwrap();
+        assert!((t0..=t1).contains(&died), "scored with the server's time, not 0");
+    }
+    let n = counts(ctx).await;
+    assert_eq!((n.stalled, n.failed), (2, 2));
+    assert_eq!(
+        get(ctx, &alive).await.state,
+        JobState::Active,
+        "an unexpired lease stays"
+    );
+    let bad = eval_file(
+        ctx,
+        "sweep_stalled.lua",
+        &keys,
+        &[base.to_string(), "0".into(), "10".into()],
+    )
+    .await;
+    assert_eq!(bad.unwrap_err().code(), Some("EMQARGS"), "max_stalled 0 is refused");
+}
+
+pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
+    let id = add(ctx, "p").await;
+    let c = claim_id(ctx, &id, Duration::from_secs(1)).await;
+    let (_, base) = raw(ctx);
+    let keys = [format!("{base}active"), format!("{base}job:{id}")];
+    let argv = |token: u64, lease_ms: u64| [id.to_string(), token.to_string(), lease_ms.to_string()];
+    let before = zscore(ctx, "active", &id).await.unwrap();
+    let t0 = server_ms(ctx).await;
+    let ok = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts, 60_000)).await;
+    let t1 = server_ms(ctx).await;
+    assert_eq!(redis::from_redis_value::<i64>(ok.unwrap()).unwrap(), 1);
+    let after = zscore(ctx, "active", &id).await.unwrap();
+    assert!(after > before && (t0 + 60_000..=t1 + 60_000).contains(&after));
+    let stale = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts + 1, 60_000)).await;
+    let err = stale.unwrap_err();
+    assert_eq!(err.code(), Some("EMQSTALE"), "a stale holder gets EMQSTALE: {err}");
+    assert_eq!(zscore(ctx, "active", &id).await, Some(after), "nothing written");
+    let missing = [format!("{base}active"), format!("{base}job:nope")];
+    let gone = eval_file(
+        ctx,
+        "extend_lock.lua",
+        &missing,
+        &["nope".into(), "1".into(), "60000".into()],
+    )
+    .await;
+    assert_eq!(redis::from_redis_value::<i64>(gone.unwrap()).unwrap(), -1);
+    assert_eq!(zscore(ctx, "active", &JobId::new("nope").unwrap()).await, None);
+    // DESIGN's fix: the holder's token but the id not in active → EMQSTALE, never re-added
+    let (mut conn, _) = raw(ctx);
+    let _: u64 = conn.zrem(&keys[0], id.as_str()).await.unwrap();
+    let out = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts, 60_000)).await;
+    assert_eq!(out.unwrap_err().code(), Some("EMQSTALE"));
+    assert_eq!(zscore(ctx, "active", &id).await, None, "not re-added to active");
+}
+
+// ---------------------------------------------------------------------------------------------
+// the keyspace: every key a script builds is the base plus a listed suffix
+
+/// True when `suffix` (what follows `emq:{q}:`) is listed: exactly, or as a listed prefix ending in
+/// `:` followed by a name (a metrics event must be one of the counted events).
+fn suffix_is_listed(suffix: &str) -> bool {
+    SUFFIXES.iter().any(|s| {
+        if suffix == *s {
+            return true;
+        }
+        match suffix.strip_prefix(s) {
+            Some(rest) if s.ends_with(':') && !rest.is_empty() => {
+                *s != "metrics:" || rest.starts_with('<') || METRIC_EVENTS.contains(&rest)
+            }
+            _ => false,
+        }
+    })
+}
+
+/// `(identifier, literal)` for every `identifier .. 'literal'` (or "literal") in a line of Lua code.
+fn concatenations(code: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("..") {
+        let left = rest[..at].trim_end();
+        let ident: String = left
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '[' | ']'))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let right = rest[at + 2..].trim_start();
+        if let Some(q) = right.chars().next().filter(|c| *c == '\'' || *c == '"') {
+            if let Some(end) = right[1..].find(q) {
+                out.push((ident, right[1..=end].to_string()));
+            }
+        }
+        rest = &rest[at + 2..];
+    }
+    out
+}
+
+#[test]
+fn every_key_suffix_a_script_builds_is_in_the_keyspace() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts");
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lua"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 27,
+        "every verb's script and _lib.lua: found {}",
+        files.len()
+    );
+    let looks_like_a_key =
+        |lit: &str| !lit.is_empty() && lit.chars().all(|c| c.is_ascii_lowercase() || matches!(c, '_' | ':'));
+    let (mut built, mut documented) = (0, 0);
+    let mut unlisted = Vec::new();
+    for path in &files {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(path).unwrap();
+        // names a script binds to the queue base ARGV[1] (besides the conventional base / p)
+        let mut bases = vec!["base".to_string(), "p".to_string(), "ARGV[1]".to_string()];
+        for line in text.lines() {
+            if let Some((lhs, rhs)) = line.trim().strip_prefix("local ").and_then(|l| l.split_once('=')) {
+                if rhs.trim().starts_with("ARGV[1]") {
+                    bases.push(lhs.split(',').next().unwrap().trim().to_string());
+                }
+            }
+        }
+        for (n, line) in text.lines().enumerate() {
+            let (code, comment) = line.split_once("--").unwrap_or((line, ""));
+            for (ident, lit) in concatenations(code) {
+                if !looks_like_a_key(&lit) {
+                    continue; // a message ("' in active'", "': '"), not a key
+                }
+                if !bases.contains(&ident) {
+                    unlisted.push(format!(
+                        "{name}:{}: `{ident} .. '{lit}'` builds a key from something not the queue base",
+                        n + 1
+                    ));
+                    continue;
+                }
+                built += 1;
+                if !suffix_is_listed(&lit) {
+                    unlisted.push(format!("{name}:{}: suffix '{lit}'", n + 1));
+                }
+            }
+            // the header contract names keys as emq:{q}:<suffix>
+            let mut rest = comment;
+            while let Some(at) = rest.find("emq:{q}:") {
+                rest = &rest[at + "emq:{q}:".len()..];
+                let suffix: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ':' | '<' | '>'))
+                    .collect();
+                if suffix.is_empty() {
+                    continue; // the base itself
+                }
+                documented += 1;
+                if !suffix_is_listed(&suffix) {
+                    unlisted.push(format!("{name}:{}: documented key emq:{{q}}:{suffix}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        built >= 50,
+        "the scan found only {built} key builds: is it still reading the scripts?"
+    );
+    assert!(documented >= 50, "the scan found only {documented} documented keys");
+    assert!(
+        unlisted.is_empty(),
+        "keys not in keyspace::SUFFIXES:\n{}",
+        unlisted.join("\n")
+    );
+}
