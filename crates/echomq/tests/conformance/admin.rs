@@ -1187,9 +1187,10 @@ pub async fn list_dead_gives_newest_first(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(4)).await.unwrap();
     let claimed = claim(ctx, 4).await;
     for i in [2, 0, 3, 1] {
-        let now = store_now(ctx).await;
         discard_all(ctx, &claimed[i..=i]).await;
-        after(ctx, now + 1).await;
+        // past this death's own score (not the time before the call: a slow call can outlast it)
+        let died = ctx.probe.score("dead", &claimed[i].id).await.unwrap();
+        after(ctx, died).await;
     }
     assert_eq!(strs(&list(ctx, JobState::Dead).await), ["2", "4", "1", "3"]);
     let page = ctx.store.list(&ctx.q, JobState::Dead, 1, 2).await.unwrap();
@@ -1200,17 +1201,16 @@ pub async fn list_dead_gives_newest_first(ctx: &Ctx) {
 pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(5)).await.unwrap();
     let claimed = claim(ctx, 3).await; // 1 2 3
+                                       // each wait passes the finished row's own score, so the next finish scores later
     for c in [&claimed[1], &claimed[0]] {
-        let now = store_now(ctx).await;
         let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, RETAIN).await;
         assert_eq!(done.unwrap(), Settled::Ok);
-        after(ctx, now + 1).await;
+        after(ctx, ctx.probe.score("completed", &c.id).await.unwrap()).await;
     }
     for i in ["5", "4"] {
-        let now = store_now(ctx).await;
         let done = ctx.store.cancel(&ctx.q, &id(i), None, RETAIN).await;
         assert_eq!(done.unwrap(), Cancelled::Cancelled);
-        after(ctx, now + 1).await;
+        after(ctx, ctx.probe.score("completed", &id(i)).await.unwrap()).await;
     }
     assert_eq!(strs(&list(ctx, JobState::Completed).await), ["1", "2"]);
     assert_eq!(strs(&list(ctx, JobState::Cancelled).await), ["4", "5"]);

@@ -17,7 +17,8 @@ pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64
         match fence(db, id, c.token)? {
             Err(refused) => reply.push(refused),
             Ok(group) => {
-                if db.zscore("active", id)?.is_none() || !seen.insert(id) {
+                // the membership test is the ZREM the settle needs anyway (a repeat finds it gone)
+                if !seen.insert(id) || !db.zrem("active", id)? {
                     reply.push(Settled::Stale);
                 } else {
                     reply.push(Settled::Ok);
@@ -29,7 +30,6 @@ pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64
     }
     for &i in &done {
         let c = &jobs[i];
-        db.zrem("active", c.id.as_str())?;
         finish(
             db,
             c.id.as_str(),

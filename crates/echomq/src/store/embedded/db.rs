@@ -244,18 +244,29 @@ impl<'a> Db<'a> {
 
     /// HSET: the fields written, the row created when absent.
     pub(crate) fn hset(&self, id: &str, fields: &[Field<'_>]) -> R<()> {
-        self.tx
-            .prepare_cached("INSERT INTO emq_jobs (queue, id) VALUES (?1, ?2) ON CONFLICT (queue, id) DO NOTHING")
-            .and_then(|mut s| s.execute(params![self.q, id]))
-            .map_err(|e| self.e(e))?;
-        for f in fields {
-            let sql = format!("UPDATE emq_jobs SET {} = ?3 WHERE queue = ?1 AND id = ?2", f.column());
-            self.tx
-                .prepare_cached(&sql)
-                .and_then(|mut s| s.execute(params![self.q, id, f.value()]))
-                .map_err(|e| self.e(e))?;
+        if fields.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // one upsert for every field: the statement text depends only on which fields, so the
+        // cache holds a handful of them
+        let cols: Vec<&str> = fields.iter().map(Field::column).collect();
+        let marks: Vec<String> = (0..cols.len()).map(|i| format!("?{}", i + 3)).collect();
+        let sets: Vec<String> = cols.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+        let sql = format!(
+            "INSERT INTO emq_jobs (queue, id, {}) VALUES (?1, ?2, {}) ON CONFLICT (queue, id) DO UPDATE SET {}",
+            cols.join(", "),
+            marks.join(", "),
+            sets.join(", ")
+        );
+        let mut values: Vec<rusqlite::types::Value> = Vec::with_capacity(fields.len() + 2);
+        values.push(self.q.to_string().into());
+        values.push(id.to_string().into());
+        values.extend(fields.iter().map(Field::value));
+        self.tx
+            .prepare_cached(&sql)
+            .and_then(|mut s| s.execute(rusqlite::params_from_iter(values)))
+            .map(drop)
+            .map_err(|e| self.e(e))
     }
 
     /// A new waiting row, written whole (the hot path of enqueue).
