@@ -48,3 +48,9 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
+# the examples run, not only build: the no-server ones on the embedded store, then the Redis one
+# against the server started above
+for ex in enqueue_and_consume groups delays_and_retries cancel graceful_stop; do
+  cargo run -q --locked -p echomq --example "$ex"
+done
+EMQ_URL="$EMQ_TEST_REDIS_URL" cargo run -q --locked -p echomq --example redis

@@ -1,0 +1,491 @@
+//! The consumer, unchanged, on the embedded store (through `park` and `cancel_requests`):
+//! processing with concurrency, lanes under their limits, a parked consumer woken at once by an
+//! enqueue in the same process, a cancel from another handle on the same file, completion records,
+//! the locks plane, and the stalled sweep.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use echomq::consumer::Recovery;
+use echomq::store::embedded::EmbeddedStore;
+use echomq::store::{Cancelled, LimitTarget, SettleOptions, StalledPolicy};
+use echomq::{Consumer, ConsumerOptions, GroupName, JobContext, JobState, NewJob, QueueName, Store, Verdict};
+use tokio::sync::mpsc;
+
+/// A database file of the test's own, removed with the directory.
+struct Db {
+    dir: tempfile::TempDir,
+}
+
+impl Db {
+    fn new() -> Db {
+        Db {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("q.db")
+    }
+
+    /// A new handle (its own connection and thread) on the file.
+    async fn open(&self) -> EmbeddedStore {
+        EmbeddedStore::open(self.path().to_str().unwrap()).await.unwrap()
+    }
+
+    async fn store(&self) -> Arc<dyn Store> {
+        Arc::new(self.open().await)
+    }
+}
+
+fn q() -> QueueName {
+    QueueName::new("q").unwrap()
+}
+
+fn fast() -> ConsumerOptions {
+    ConsumerOptions::default()
+        .with_beat(Duration::from_millis(200))
+        .with_retry_delay(Duration::from_millis(10))
+}
+
+async fn wait_until<F, Fut>(within: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !f().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn completed(store: &Arc<dyn Store>, q: &QueueName) -> u64 {
+    store.counts(q).await.unwrap().completed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_is_processed_once_at_concurrency_8() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let jobs: Vec<NewJob> = (0..1000).map(|i| NewJob::new(format!("{i}"))).collect();
+    store.enqueue(&q, &jobs).await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handler = {
+        let (seen, running, most) = (seen.clone(), running.clone(), most.clone());
+        move |job: JobContext| {
+            let (seen, running, most) = (seen.clone(), running.clone(), most.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                seen.lock().unwrap().push(String::from_utf8(job.payload).unwrap());
+                running.fetch_sub(1, Ordering::SeqCst);
+                Verdict::Done
+            }
+        }
+    };
+    let c = Consumer::start(store.clone(), q.clone(), handler, fast().with_concurrency(8)).unwrap();
+    wait_until(Duration::from_secs(60), "1000 completed", || async {
+        completed(&store, &q).await == 1000
+    })
+    .await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1000, "each job ran once");
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 1000, "no job ran twice");
+    let most = most.load(Ordering::SeqCst);
+    assert!((2..=8).contains(&most), "at most 8 at once, and more than one: {most}");
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.pending, counts.active, counts.dead), (0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_hold_each_group_to_its_limit_while_groups_and_flat_jobs_run_side_by_side() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let wide = GroupName::new("wide").unwrap();
+    store
+        .set_group_limit(&q, &LimitTarget::Group(wide.clone()), 2)
+        .await
+        .unwrap();
+    let mut limits = HashMap::from([("wide".to_string(), 2)]);
+    let jobs = |n: usize| (0..n).map(|i| NewJob::new(format!("{i}"))).collect::<Vec<_>>();
+    store.genqueue(&q, &wide, &jobs(20)).await.unwrap();
+    for g in ["a", "b", "c"] {
+        store
+            .genqueue(&q, &GroupName::new(g).unwrap(), &jobs(10))
+            .await
+            .unwrap();
+        limits.insert(g.to_string(), 1); // the default limit
+    }
+    store.enqueue(&q, &jobs(20)).await.unwrap(); // flat: no limit but the concurrency
+
+    #[derive(Default)]
+    struct Seen {
+        running: HashMap<String, usize>,
+        most: HashMap<String, usize>,
+        total: usize,
+        total_most: usize,
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let handler = {
+        let seen = seen.clone();
+        move |job: JobContext| {
+            let seen = seen.clone();
+            async move {
+                let g = job.group.map(|g| g.to_string()).unwrap_or_else(|| "(flat)".into());
+                {
+                    let mut s = seen.lock().unwrap();
+                    let now = *s.running.entry(g.clone()).and_modify(|n| *n += 1).or_insert(1);
+                    let most = s.most.entry(g.clone()).or_default();
+                    *most = (*most).max(now);
+                    s.total += 1;
+                    s.total_most = s.total_most.max(s.total);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let mut s = seen.lock().unwrap();
+                *s.running.get_mut(&g).unwrap() -= 1;
+                s.total -= 1;
+                Verdict::Done
+            }
+        }
+    };
+    let c = Consumer::start(store.clone(), q.clone(), handler, fast().with_concurrency(8)).unwrap();
+    wait_until(Duration::from_secs(30), "70 completed", || async {
+        completed(&store, &q).await == 70
+    })
+    .await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let s = seen.lock().unwrap();
+    for (g, limit) in &limits {
+        let most = s.most.get(g).copied().unwrap_or(0);
+        assert!(most <= *limit, "group {g} ran {most} at once, over its limit {limit}");
+    }
+    assert_eq!(s.most.get("wide"), Some(&2), "the wide group used its limit");
+    assert!(
+        s.most.get("(flat)").copied().unwrap_or(0) >= 2,
+        "flat jobs ran side by side"
+    );
+    assert!(
+        s.total_most >= 5,
+        "groups ran side by side: at most {} at once",
+        s.total_most
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_consumer_is_woken_at_once_by_an_enqueue_in_the_same_process() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let (tx, mut started) = mpsc::unbounded_channel::<Instant>();
+    let handler = move |_job: JobContext| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(Instant::now());
+            Verdict::Done
+        }
+    };
+    // a beat of 10 s: only a wake can start the job soon
+    let opts = ConsumerOptions::default().with_beat(Duration::from_secs(10));
+    let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
+    let mut latencies = Vec::new();
+    for i in 0..5 {
+        tokio::time::sleep(Duration::from_millis(200)).await; // parked by now
+        let at = Instant::now();
+        store.enqueue(&q, &[NewJob::new(format!("{i}"))]).await.unwrap();
+        let began = tokio::time::timeout(Duration::from_secs(5), started.recv())
+            .await
+            .expect("the enqueue woke the consumer")
+            .unwrap();
+        latencies.push(began.duration_since(at));
+    }
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let worst = latencies.iter().max().copied().unwrap();
+    assert!(
+        worst < Duration::from_millis(50),
+        "enqueue → handler start: {latencies:?}"
+    );
+    assert_eq!(completed(&store, &q).await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_from_another_handle_on_the_same_file_starts_within_a_beat() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let other = db.open().await; // as another process would: no shared in-process wake
+    let (tx, mut started) = mpsc::unbounded_channel::<Instant>();
+    let handler = move |_job: JobContext| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(Instant::now());
+            Verdict::Done
+        }
+    };
+    let beat = Duration::from_millis(500);
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        handler,
+        ConsumerOptions::default().with_beat(beat),
+    )
+    .unwrap();
+    let mut latencies = Vec::new();
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150 * i + 100)).await; // somewhere in a park
+        let at = Instant::now();
+        other.enqueue(&q, &[NewJob::new(format!("{i}"))]).await.unwrap();
+        let began = tokio::time::timeout(Duration::from_secs(5), started.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        latencies.push(began.duration_since(at));
+    }
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    // the park ends at the beat at the latest, and the next round claims
+    let worst = latencies.iter().max().copied().unwrap();
+    assert!(
+        worst < beat + Duration::from_millis(200),
+        "enqueue → handler start: {latencies:?}"
+    );
+    assert_eq!(completed(&store, &q).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_handle_on_the_same_file_reaches_the_handler_within_a_beat() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let other = db.open().await; // as another process would: its own connection, no shared wake
+    let (started_tx, mut started) = mpsc::unbounded_channel::<()>();
+    let (stopped_tx, mut stopped) = mpsc::unbounded_channel::<(Instant, Option<String>)>();
+    let handler = move |job: JobContext| {
+        let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
+        async move {
+            let _ = started_tx.send(());
+            tokio::select! {
+                c = job.cancel.cancelled() => {
+                    let _ = stopped_tx.send((Instant::now(), c.reason.clone()));
+                    Verdict::Cancel(c.reason.unwrap_or_default())
+                }
+                _ = tokio::time::sleep(Duration::from_secs(30)) => Verdict::Done,
+            }
+        }
+    };
+    let beat = Duration::from_secs(1);
+    let opts = ConsumerOptions::default()
+        .with_beat(beat)
+        .with_cancel(true)
+        .with_retain(10);
+    let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
+    let id = store.enqueue(&q, &[NewJob::new("long")]).await.unwrap()[0].id().clone();
+    tokio::time::timeout(Duration::from_secs(5), started.recv())
+        .await
+        .unwrap()
+        .unwrap();
+
+    let asked = Instant::now();
+    let reply = other
+        .cancel(&q, &id, Some("operator"), SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(reply, Cancelled::Requested);
+    let (at, reason) = tokio::time::timeout(Duration::from_secs(5), stopped.recv())
+        .await
+        .expect("the cancel reached the handler")
+        .unwrap();
+    let took = at.duration_since(asked);
+    assert!(took < beat, "the cancel took {took:?}, more than a beat");
+    assert_eq!(reason.as_deref(), Some("operator"));
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let job = store.get(&q, &id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Cancelled);
+    assert_eq!(store.counts(&q).await.unwrap().cancelled, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_written_by_the_settles_when_asked() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    store
+        .enqueue(&q, &[NewJob::new("ok"), NewJob::new("out")])
+        .await
+        .unwrap();
+    store
+        .enqueue(&q, &[NewJob::new("bad").with_max_attempts(1)])
+        .await
+        .unwrap();
+    let handler = |job: JobContext| async move {
+        match job.payload.as_slice() {
+            b"ok" => Verdict::Done,
+            b"out" => Verdict::DoneWith(b"the output".to_vec()),
+            _ => Verdict::Error("broken".into()),
+        }
+    };
+    let c = Consumer::start(store.clone(), q.clone(), handler, fast().with_record(true)).unwrap();
+    wait_until(Duration::from_secs(10), "2 completed, 1 dead", || async {
+        let c = store.counts(&q).await.unwrap();
+        c.completed == 2 && c.dead == 1
+    })
+    .await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT id, status, attempts, field, value FROM emq_records WHERE queue = 'q' ORDER BY id")
+        .unwrap();
+    type Record = (String, String, String, Option<String>, Option<Vec<u8>>);
+    let records: Vec<Record> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        records,
+        [
+            ("1".into(), "completed".into(), "1".into(), None, None),
+            (
+                "2".into(),
+                "completed".into(),
+                "1".into(),
+                Some("output".into()),
+                Some(b"the output".to_vec())
+            ),
+            (
+                "3".into(),
+                "dead".into(),
+                "1".into(),
+                Some("error".into()),
+                Some(b"broken".to_vec())
+            ),
+        ]
+    );
+}
+
+/// Runs one job whose handler takes three leases, with a second consumer (another handle, a fast
+/// reap) ready to take the job the moment its lease lapses. Returns the attempts the handlers saw.
+async fn three_lease_job(locks: bool) -> Vec<u64> {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let lease = Duration::from_millis(300);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let runs = runs.clone();
+        move |job: JobContext| {
+            let runs = runs.clone();
+            async move {
+                runs.lock().unwrap().push(job.attempts);
+                tokio::select! {
+                    _ = tokio::time::sleep(lease * 3) => Verdict::Done,
+                    c = job.cancel.cancelled() => Verdict::Error(format!("cancelled: {c}")),
+                }
+            }
+        }
+    };
+    let opts = ConsumerOptions::default()
+        .with_beat(Duration::from_millis(50))
+        .with_lease(lease)
+        .with_locks(locks)
+        .with_recovery(Recovery::Reap);
+    let a = Consumer::start(store.clone(), q.clone(), handler.clone(), opts.clone()).unwrap();
+    store.enqueue(&q, &[NewJob::new("slow")]).await.unwrap();
+    wait_until(Duration::from_secs(5), "the first run", || async {
+        !runs.lock().unwrap().is_empty()
+    })
+    .await;
+    let b = Consumer::start(db.store().await, q.clone(), handler, opts).unwrap();
+    wait_until(Duration::from_secs(10), "completed, or run twice", || async {
+        completed(&store, &q).await > 0 || runs.lock().unwrap().len() > 1
+    })
+    .await;
+    // time for a double run to show
+    tokio::time::sleep(lease * 2).await;
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    b.stop(Duration::from_secs(5)).await.unwrap();
+    let runs = runs.lock().unwrap().clone();
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_plane_keeps_a_handler_of_three_leases_alive() {
+    assert_eq!(three_lease_job(true).await, [1], "one run, never reaped");
+    // the control: without renewals the lease lapses and the other consumer runs it again
+    let without = three_lease_job(false).await;
+    assert!(
+        without.len() >= 2 && without[..2] == [1, 2],
+        "without locks: {without:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stalled_sweep_recovers_a_vanished_consumers_job_then_dead_letters_it_at_max_stalled() {
+    let db = Db::new();
+    let store = db.store().await;
+    let (again, dead) = (QueueName::new("again").unwrap(), QueueName::new("dead").unwrap());
+    for q in [&again, &dead] {
+        store.enqueue(q, &[NewJob::new("job")]).await.unwrap();
+        // a consumer that claims and vanishes: its lease lapses, unsettled
+        let claimed = store
+            .claim(q, 1, Duration::from_millis(100), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+    }
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let runs = runs.clone();
+        move |job: JobContext| {
+            let runs = runs.clone();
+            async move {
+                runs.lock().unwrap().push((job.queue().to_string(), job.attempts));
+                Verdict::Done
+            }
+        }
+    };
+    let stalled = |max_stalled| {
+        fast().with_retain(10).with_recovery(Recovery::Stalled(StalledPolicy {
+            max_stalled,
+            limit: 100,
+        }))
+    };
+    // on its 1st stall a job of `again` is recovered (dead only on its 2nd); one of `dead` dies
+    let a = Consumer::start(store.clone(), again.clone(), handler.clone(), stalled(2)).unwrap();
+    let d = Consumer::start(store.clone(), dead.clone(), handler, stalled(1)).unwrap();
+    wait_until(Duration::from_secs(5), "recovered and completed", || async {
+        completed(&store, &again).await == 1
+    })
+    .await;
+    wait_until(Duration::from_secs(5), "dead-lettered", || async {
+        store.counts(&dead).await.unwrap().dead == 1
+    })
+    .await;
+    a.stop(Duration::from_secs(5)).await.unwrap();
+    d.stop(Duration::from_secs(5)).await.unwrap();
+
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [("again".to_string(), 2)],
+        "only the recovered job ran, on attempt 2"
+    );
+    let id = echomq::JobId::parse("1").unwrap();
+    let recovered = store.get(&again, &id).await.unwrap().unwrap();
+    assert_eq!((recovered.state, recovered.stalled), (JobState::Completed, 1));
+    let gone = store.get(&dead, &id).await.unwrap().unwrap();
+    assert_eq!(gone.state, JobState::Dead);
+    assert_eq!(gone.last_error.as_deref(), Some("stalled"));
+    // a stall that dead-letters counts as failed (as the script counts it), not as stalled
+    let counts = store.counts(&dead).await.unwrap();
+    assert_eq!(
+        (counts.failed, counts.stalled, counts.completed, counts.active),
+        (1, 0, 0, 0),
+        "{counts:?}"
+    );
+    assert_eq!(store.counts(&again).await.unwrap().stalled, 1);
+}
