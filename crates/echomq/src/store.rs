@@ -492,6 +492,54 @@ pub(crate) fn check_payload(len: usize, limit: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a zero count or duration, naming the option: the checks every store makes before it
+/// writes anything.
+pub(crate) fn positive(field: &'static str, v: u64) -> Result<()> {
+    if v == 0 {
+        return Err(Error::InvalidOption {
+            field,
+            value: "0".into(),
+            reason: "must be at least 1",
+        });
+    }
+    Ok(())
+}
+
+/// Checks a batch of new jobs: payload sizes, and no attempt budget of 0.
+pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
+    for job in jobs {
+        check_payload(job.payload.len(), payload_limit)?;
+        if let Some(m) = job.max_attempts {
+            positive("max_attempts", m as u64)?;
+        }
+    }
+    Ok(())
+}
+
+/// The largest page `list` answers.
+pub const LIST_LIMIT_MAX: u32 = 10_000;
+
+/// Checks a `list` page size.
+pub(crate) fn check_list_limit(limit: u32) -> Result<()> {
+    if limit == 0 || limit > LIST_LIMIT_MAX {
+        return Err(Error::InvalidOption {
+            field: "limit",
+            value: limit.to_string(),
+            reason: "must be 1..=10000",
+        });
+    }
+    Ok(())
+}
+
+/// The `MAXLEN ~` a settle writes records with (0 = no records).
+pub(crate) fn records_maxlen(settle: SettleOptions) -> u64 {
+    if settle.record {
+        RECORDS_MAXLEN_DEFAULT
+    } else {
+        0
+    }
+}
+
 /// Opens a store from a URL: `redis://` and `rediss://` open Redis; `sqlite:PATH`, `sqlite://PATH`
 /// or a plain path (no `scheme://`) open the embedded store on that file; any other scheme is an
 /// error naming it. See [`open_default`] for no URL at all.

@@ -62,9 +62,10 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
-    check_payload, CancelRequest, Cancelled, ClaimRequest, Completion, Counts, Discarded, Enqueued, Extended,
-    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
-    Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT, RECORDS_MAXLEN_DEFAULT,
+    check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest, Completion, Counts,
+    Discarded, Enqueued, Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
+    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
+    PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
 
@@ -233,46 +234,16 @@ impl EmbeddedStore {
         }
         Ok(out)
     }
-
-    fn check_jobs(&self, jobs: &[NewJob]) -> Result<()> {
-        for job in jobs {
-            check_payload(job.payload.len(), self.payload_limit)?;
-            if job.max_attempts == Some(0) {
-                return Err(Error::InvalidOption {
-                    field: "max_attempts",
-                    value: "0".into(),
-                    reason: "must be at least 1",
-                });
-            }
-        }
-        Ok(())
-    }
-}
-
-fn positive(field: &'static str, v: u64) -> Result<()> {
-    if v == 0 {
-        return Err(Error::InvalidOption {
-            field,
-            value: "0".into(),
-            reason: "must be at least 1",
-        });
-    }
-    Ok(())
 }
 
 fn settle_args(settle: SettleOptions) -> (i64, i64) {
-    let recmax = if settle.record {
-        RECORDS_MAXLEN_DEFAULT as i64
-    } else {
-        0
-    };
-    (settle.retain as i64, recmax)
+    (settle.retain as i64, crate::store::records_maxlen(settle) as i64)
 }
 
 #[async_trait]
 impl Store for EmbeddedStore {
     async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        self.check_jobs(jobs)?;
+        check_jobs(jobs, self.payload_limit)?;
         let mut out = Vec::with_capacity(jobs.len());
         for batch in jobs.chunks(BATCH_MAX) {
             let batch = batch.to_vec();
@@ -287,7 +258,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        self.check_jobs(jobs)?;
+        check_jobs(jobs, self.payload_limit)?;
         let mut out = Vec::with_capacity(jobs.len());
         for batch in jobs.chunks(BATCH_MAX) {
             let batch = batch.to_vec();
@@ -588,13 +559,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {
-        if limit == 0 || limit > 10_000 {
-            return Err(Error::InvalidOption {
-                field: "limit",
-                value: limit.to_string(),
-                reason: "must be 1..=10000",
-            });
-        }
+        check_list_limit(limit)?;
         self.run(queue.as_str(), "list", move |db| {
             list::list(db, state, offset as i64, limit as i64)
         })

@@ -22,9 +22,10 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName, QUEUES_KEY};
 use crate::store::{
-    check_payload, CancelRequest, Cancelled, ClaimRequest, Completion, Counts, Discarded, Enqueued, Extended,
-    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
-    Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
+    check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest, Completion, Counts,
+    Discarded, Enqueued, Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
+    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
+    PAYLOAD_LIMIT_DEFAULT,
 };
 
 mod reply;
@@ -334,32 +335,13 @@ impl RedisStore {
     }
 
     fn settle_args(settle: SettleOptions) -> [Vec<u8>; 2] {
-        let recmax = if settle.record {
-            crate::store::RECORDS_MAXLEN_DEFAULT
-        } else {
-            0
-        };
-        [num(settle.retain), num(recmax)]
-    }
-
-    fn job_args(&self, jobs: &[NewJob]) -> Result<()> {
-        for job in jobs {
-            check_payload(job.payload.len(), self.payload_limit)?;
-            if job.max_attempts == Some(0) {
-                return Err(Error::InvalidOption {
-                    field: "max_attempts",
-                    value: "0".into(),
-                    reason: "must be at least 1",
-                });
-            }
-        }
-        Ok(())
+        [num(settle.retain), num(crate::store::records_maxlen(settle))]
     }
 
     /// enqueue and genqueue: validated, split in script calls of ≤ 1000 jobs and ≤ 8 MiB, all sent
     /// in one pipeline with the `SADD emq:queues` registration.
     async fn new_jobs(&self, queue: &QueueName, group: Option<&GroupName>, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        self.job_args(jobs)?;
+        check_jobs(jobs, self.payload_limit)?;
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -604,17 +586,6 @@ fn unreachable_or(addr: &str, verb: &'static str, e: RedisError) -> Error {
             reason: e.to_string(),
         }
     }
-}
-
-fn positive(field: &'static str, v: u64) -> Result<()> {
-    if v == 0 {
-        return Err(Error::InvalidOption {
-            field,
-            value: "0".into(),
-            reason: "must be at least 1",
-        });
-    }
-    Ok(())
 }
 
 #[async_trait]
@@ -1218,13 +1189,7 @@ impl Store for RedisStore {
     }
 
     async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {
-        if limit == 0 || limit > 10_000 {
-            return Err(Error::InvalidOption {
-                field: "limit",
-                value: limit.to_string(),
-                reason: "must be 1..=10000",
-            });
-        }
+        check_list_limit(limit)?;
         let k = QueueKeys::new(queue);
         let v = self
             .run(
