@@ -8,46 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use echomq::store::{LimitTarget, SettleOptions, Settled};
-use echomq::{ClaimedJob, GroupName, JobId, JobState, NewJob};
+use echomq::{JobId, JobState, NewJob};
 
 use crate::harness::{assert_slot_invariant, wait_until, Ctx};
+use crate::steps::{claim, complete, group, named, payloads, LEASE, MAX};
 
-const LEASE: Duration = Duration::from_secs(30);
 /// A lease short enough to lapse within a case.
 const SHORT: Duration = Duration::from_millis(20);
-const MAX: u32 = 3;
 const WITHIN: Duration = Duration::from_secs(5);
-
-fn group(name: &str) -> GroupName {
-    GroupName::new(name).unwrap()
-}
-
-fn named(payloads: &[&str]) -> Vec<NewJob> {
-    payloads.iter().map(|p| NewJob::new(p.as_bytes())).collect()
-}
-
-fn payloads(claimed: &[ClaimedJob]) -> Vec<String> {
-    claimed
-        .iter()
-        .map(|c| String::from_utf8(c.payload.clone()).unwrap())
-        .collect()
-}
-
-async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
-    ctx.store
-        .claim(&ctx.q, n, LEASE, MAX, SettleOptions::default())
-        .await
-        .unwrap()
-}
-
-async fn complete(ctx: &Ctx, job: &ClaimedJob) {
-    let r = ctx
-        .store
-        .complete(&ctx.q, &job.id, job.attempts, None, SettleOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(r, Settled::Ok, "complete of {}", job.id);
-}
 
 /// f1 f2 f3 flat, then a1 a2, b1 b2, c1 c2 in groups a, b, c (DESIGN §3's example).
 async fn enqueue_the_example(ctx: &Ctx) {

@@ -5,52 +5,20 @@
 
 use std::time::Duration;
 
-use echomq::store::{LimitTarget, Promoted, SettleOptions, Settled};
-use echomq::{ClaimedJob, GroupName, JobId, JobState, NewJob};
+use echomq::store::{LimitTarget, Promoted};
+use echomq::{JobId, JobState, NewJob};
 
 use crate::harness::{assert_slot_invariant, wait_until, Ctx};
+use crate::steps::{claim, complete, group, named, payloads};
 
-const LEASE: Duration = Duration::from_secs(30);
-const MAX: u32 = 3;
 /// A delay short enough to pass within a case.
 const SOON: Duration = Duration::from_millis(20);
 /// A delay that never passes within a case.
 const LATER: Duration = Duration::from_secs(60);
 const WITHIN: Duration = Duration::from_secs(5);
 
-fn group(name: &str) -> GroupName {
-    GroupName::new(name).unwrap()
-}
-
 fn delayed(payload: &str, delay: Duration) -> NewJob {
     NewJob::new(payload.as_bytes()).with_delay(delay)
-}
-
-fn named(payloads: &[&str]) -> Vec<NewJob> {
-    payloads.iter().map(|p| NewJob::new(p.as_bytes())).collect()
-}
-
-fn payloads(claimed: &[ClaimedJob]) -> Vec<String> {
-    claimed
-        .iter()
-        .map(|c| String::from_utf8(c.payload.clone()).unwrap())
-        .collect()
-}
-
-async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
-    ctx.store
-        .claim(&ctx.q, n, LEASE, MAX, SettleOptions::default())
-        .await
-        .unwrap()
-}
-
-async fn complete(ctx: &Ctx, job: &ClaimedJob) {
-    let r = ctx
-        .store
-        .complete(&ctx.q, &job.id, job.attempts, None, SettleOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(r, Settled::Ok, "complete of {}", job.id);
 }
 
 async fn promote(ctx: &Ctx, limit: u32) -> Promoted {
