@@ -4,34 +4,22 @@
 //! statuses and error lines of the global rules.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../../echomq/tests/support/redis_server.rs"]
-mod redis_server;
+mod common;
 
+use common::{emq, emq_cmd, queue_named, stderr, stdout, url, SEQ};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use echomq::store::Counts;
 use echomq::{Job, JobId, JobState, QueueName, Store};
 
-static URL: OnceLock<String> = OnceLock::new();
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn url() -> String {
-    URL.get_or_init(|| redis_server::url_from_env_or_start("EMQ_TEST_REDIS_URL"))
-        .clone()
-}
-
 /// A queue name of this test's own.
 fn queue(name: &str) -> String {
-    format!(
-        "cli-{name}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    queue_named("cli", name)
 }
 
 /// A scratch directory of this test's own.
@@ -46,35 +34,11 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn emq_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_emq"));
-    c.args(args)
-        .env("EMQ_URL", url())
-        .env_remove("EMQ_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Runs `emq ARGS` to completion.
-fn emq(args: &[&str]) -> Output {
-    emq_cmd(args).output().unwrap()
-}
-
 /// Runs `emq ARGS` with `input` on its stdin.
 fn emq_with_stdin(args: &[&str], input: &[u8]) -> Output {
     let mut child = emq_cmd(args).stdin(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     child.wait_with_output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[track_caller]

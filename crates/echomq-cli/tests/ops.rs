@@ -4,58 +4,21 @@
 //! queue of its own; jobs are put in the states a test needs through the library.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../../echomq/tests/support/redis_server.rs"]
-mod redis_server;
+mod common;
 
+use common::{emq, emq_cmd, queue_named, stderr, stdout, url};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use echomq::store::{Counts, SettleOptions};
 use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob, QueueName, Store};
 use serde_json::Value;
 
-static URL: OnceLock<String> = OnceLock::new();
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn url() -> String {
-    URL.get_or_init(|| redis_server::url_from_env_or_start("EMQ_TEST_REDIS_URL"))
-        .clone()
-}
-
 /// A queue name of this test's own.
 fn queue(name: &str) -> String {
-    format!(
-        "ops-{name}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn emq_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_emq"));
-    c.args(args)
-        .env("EMQ_URL", url())
-        .env_remove("EMQ_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Runs `emq ARGS` to completion, stdin not a terminal.
-fn emq(args: &[&str]) -> Output {
-    emq_cmd(args).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    queue_named("ops", name)
 }
 
 #[track_caller]
