@@ -1,5 +1,7 @@
 //! The store benchmark on Redis (issue 2's figures): batch enqueue, claim + complete_many, single
-//! completes, and the same for grouped jobs. Prints one JSON line per run and a median line per
+//! completes, and the same for grouped jobs; then `c_floor_row_calls`, the Redis CPU per job of the
+//! three row calls claim + complete cannot do without, bare (this Redis's floor, to judge ours by).
+//! Prints one JSON line per run and a median line per
 //! workload. Redis counts come from `INFO commandstats` / `INFO cpu` / `INFO memory` deltas around
 //! the measured part, so commands run inside scripts are counted.
 //!
@@ -169,7 +171,73 @@ const WORKLOADS: &[(&str, usize, bool)] = &[
     ("b_claim_complete_single_flat", 0, false),
     ("b_claim_complete_many_grouped", 1000, true),
     ("b_claim_complete_single_grouped", 1000, false),
+    ("c_floor_row_calls", 0, false),
 ];
+
+/// Per job: create and delete a waiting row (`HSET` + `DEL`), nothing else.
+const FLOOR_BASE: &str = "
+for i = 1, 100 do redis.call('HSET', KEYS[1] .. i, 'data', ARGV[1], 'state', 'pending') end
+for i = 1, 100 do redis.call('DEL', KEYS[1] .. i) end
+return 1";
+
+/// As [`FLOOR_BASE`], plus the three row calls a claim and a fenced complete cannot do without:
+/// claim's `HGETALL` + `HSET` and the fence's `HMGET`.
+const FLOOR_ROWS: &str = "
+for i = 1, 100 do redis.call('HSET', KEYS[1] .. i, 'data', ARGV[1], 'state', 'pending') end
+for i = 1, 100 do
+  local k = KEYS[1] .. i
+  redis.call('HGETALL', k)
+  redis.call('HSET', k, 'state', 'active', 'attempts', '1')
+end
+for i = 1, 100 do
+  local k = KEYS[1] .. i
+  redis.call('HMGET', k, 'state', 'attempts', 'group')
+  redis.call('DEL', k)
+end
+return 1";
+
+/// The floor under claim + complete on this Redis, this hour: the Redis CPU per job of the three
+/// row calls alone (no sets, no lists, no checks), as the difference of two scripts run `n / 100`
+/// times each by `workers` loops. Our `b_claim_complete_many_flat` compares against it.
+async fn floor_row_calls(server: &Server, n: usize, workers: usize) -> Delta {
+    let run = |src: &'static str| {
+        let conn = server.conn.clone();
+        async move {
+            let script = redis::Script::new(src);
+            let calls = n / 100;
+            measure(server, || async move {
+                let mut tasks = Vec::new();
+                for w in 0..workers {
+                    let (script, mut conn) = (script.clone(), conn.clone());
+                    tasks.push(tokio::spawn(async move {
+                        // each loop its own rows, in the bench queue's hash tag
+                        let prefix = format!("emq:{{bench}}:floor:{w}:");
+                        for _ in (w..calls).step_by(workers) {
+                            let _: i64 = script
+                                .key(&prefix)
+                                .arg("{\"n\":12345}")
+                                .invoke_async(&mut conn)
+                                .await
+                                .unwrap();
+                        }
+                    }));
+                }
+                for t in tasks {
+                    t.await.unwrap();
+                }
+            })
+            .await
+        }
+    };
+    let base = run(FLOOR_BASE).await;
+    let rows = run(FLOOR_ROWS).await;
+    Delta {
+        secs: rows.secs - base.secs,
+        cmds: rows.cmds - base.cmds,
+        cpu_s: rows.cpu_s - base.cpu_s,
+        mem: 0,
+    }
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -224,6 +292,10 @@ async fn main() {
                 json!({"n": n, "secs": d.secs, "jobs_per_s": n as f64 / d.secs,
                     "mem_bytes_per_waiting_job": d.mem as f64 / n as f64,
                     "redis_cmds_per_job": d.cmds as f64 / n as f64, "redis_cpu_s": d.cpu_s,
+                    "redis_cpu_us_per_job": d.cpu_s * 1e6 / n as f64})
+            } else if *name == "c_floor_row_calls" {
+                let d = floor_row_calls(&server, n, workers).await;
+                json!({"n": n, "redis_cmds_per_job": d.cmds as f64 / n as f64,
                     "redis_cpu_us_per_job": d.cpu_s * 1e6 / n as f64})
             } else {
                 fill(&store, &q, n, *groups).await;
