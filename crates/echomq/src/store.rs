@@ -541,8 +541,10 @@ pub(crate) fn records_maxlen(settle: SettleOptions) -> u64 {
 }
 
 /// Opens a store from a URL: `redis://` and `rediss://` open Redis; `sqlite:PATH`, `sqlite://PATH`
-/// or a plain path (no `scheme://`) open the embedded store on that file; any other scheme is an
-/// error naming it. See [`open_default`] for no URL at all.
+/// or a plain path (no `scheme://`) open the embedded store on that file, with `?synchronous=full`
+/// for commits that reach the disk before they are acknowledged (power-loss durable; the default
+/// `normal` is `kill -9` safe); any other scheme is an error naming it. See [`open_default`] for no
+/// URL at all.
 pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     if let Some(path) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
         return open_embedded(path).await;
@@ -557,6 +559,45 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     }
 }
 
+/// The commit durability an embedded store URL asks for (`?synchronous=normal|full`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Synchronous {
+    Normal,
+    Full,
+}
+
+/// An embedded store URL's file and durability: `PATH` or `PATH?synchronous=normal|full` (the
+/// default `normal`). Any other query is refused, naming it.
+fn embedded_path(url: &str) -> Result<(&str, Synchronous)> {
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let (path, query) = match url.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (url, None),
+    };
+    if path.is_empty() {
+        return Err(invalid("an empty path".into()));
+    }
+    let mut synchronous = Synchronous::Normal;
+    for pair in query.into_iter().flat_map(|q| q.split('&')) {
+        synchronous = match pair.split_once('=') {
+            Some(("synchronous", v)) if v.eq_ignore_ascii_case("normal") => Synchronous::Normal,
+            Some(("synchronous", v)) if v.eq_ignore_ascii_case("full") => Synchronous::Full,
+            Some(("synchronous", v)) => {
+                return Err(invalid(format!("synchronous must be normal or full, not {v:?}")));
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "unknown option {pair:?} (known: synchronous=normal|full)"
+                )))
+            }
+        };
+    }
+    Ok((path, synchronous))
+}
+
 /// Opens the default store: the embedded store on `./echomq.db` in the current directory.
 pub async fn open_default() -> Result<Box<dyn Store>> {
     open_embedded(DEFAULT_EMBEDDED_PATH).await
@@ -565,21 +606,58 @@ pub async fn open_default() -> Result<Box<dyn Store>> {
 /// The file of the default store.
 pub const DEFAULT_EMBEDDED_PATH: &str = "echomq.db";
 
-async fn open_embedded(path: &str) -> Result<Box<dyn Store>> {
-    if path.is_empty() {
-        return Err(Error::InvalidUrl {
-            url: path.to_string(),
-            reason: "an empty path".into(),
-        });
-    }
+async fn open_embedded(url: &str) -> Result<Box<dyn Store>> {
+    let (path, synchronous) = embedded_path(url)?;
     #[cfg(feature = "embedded")]
     {
-        Ok(Box::new(embedded::EmbeddedStore::open(path).await?))
+        let durability = match synchronous {
+            Synchronous::Normal => embedded::Durability::Normal,
+            Synchronous::Full => embedded::Durability::Full,
+        };
+        Ok(Box::new(embedded::EmbeddedStore::open_with(path, durability).await?))
     }
     #[cfg(not(feature = "embedded"))]
     {
+        let _ = (path, synchronous);
         Err(Error::UnsupportedScheme {
             scheme: "sqlite".into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_embedded_url_gives_its_path_and_durability() {
+        assert_eq!(embedded_path("a.db").unwrap(), ("a.db", Synchronous::Normal));
+        assert_eq!(
+            embedded_path("/x/a.db?synchronous=full").unwrap(),
+            ("/x/a.db", Synchronous::Full)
+        );
+        assert_eq!(
+            embedded_path("a.db?synchronous=FULL").unwrap(),
+            ("a.db", Synchronous::Full)
+        );
+        assert_eq!(
+            embedded_path("a.db?synchronous=normal").unwrap(),
+            ("a.db", Synchronous::Normal)
+        );
+    }
+
+    #[test]
+    fn an_embedded_url_with_a_bad_option_or_no_path_is_refused_naming_it() {
+        for (url, names) in [
+            ("a.db?synchronous=off", "\"off\""),
+            ("a.db?journal=wal", "journal=wal"),
+            ("a.db?", "\"\""),
+            ("", "empty path"),
+            ("?synchronous=full", "empty path"),
+        ] {
+            let e = embedded_path(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl { .. }), "{url}: {e:?}");
+            assert!(e.to_string().contains(names), "{url}: {e}");
+        }
     }
 }
