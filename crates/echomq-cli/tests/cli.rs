@@ -146,6 +146,42 @@ fn file_dash_reads_stdin_in_batches_with_the_options_on_each_job() {
     assert_eq!((c.pending, c.scheduled), (0, 2500));
 }
 
+#[test]
+fn file_shows_a_progress_bar_only_when_stderr_is_a_terminal() {
+    let q = queue("enq-bar");
+    let dir = scratch("enq-bar");
+    let path = dir.join("jobs.txt");
+    std::fs::write(&path, (0..3000).map(|i| format!("job-{i}\n")).collect::<String>()).unwrap();
+    let file = path.to_str().unwrap();
+    let b = Backend::redis();
+
+    // a file on a terminal: a bar over its bytes (with a percentage), then the report
+    let (code, shown) = b.emq_on_a_terminal(&["enqueue", &q, "--file", file], "", "");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("enqueueing ") && shown.contains('%'), "a bar: {shown:?}");
+    assert!(shown.contains("enqueued 3000 jobs to queue"), "{shown:?}");
+    // stdin of unknown length, stderr a terminal: a spinner with the count, no percentage
+    let (code, shown) = b.emq_on_a_terminal(&["enqueue", &q, "--file", "-"], &format!(" < '{file}'"), "");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains("enqueueing ") && shown.contains(" jobs") && !shown.contains('%'),
+        "a spinner: {shown:?}"
+    );
+    assert!(shown.contains("enqueued 3000 jobs to queue"), "{shown:?}");
+    // no terminal: the report alone, one plain line
+    let o = emq(&["enqueue", &q, "--file", file]);
+    assert_exit(&o, 0);
+    let report = stderr(&o);
+    assert!(
+        report.starts_with(&format!("enqueued 3000 jobs to queue {q} in "))
+            && report.ends_with(" jobs/s)\n")
+            && report.lines().count() == 1
+            && !report.contains(['\r', '\x1b']),
+        "{report:?}"
+    );
+    assert_eq!(lib().counts(&q).pending, 9000);
+}
+
 on_both_stores!(
     id_with_file_is_a_usage_error,
     payload_and_file_together_or_neither_are_usage_errors,
