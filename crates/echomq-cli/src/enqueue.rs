@@ -1,6 +1,7 @@
 //! `emq enqueue`: one job from the command line (or stdin), or one job per line of a file.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use echomq::store::{Enqueued, BATCH_MAX};
 use echomq::{GroupName, JobId, NewJob, QueueName, Store};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
 /// Enqueue one job and print its id, or enqueue one job per line of a file.
@@ -20,7 +22,8 @@ pub struct Args {
     /// The payload; `-` reads one payload from stdin (all of it, byte for byte).
     pub payload: Option<OsString>,
     /// Enqueue one job per line of FILE (`-` = stdin): empty lines are skipped, a trailing `\r` is
-    /// stripped; the other options apply to each job. Prints how many and how fast on stderr.
+    /// stripped; the other options apply to each job. Shows a progress bar while it runs when
+    /// stderr is a terminal, then prints how many and how fast on stderr.
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Put the job in this group's lane (groups run side by side, each under its limit).
@@ -93,12 +96,15 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
                 group,
             };
             if file.as_os_str() == "-" {
-                lines(&target, &template, tokio::io::stdin(), "stdin").await
+                lines(&target, &template, tokio::io::stdin(), "stdin", None).await
             } else {
+                let name = file.display().to_string();
                 let f = tokio::fs::File::open(&file)
                     .await
-                    .with_context(|| format!("cannot open {}", file.display()))?;
-                lines(&target, &template, f, &file.display().to_string()).await
+                    .with_context(|| format!("cannot open {name}"))?;
+                // a regular file's size is the bar's length; a pipe or device has none
+                let size = f.metadata().await.ok().filter(|m| m.is_file()).map(|m| m.len());
+                lines(&target, &template, f, &name, size).await
             }
         }
         // clap refuses both and neither before we get here
@@ -123,13 +129,44 @@ async fn one(target: &Target, job: NewJob) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Reads one payload per line and enqueues them in batches of [`BATCH_MAX`].
+/// Reads one payload per line and enqueues them in batches of [`BATCH_MAX`], under a progress bar
+/// when stderr is a terminal (`size`: the input's length in bytes, when known); then reports how
+/// many and how fast on stderr.
 #[allow(clippy::print_stderr)] // the count and rate are the command's report, on stderr by contract
-async fn lines(target: &Target, template: &NewJob, input: impl AsyncRead + Unpin, name: &str) -> anyhow::Result<i32> {
+async fn lines(
+    target: &Target,
+    template: &NewJob,
+    input: impl AsyncRead + Unpin,
+    name: &str,
+    size: Option<u64>,
+) -> anyhow::Result<i32> {
     let started = Instant::now();
+    let progress = Progress::new(size, started);
+    let result = read_lines(target, template, input, name, &progress).await;
+    // cleared before any line is printed, the error's too
+    progress.bar.finish_and_clear();
+    let total = result?;
+    let took = started.elapsed();
+    let rate = total as f64 / took.as_secs_f64().max(1e-9);
+    eprintln!(
+        "enqueued {total} jobs to queue {} in {:.3} s ({rate:.0} jobs/s)",
+        target.queue,
+        took.as_secs_f64()
+    );
+    Ok(0)
+}
+
+async fn read_lines(
+    target: &Target,
+    template: &NewJob,
+    input: impl AsyncRead + Unpin,
+    name: &str,
+    progress: &Progress,
+) -> anyhow::Result<u64> {
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut batch: Vec<NewJob> = Vec::with_capacity(BATCH_MAX);
     let mut total: u64 = 0;
+    let mut read: u64 = 0;
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -140,6 +177,7 @@ async fn lines(target: &Target, template: &NewJob, input: impl AsyncRead + Unpin
         if n == 0 {
             break;
         }
+        read += n as u64;
         if line.last() == Some(&b'\n') {
             line.pop();
         }
@@ -155,17 +193,65 @@ async fn lines(target: &Target, template: &NewJob, input: impl AsyncRead + Unpin
         });
         if batch.len() == BATCH_MAX {
             total += flush(target, &mut batch, total).await?;
+            progress.show(read, total);
         }
     }
     total += flush(target, &mut batch, total).await?;
-    let took = started.elapsed();
-    let rate = total as f64 / took.as_secs_f64().max(1e-9);
-    eprintln!(
-        "enqueued {total} jobs to queue {} in {:.3} s ({rate:.0} jobs/s)",
-        target.queue,
-        took.as_secs_f64()
-    );
-    Ok(0)
+    progress.show(read, total);
+    Ok(total)
+}
+
+/// The progress of `--file` on stderr, drawn only when stderr is a terminal: a bar over the
+/// input's bytes when its size is known (a file), else a spinner with the count (stdin).
+struct Progress {
+    bar: ProgressBar,
+    known_size: bool,
+    started: Instant,
+}
+
+impl Progress {
+    fn new(size: Option<u64>, started: Instant) -> Progress {
+        let bar = if std::io::stderr().is_terminal() {
+            Self::drawn(size)
+        } else {
+            ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            known_size: size.is_some(),
+            started,
+        }
+    }
+
+    fn drawn(size: Option<u64>) -> ProgressBar {
+        let template = match size {
+            Some(_) => "enqueueing {bar:40} {percent:>3}%  {msg}  eta {eta}",
+            None => "enqueueing {spinner} {msg}",
+        };
+        let bar = ProgressBar::with_draw_target(size, ProgressDrawTarget::stderr())
+            .with_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()))
+            .with_message("0 jobs");
+        if size.is_none() {
+            // it turns while a slow pipe keeps us waiting
+            bar.enable_steady_tick(Duration::from_millis(100));
+        }
+        bar.tick();
+        bar
+    }
+
+    /// `read` bytes of the input consumed, `jobs` enqueued so far.
+    fn show(&self, read: u64, jobs: u64) {
+        if self.bar.is_hidden() {
+            return;
+        }
+        if self.known_size {
+            self.bar.set_position(read);
+            self.bar.set_message(format!("{jobs} jobs"));
+        } else {
+            let rate = jobs as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+            self.bar.set_message(format!("{jobs} jobs ({rate:.0} jobs/s)"));
+        }
+    }
 }
 
 async fn flush(target: &Target, batch: &mut Vec<NewJob>, done: u64) -> anyhow::Result<u64> {

@@ -1,121 +1,41 @@
 //! End-to-end tests of the `emq` binary against a real `redis-server`: enqueue (one, stdin, file,
 //! duplicates), stats, `work --exec` (verdicts by exit status, environment, payload on stdin,
 //! stderr tail, output, timeout, cancel, lease renewal, graceful and forced stop), and the exit
-//! statuses and error lines of the global rules.
+//! statuses and error lines of the global rules. The tests under `on_both_stores!` run on a fresh
+//! embedded store too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use common::{emq, emq_cmd, queue_named, stderr, stdout, url, SEQ};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use common::{
+    alive, assert_error_naming, assert_exit, emq, emq_cmd, enqueue, jid, lib, on_both_stores, qn, queue_named, read,
+    scratch, stderr, stdout, url, wait_until, Backend, Lib, Worker,
+};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-use echomq::store::Counts;
-use echomq::{Job, JobId, JobState, QueueName, Store};
+use echomq::JobState;
 
 /// A queue name of this test's own.
 fn queue(name: &str) -> String {
     queue_named("cli", name)
 }
 
-/// A scratch directory of this test's own.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "emq-cli-{name}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs `emq ARGS` with `input` on its stdin.
+/// Runs `emq ARGS` against the test Redis with `input` on its stdin.
 fn emq_with_stdin(args: &[&str], input: &[u8]) -> Output {
-    let mut child = emq_cmd(args).stdin(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
+    Backend::redis().emq_with_stdin(args, input)
 }
 
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "exit status\nstdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
-}
-
-/// A usage error: exit 2 and clap's `error:` line on stderr, nothing on stdout.
-#[track_caller]
-fn assert_usage_error(args: &[&str]) {
-    let o = emq(args);
-    assert_exit(&o, 2);
-    assert!(stderr(&o).starts_with("error:"), "{args:?}: {}", stderr(&o));
-    assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
-}
-
-/// Any other error: exit 1 and one `error: …` line on stderr naming `names`.
-#[track_caller]
-fn assert_error_naming(o: &Output, names: &str) {
-    assert_exit(o, 1);
-    let err = stderr(o);
-    assert!(err.starts_with("error: "), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(names), "the error names {names:?}: {err}");
-    assert!(o.stdout.is_empty(), "{}", stdout(o));
-}
-
-/// Enqueues one job and returns its id.
-#[track_caller]
-fn enqueue(q: &str, payload: &str, extra: &[&str]) -> String {
-    let mut args = vec!["enqueue", q, payload];
-    args.extend_from_slice(extra);
-    let o = emq(&args);
-    assert_exit(&o, 0);
-    stdout(&o).trim_end().to_string()
-}
-
-/// The library's view of the store, for checks the CLI does not print yet (job rows).
-struct Lib {
-    rt: tokio::runtime::Runtime,
-    store: Arc<dyn Store>,
-}
-
-fn lib() -> Lib {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = rt.block_on(echomq::store::open(&url())).unwrap();
-    Lib {
-        rt,
-        store: Arc::from(store),
-    }
+/// Starts `emq work` against the test Redis.
+fn work(q: &str, exec: &str, extra: &[&str]) -> Worker {
+    Backend::redis().work(q, exec, extra)
 }
 
 impl Lib {
-    fn counts(&self, q: &str) -> Counts {
-        let q = QueueName::new(q).unwrap();
-        self.rt.block_on(self.store.counts(&q)).unwrap()
-    }
-
-    fn job(&self, q: &str, id: &str) -> Option<Job> {
-        let (q, id) = (QueueName::new(q).unwrap(), JobId::parse(id).unwrap());
-        self.rt.block_on(self.store.get(&q, &id)).unwrap()
-    }
-
     fn pending_payloads(&self, q: &str) -> Vec<String> {
-        let qn = QueueName::new(q).unwrap();
         let ids = self
             .rt
-            .block_on(self.store.list(&qn, JobState::Pending, 0, 10_000))
+            .block_on(self.store.list(&qn(q), JobState::Pending, 0, 10_000))
             .unwrap();
         ids.iter()
             .map(|id| String::from_utf8(self.job(q, id.as_str()).unwrap().payload).unwrap())
@@ -123,106 +43,10 @@ impl Lib {
     }
 
     fn cancel(&self, q: &str, id: &str, reason: &str) {
-        let (q, id) = (QueueName::new(q).unwrap(), JobId::parse(id).unwrap());
         self.rt
-            .block_on(self.store.cancel(&q, &id, Some(reason), Default::default()))
+            .block_on(self.store.cancel(&qn(q), &jid(id), Some(reason), Default::default()))
             .unwrap();
     }
-}
-
-/// Polls `f` until it holds, failing after `within`.
-#[track_caller]
-fn wait_until(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A running `emq work`; killed (SIGKILL) if the test ends without stopping it.
-struct Worker {
-    child: Option<Child>,
-}
-
-fn work(q: &str, exec: &str, extra: &[&str]) -> Worker {
-    work_with_env(q, exec, extra, &[])
-}
-
-fn work_with_env(q: &str, exec: &str, extra: &[&str], env: &[(&str, &str)]) -> Worker {
-    let mut args = vec!["work", q, "--exec", exec, "--beat", "100ms", "--retry-delay", "10ms"];
-    args.extend_from_slice(extra);
-    let mut cmd = emq_cmd(&args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    Worker {
-        child: Some(cmd.spawn().unwrap()),
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
-}
-
-fn alive(pid: u32) -> bool {
-    Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
-}
-
-impl Worker {
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn signal(&self, sig: &str) {
-        signal(self.pid(), sig);
-    }
-
-    /// Waits for the worker to exit (at most `within`) and returns its output.
-    fn wait(mut self, within: Duration) -> Output {
-        let deadline = Instant::now() + within;
-        let child = self.child.as_mut().unwrap();
-        while child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "emq work did not exit within {within:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.child.take().unwrap().wait_with_output().unwrap()
-    }
-
-    /// SIGTERM, then the exit status must be 0.
-    fn stop(self) -> Output {
-        self.signal("TERM");
-        let o = self.wait(Duration::from_secs(10));
-        assert_exit(&o, 0);
-        o
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 /// The completion records of `q` (`--record`): each entry's fields as (name, value) pairs.
@@ -323,29 +147,68 @@ fn file_dash_reads_stdin_in_batches_with_the_options_on_each_job() {
 }
 
 #[test]
-fn id_with_file_is_a_usage_error() {
-    assert_usage_error(&["enqueue", "q", "--file", "-", "--id", "abc"]);
+fn file_shows_a_progress_bar_only_when_stderr_is_a_terminal() {
+    let q = queue("enq-bar");
+    let dir = scratch("enq-bar");
+    let path = dir.join("jobs.txt");
+    std::fs::write(&path, (0..3000).map(|i| format!("job-{i}\n")).collect::<String>()).unwrap();
+    let file = path.to_str().unwrap();
+    let b = Backend::redis();
+
+    // a file on a terminal: a bar over its bytes (with a percentage), then the report
+    let (code, shown) = b.emq_on_a_terminal(&["enqueue", &q, "--file", file], "", "");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("enqueueing ") && shown.contains('%'), "a bar: {shown:?}");
+    assert!(shown.contains("enqueued 3000 jobs to queue"), "{shown:?}");
+    // stdin of unknown length, stderr a terminal: a spinner with the count, no percentage
+    let (code, shown) = b.emq_on_a_terminal(&["enqueue", &q, "--file", "-"], &format!(" < '{file}'"), "");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains("enqueueing ") && shown.contains(" jobs") && !shown.contains('%'),
+        "a spinner: {shown:?}"
+    );
+    assert!(shown.contains("enqueued 3000 jobs to queue"), "{shown:?}");
+    // no terminal: the report alone, one plain line
+    let o = emq(&["enqueue", &q, "--file", file]);
+    assert_exit(&o, 0);
+    let report = stderr(&o);
+    assert!(
+        report.starts_with(&format!("enqueued 3000 jobs to queue {q} in "))
+            && report.ends_with(" jobs/s)\n")
+            && report.lines().count() == 1
+            && !report.contains(['\r', '\x1b']),
+        "{report:?}"
+    );
+    assert_eq!(lib().counts(&q).pending, 9000);
 }
 
-#[test]
-fn payload_and_file_together_or_neither_are_usage_errors() {
-    assert_usage_error(&["enqueue", "q", "x", "--file", "-"]);
-    assert_usage_error(&["enqueue", "q"]);
+on_both_stores!(
+    id_with_file_is_a_usage_error,
+    payload_and_file_together_or_neither_are_usage_errors,
+    invalid_queue_group_or_id_exits_1_naming_the_value,
+    max_attempts_zero_is_refused_by_the_library_with_exit_1,
+);
+
+fn id_with_file_is_a_usage_error(b: &Backend) {
+    b.assert_usage_error(&["enqueue", "q", "--file", "-", "--id", "abc"]);
 }
 
-#[test]
-fn invalid_queue_group_or_id_exits_1_naming_the_value() {
-    assert_error_naming(&emq(&["enqueue", "bad queue!", "x"]), "bad queue!");
-    assert_error_naming(&emq(&["enqueue", "q", "x", "--group", "bad/group"]), "bad/group");
-    assert_error_naming(&emq(&["enqueue", "q", "x", "--id", "12345"]), "12345");
-    assert_error_naming(&emq(&["stats", "bad queue!"]), "bad queue!");
-    assert_error_naming(&emq(&["work", "bad queue!", "--exec", "true"]), "bad queue!");
+fn payload_and_file_together_or_neither_are_usage_errors(b: &Backend) {
+    b.assert_usage_error(&["enqueue", "q", "x", "--file", "-"]);
+    b.assert_usage_error(&["enqueue", "q"]);
 }
 
-#[test]
-fn max_attempts_zero_is_refused_by_the_library_with_exit_1() {
+fn invalid_queue_group_or_id_exits_1_naming_the_value(b: &Backend) {
+    assert_error_naming(&b.emq(&["enqueue", "bad queue!", "x"]), "bad queue!");
+    assert_error_naming(&b.emq(&["enqueue", "q", "x", "--group", "bad/group"]), "bad/group");
+    assert_error_naming(&b.emq(&["enqueue", "q", "x", "--id", "12345"]), "12345");
+    assert_error_naming(&b.emq(&["stats", "bad queue!"]), "bad queue!");
+    assert_error_naming(&b.emq(&["work", "bad queue!", "--exec", "true"]), "bad queue!");
+}
+
+fn max_attempts_zero_is_refused_by_the_library_with_exit_1(b: &Backend) {
     assert_error_naming(
-        &emq(&["enqueue", &queue("enq-max0"), "x", "--max-attempts", "0"]),
+        &b.emq(&["enqueue", &queue("enq-max0"), "x", "--max-attempts", "0"]),
         "max_attempts",
     );
 }
@@ -353,28 +216,31 @@ fn max_attempts_zero_is_refused_by_the_library_with_exit_1() {
 // ---------------------------------------------------------------------------------------------
 // global rules
 
-#[test]
-fn unknown_subcommands_flags_and_bad_values_exit_2() {
-    assert_usage_error(&["frobnicate"]);
-    assert_usage_error(&["enqueue", "q", "x", "--frob"]);
-    assert_usage_error(&["stats", "--frob"]);
-    assert_usage_error(&["work", "q"]);
-    assert_usage_error(&["work", "q", "--exec", "true", "--recovery", "bogus"]);
-    assert_usage_error(&["work", "q", "--exec", "true", "--lease", "abc"]);
-    assert_usage_error(&["work", "q", "--exec", "true", "--concurrency", "many"]);
-    assert_usage_error(&["work", "q", "--exec", "true", "--max-stalled", "2"]);
-    assert_usage_error(&["enqueue", "q", "x", "--delay", "soon"]);
+on_both_stores!(
+    unknown_subcommands_flags_and_bad_values_exit_2,
+    values_the_library_refuses_exit_1_naming_the_option,
+);
+
+fn unknown_subcommands_flags_and_bad_values_exit_2(b: &Backend) {
+    b.assert_usage_error(&["frobnicate"]);
+    b.assert_usage_error(&["enqueue", "q", "x", "--frob"]);
+    b.assert_usage_error(&["stats", "--frob"]);
+    b.assert_usage_error(&["work", "q"]);
+    b.assert_usage_error(&["work", "q", "--exec", "true", "--recovery", "bogus"]);
+    b.assert_usage_error(&["work", "q", "--exec", "true", "--lease", "abc"]);
+    b.assert_usage_error(&["work", "q", "--exec", "true", "--concurrency", "many"]);
+    b.assert_usage_error(&["work", "q", "--exec", "true", "--max-stalled", "2"]);
+    b.assert_usage_error(&["enqueue", "q", "x", "--delay", "soon"]);
 }
 
-#[test]
-fn values_the_library_refuses_exit_1_naming_the_option() {
-    assert_error_naming(&emq(&["work", "q", "--exec", "true", "--lease", "0s"]), "lease");
+fn values_the_library_refuses_exit_1_naming_the_option(b: &Backend) {
+    assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--lease", "0s"]), "lease");
     assert_error_naming(
-        &emq(&["work", "q", "--exec", "true", "--concurrency", "0"]),
+        &b.emq(&["work", "q", "--exec", "true", "--concurrency", "0"]),
         "concurrency",
     );
-    assert_error_naming(&emq(&["work", "q", "--exec", "true", "--beat", "0s"]), "beat");
-    assert_error_naming(&emq(&["work", "q", "--exec", "true", "--timeout", "0s"]), "timeout");
+    assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--beat", "0s"]), "beat");
+    assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--timeout", "0s"]), "timeout");
 }
 
 #[test]
@@ -402,6 +268,23 @@ fn an_unreachable_store_exits_1_within_5_s_naming_the_address() {
 fn an_unsupported_url_scheme_exits_1_naming_it() {
     let o = emq(&["--url", "nonsense://x", "stats"]);
     assert_error_naming(&o, "nonsense");
+}
+
+#[test]
+fn an_embedded_store_that_cannot_be_opened_exits_1_naming_its_path() {
+    let dir = scratch("bad-store");
+    let path = dir.join("no-such-dir").join("q.db");
+    let path = path.to_str().unwrap();
+    for url in [format!("sqlite:{path}"), path.to_string()] {
+        for args in [
+            &["enqueue", "q", "x"][..],
+            &["stats", "--json"][..],
+            &["work", "q", "--exec", "true"][..],
+        ] {
+            let o = emq_cmd(args).env("EMQ_URL", &url).output().unwrap();
+            assert_error_naming(&o, path);
+        }
+    }
 }
 
 #[test]
@@ -466,19 +349,18 @@ fn stats_without_json_prints_an_aligned_table() {
 // ---------------------------------------------------------------------------------------------
 // work
 
-#[test]
-fn enqueue_then_work_then_stats_shows_completed() {
+on_both_stores!(enqueue_then_work_then_stats_shows_completed);
+
+fn enqueue_then_work_then_stats_shows_completed(b: &Backend) {
     let q = queue("work-e2e");
     for i in 0..5 {
-        enqueue(&q, &format!("p{i}"), &[]);
+        b.enqueue(&q, &format!("p{i}"), &[]);
     }
-    let w = work(&q, "cat >/dev/null", &["--concurrency", "2"]);
-    let l = lib();
+    let w = b.work(&q, "cat >/dev/null", &["--concurrency", "2"]);
+    let l = b.lib();
     wait_until(Duration::from_secs(10), "5 completed", || l.counts(&q).completed == 5);
     w.stop();
-    let o = emq(&["stats", &q, "--json"]);
-    assert_exit(&o, 0);
-    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim_end()).unwrap();
+    let v = b.stats(&q);
     assert_eq!(v["completed"], 5);
     assert_eq!((v["pending"].clone(), v["active"].clone()), (0.into(), 0.into()));
 }
@@ -495,7 +377,7 @@ fn the_command_gets_the_payload_on_stdin_and_its_env_never_the_payload_on_its_co
         dir.display()
     );
     // a stray EMQ_GROUP in emq's own environment never reaches a flat job
-    let w = work_with_env(&q, &exec, &[], &[("EMQ_GROUP", "stray")]);
+    let w = Backend::redis().work_with_env(&q, &exec, &[], &[("EMQ_GROUP", "stray")]);
     let l = lib();
     wait_until(Duration::from_secs(10), "2 completed", || l.counts(&q).completed == 2);
     w.stop();
@@ -613,20 +495,21 @@ fn retry_after_without_a_delay_on_stdout_uses_the_retry_delay() {
     assert_eq!(l.job(&q, &id).unwrap().attempts, 3);
 }
 
-#[test]
-fn sigterm_lets_a_running_job_finish_then_exits_0() {
+on_both_stores!(sigterm_lets_a_running_job_finish_then_exits_0);
+
+fn sigterm_lets_a_running_job_finish_then_exits_0(b: &Backend) {
     let q = queue("work-sigterm");
     let dir = scratch("work-sigterm");
-    enqueue(&q, "first", &[]);
-    enqueue(&q, "second", &[]);
+    b.enqueue(&q, "first", &[]);
+    b.enqueue(&q, "second", &[]);
     let exec = format!("touch {0}/started; sleep 1; cat >> {0}/done", dir.display());
-    let w = work(&q, &exec, &[]);
+    let w = b.work(&q, &exec, &[]);
     wait_until(Duration::from_secs(10), "the command started", || {
         dir.join("started").exists()
     });
     let o = w.stop();
     assert!(stderr(&o).contains("stopping"), "{}", stderr(&o));
-    let l = lib();
+    let l = b.lib();
     let c = l.counts(&q);
     assert_eq!(
         (c.completed, c.active, c.pending),

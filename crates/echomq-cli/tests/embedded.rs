@@ -5,10 +5,12 @@
 //!   saw acknowledged is in the file, and the file passes `PRAGMA integrity_check`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
 
+mod common;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,19 +18,7 @@ use std::time::{Duration, Instant};
 use echomq::store::embedded::EmbeddedStore;
 use echomq::{JobId, JobState, QueueName, Store};
 
-/// `emq --url sqlite:DB ARGS`, with no `EMQ_URL` or `EMQ_LOG` of the environment.
-fn emq_cmd(db: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_emq"));
-    c.arg("--url")
-        .arg(format!("sqlite:{}", db.display()))
-        .args(args)
-        .env_remove("EMQ_URL")
-        .env_remove("EMQ_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
+use common::{assert_all_completed, scratch, Backend, Worker};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -45,52 +35,6 @@ fn assert_ok(o: &Output, what: &str) {
     );
 }
 
-/// `emq stats QUEUE --json`, parsed.
-fn stats(db: &Path, queue: &str) -> serde_json::Value {
-    let o = emq_cmd(db, &["stats", queue, "--json"]).output().unwrap();
-    assert_ok(&o, "emq stats");
-    serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
-}
-
-/// A child process, SIGKILLed if the test ends without waiting for it.
-struct Proc(Option<Child>);
-
-impl Proc {
-    fn pid(&self) -> u32 {
-        self.0.as_ref().unwrap().id()
-    }
-
-    /// Waits for the exit (at most `within`) and returns the output.
-    fn wait(mut self, within: Duration) -> Output {
-        let deadline = Instant::now() + within;
-        let child = self.0.as_mut().unwrap();
-        while child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "the process did not exit within {within:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.0.take().unwrap().wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // several processes on one file
 
@@ -98,10 +42,10 @@ const JOBS: u64 = 30_000;
 
 #[test]
 fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("q.db");
-    let done = dir.path().join("done.txt");
-    let input = dir.path().join("jobs.txt");
+    let b = Backend::embedded();
+    let dir = scratch("three-workers");
+    let done = dir.join("done.txt");
+    let input = dir.join("jobs.txt");
     let mut f = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
     for i in 0..JOBS {
         writeln!(f, "payload {i}").unwrap();
@@ -113,7 +57,7 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
     // its schema) at once, then find the jobs as they arrive from another process.
     // `>>` appends with O_APPEND: each job's line is one write, never interleaved with another's.
     let exec = format!("echo \"$EMQ_JOB_ID\" >> '{}'", done.display());
-    let workers: Vec<Proc> = (0..3)
+    let workers: Vec<Worker> = (0..3)
         .map(|_| {
             let args = [
                 "work",
@@ -127,12 +71,10 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
                 "--beat",
                 "200ms",
             ];
-            Proc(Some(emq_cmd(&db, &args).spawn().unwrap()))
+            Worker::spawn(b.cmd(&args))
         })
         .collect();
-    let o = emq_cmd(&db, &["enqueue", "q", "--file", input.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let o = b.emq(&["enqueue", "q", "--file", input.to_str().unwrap()]);
     assert_ok(&o, "emq enqueue --file");
     assert!(o.stdout.is_empty(), "enqueue --file prints no ids: {}", text(&o.stdout));
     let enqueued = began.elapsed();
@@ -141,7 +83,7 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
     // some 35-55 s on an idle 2-core machine. The bound is for a hang, not a speed test.
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
-        let s = stats(&db, "q");
+        let s = b.stats("q");
         if s["completed"] == JOBS {
             break;
         }
@@ -150,7 +92,7 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
     }
     let processed = began.elapsed();
     for w in &workers {
-        signal(w.pid(), "TERM");
+        w.signal("TERM");
     }
     for w in workers {
         let o = w.wait(Duration::from_secs(20));
@@ -186,17 +128,7 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
     assert_eq!(ran.lines().count() as u64, JOBS);
 
     // and the stats agree: everything completed, nothing left anywhere else
-    let s = stats(&db, "q");
-    for (field, want) in [
-        ("completed", JOBS),
-        ("pending", 0),
-        ("scheduled", 0),
-        ("active", 0),
-        ("dead", 0),
-        ("cancelled", 0),
-    ] {
-        assert_eq!(s[field], want, "{field}: {s}");
-    }
+    assert_all_completed(&b.stats("q"), JOBS);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,35 +1,28 @@
 //! End-to-end tests of the operator subcommands of `emq` against a real `redis-server`: job, list,
 //! pause, resume, drain, obliterate, retry, remove, promote, cancel, group-limit and
 //! `stats --watch` — their output, and every refusal's exit status and error line. Each test has a
-//! queue of its own; jobs are put in the states a test needs through the library.
+//! queue of its own; jobs are put in the states a test needs through the library. The tests under
+//! `on_both_stores!` (the refusals and unknown jobs) run on a fresh embedded store too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use common::{emq, emq_cmd, queue_named, stderr, stdout, url};
+use common::{
+    assert_error_naming, assert_exit, emq, emq_cmd, enqueue, jid, lib, on_both_stores, qn, queue_named, stderr, stdout,
+    url, Backend, Lib,
+};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use echomq::store::{Counts, SettleOptions};
-use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob, QueueName, Store};
+use echomq::{ClaimedJob, GroupName, JobState, NewJob};
 use serde_json::Value;
 
 /// A queue name of this test's own.
 fn queue(name: &str) -> String {
     queue_named("ops", name)
-}
-
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "exit status\nstdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
 }
 
 /// Success with nothing on stdout and `note` in what stderr says was done.
@@ -40,71 +33,15 @@ fn assert_done(o: &Output, note: &str) {
     assert!(stderr(o).contains(note), "stderr says {note:?}: {}", stderr(o));
 }
 
-/// A usage error: exit 2 and clap's `error:` line on stderr, nothing on stdout.
-#[track_caller]
-fn assert_usage_error(args: &[&str]) {
-    let o = emq(args);
-    assert_exit(&o, 2);
-    assert!(stderr(&o).starts_with("error:"), "{args:?}: {}", stderr(&o));
-    assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
-}
-
-/// Any other error: exit 1 and one `error: …` line on stderr naming `names`, nothing on stdout.
-#[track_caller]
-fn assert_error_naming(o: &Output, names: &str) {
-    assert_exit(o, 1);
-    let err = stderr(o);
-    assert!(err.starts_with("error: "), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(err.contains(names), "the error names {names:?}: {err}");
-    assert!(o.stdout.is_empty(), "{}", stdout(o));
-}
-
 /// stdout's lines.
 fn lines(o: &Output) -> Vec<String> {
     stdout(o).lines().map(str::to_string).collect()
-}
-
-/// Enqueues one job with `emq enqueue` and returns its id.
-#[track_caller]
-fn enqueue(q: &str, payload: &str, extra: &[&str]) -> String {
-    let mut args = vec!["enqueue", q, payload];
-    args.extend_from_slice(extra);
-    let o = emq(&args);
-    assert_exit(&o, 0);
-    stdout(&o).trim_end().to_string()
-}
-
-/// The library's view of the store: puts jobs in the states a test needs, and reads rows.
-struct Lib {
-    rt: tokio::runtime::Runtime,
-    store: Arc<dyn Store>,
-}
-
-fn lib() -> Lib {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = rt.block_on(echomq::store::open(&url())).unwrap();
-    Lib {
-        rt,
-        store: Arc::from(store),
-    }
 }
 
 const RETAIN: SettleOptions = SettleOptions {
     retain: 100,
     record: false,
 };
-
-fn qn(q: &str) -> QueueName {
-    QueueName::new(q).unwrap()
-}
-
-fn jid(id: &str) -> JobId {
-    JobId::parse(id).unwrap()
-}
 
 impl Lib {
     fn enqueue(&self, q: &str, job: NewJob) -> String {
@@ -153,14 +90,6 @@ impl Lib {
         self.rt
             .block_on(self.store.cancel(&qn(q), &jid(id), Some("no longer needed"), RETAIN))
             .unwrap();
-    }
-
-    fn counts(&self, q: &str) -> Counts {
-        self.rt.block_on(self.store.counts(&qn(q))).unwrap()
-    }
-
-    fn job(&self, q: &str, id: &str) -> Option<Job> {
-        self.rt.block_on(self.store.get(&qn(q), &jid(id))).unwrap()
     }
 }
 
@@ -274,14 +203,15 @@ fn job_without_json_prints_one_key_value_line_per_field() {
     assert_eq!(get("output"), "-");
 }
 
-#[test]
-fn job_of_an_unknown_id_exits_1_with_the_documented_line() {
+on_both_stores!(job_of_an_unknown_id_exits_1_with_the_documented_line);
+
+fn job_of_an_unknown_id_exits_1_with_the_documented_line(b: &Backend) {
     let q = queue("job-unknown");
-    let o = emq(&["job", &q, "99999"]);
+    let o = b.emq(&["job", &q, "99999"]);
     assert_exit(&o, 1);
     assert_eq!(stderr(&o), format!("error: job 99999 not found in queue {q}\n"));
     assert!(o.stdout.is_empty());
-    assert_error_naming(&emq(&["job", &q, "99999", "--json"]), "job 99999 not found");
+    assert_error_naming(&b.emq(&["job", &q, "99999", "--json"]), "job 99999 not found");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -439,13 +369,14 @@ fn list_of_an_empty_state_prints_nothing_and_exits_0() {
     );
 }
 
-#[test]
-fn list_refuses_a_bad_state_or_limit() {
-    assert_usage_error(&["list", "q", "--state", "bogus"]);
-    assert_usage_error(&["list", "q"]);
-    assert_usage_error(&["list", "q", "--state", "dead", "--limit", "abc"]);
-    assert_usage_error(&["list", "q", "--state", "dead", "--limit", "-1"]);
-    assert_error_naming(&emq(&["list", "q", "--state", "dead", "--limit", "0"]), "limit");
+on_both_stores!(list_refuses_a_bad_state_or_limit);
+
+fn list_refuses_a_bad_state_or_limit(b: &Backend) {
+    b.assert_usage_error(&["list", "q", "--state", "bogus"]);
+    b.assert_usage_error(&["list", "q"]);
+    b.assert_usage_error(&["list", "q", "--state", "dead", "--limit", "abc"]);
+    b.assert_usage_error(&["list", "q", "--state", "dead", "--limit", "-1"]);
+    assert_error_naming(&b.emq(&["list", "q", "--state", "dead", "--limit", "0"]), "limit");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -542,28 +473,9 @@ fn obliterate_with_active_jobs_needs_force_and_names_the_count() {
     assert_eq!(l.counts(&q), Counts::default());
 }
 
-/// Runs `emq ARGS` on a pseudo-terminal (util-linux `script`) with `input` typed on it; returns
-/// the exit status and everything the terminal showed.
+/// Runs `emq ARGS` against the test Redis on a pseudo-terminal with `input` typed on it.
 fn emq_on_a_terminal(args: &[&str], input: &str) -> (Option<i32>, String) {
-    let mut line = String::from(env!("CARGO_BIN_EXE_emq"));
-    for a in args {
-        line.push_str(&format!(" '{a}'"));
-    }
-    let mut child = Command::new("script")
-        .args(["-q", "-e", "-c", &line, "/dev/null"])
-        .env("EMQ_URL", url())
-        .env_remove("EMQ_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("util-linux `script` runs a command on a pseudo-terminal (apt-get install -y util-linux)");
-    use std::io::Write;
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.as_bytes()).unwrap();
-    drop(stdin);
-    let o = child.wait_with_output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
+    Backend::redis().emq_on_a_terminal(args, "", input)
 }
 
 #[test]
@@ -631,65 +543,71 @@ fn retry_all_dead_redrives_every_dead_job() {
     assert_done(&emq(&["retry", &q, "--all-dead"]), "re-drove 0 dead jobs");
 }
 
-#[test]
-fn retry_refuses_a_job_that_is_not_dead_an_unknown_job_and_zero_extra() {
+on_both_stores!(retry_refuses_a_job_that_is_not_dead_an_unknown_job_and_zero_extra);
+
+fn retry_refuses_a_job_that_is_not_dead_an_unknown_job_and_zero_extra(b: &Backend) {
     let q = queue("retry-refuse");
-    let id = enqueue(&q, "x", &[]);
-    let o = emq(&["retry", &q, &id]);
+    let id = b.enqueue(&q, "x", &[]);
+    let o = b.emq(&["retry", &q, &id]);
     assert_error_naming(&o, &format!("job {id} in queue {q} is not dead (it is pending)"));
-    assert_error_naming(&emq(&["retry", &q, "777"]), &format!("job 777 not found in queue {q}"));
-    assert_error_naming(&emq(&["retry", &q, "--all-dead", "--extra", "0"]), "extra");
-    assert_usage_error(&["retry", &q]);
-    assert_usage_error(&["retry", &q, &id, "--all-dead"]);
-    assert_usage_error(&["retry", &q, &id, "--extra", "many"]);
+    assert_error_naming(
+        &b.emq(&["retry", &q, "777"]),
+        &format!("job 777 not found in queue {q}"),
+    );
+    assert_error_naming(&b.emq(&["retry", &q, "--all-dead", "--extra", "0"]), "extra");
+    b.assert_usage_error(&["retry", &q]);
+    b.assert_usage_error(&["retry", &q, &id, "--all-dead"]);
+    b.assert_usage_error(&["retry", &q, &id, "--extra", "many"]);
 }
 
 // ---------------------------------------------------------------------------------------------
 // remove, promote
 
-#[test]
-fn remove_deletes_a_job_and_a_running_one_only_with_force() {
+on_both_stores!(remove_deletes_a_job_and_a_running_one_only_with_force);
+
+fn remove_deletes_a_job_and_a_running_one_only_with_force(b: &Backend) {
     let q = queue("remove");
-    let l = lib();
-    let waiting = enqueue(&q, "a", &[]);
+    let l = b.lib();
+    let waiting = b.enqueue(&q, "a", &[]);
     assert_done(
-        &emq(&["remove", &q, &waiting]),
+        &b.emq(&["remove", &q, &waiting]),
         &format!("removed job {waiting} from queue {q}"),
     );
     assert!(l.job(&q, &waiting).is_none());
 
-    let running = enqueue(&q, "b", &[]);
+    let running = b.enqueue(&q, "b", &[]);
     l.claim_one(&q, Duration::from_secs(60));
-    let o = emq(&["remove", &q, &running]);
+    let o = b.emq(&["remove", &q, &running]);
     assert_error_naming(&o, &format!("job {running} in queue {q} is active"));
     assert!(stderr(&o).contains("--force"));
     assert!(l.job(&q, &running).is_some());
-    assert_exit(&emq(&["remove", &q, &running, "--force"]), 0);
+    assert_exit(&b.emq(&["remove", &q, &running, "--force"]), 0);
     assert!(l.job(&q, &running).is_none());
     assert_eq!(l.counts(&q).active, 0);
 
     assert_error_naming(
-        &emq(&["remove", &q, &running]),
+        &b.emq(&["remove", &q, &running]),
         &format!("job {running} not found in queue {q}"),
     );
 }
 
-#[test]
-fn promote_makes_a_scheduled_job_ready_now() {
+on_both_stores!(promote_makes_a_scheduled_job_ready_now);
+
+fn promote_makes_a_scheduled_job_ready_now(b: &Backend) {
     let q = queue("promote");
-    let l = lib();
-    let id = enqueue(&q, "later", &["--delay", "1h"]);
-    assert_done(&emq(&["promote", &q, &id]), &format!("promoted job {id}"));
+    let l = b.lib();
+    let id = b.enqueue(&q, "later", &["--delay", "1h"]);
+    assert_done(&b.emq(&["promote", &q, &id]), &format!("promoted job {id}"));
     assert_eq!(l.job(&q, &id).unwrap().state, JobState::Pending);
     assert_eq!(l.claim_one(&q, Duration::from_secs(60)).id.as_str(), id);
 
-    let ready = enqueue(&q, "now", &[]);
+    let ready = b.enqueue(&q, "now", &[]);
     assert_error_naming(
-        &emq(&["promote", &q, &ready]),
+        &b.emq(&["promote", &q, &ready]),
         &format!("job {ready} in queue {q} is not scheduled (it is pending)"),
     );
     assert_error_naming(
-        &emq(&["promote", &q, "424242"]),
+        &b.emq(&["promote", &q, "424242"]),
         &format!("job 424242 not found in queue {q}"),
     );
 }
@@ -728,18 +646,19 @@ fn cancel_of_a_running_job_prints_requested_and_marks_the_row() {
     assert_eq!(v["cancel"], "operator said so");
 }
 
-#[test]
-fn cancel_of_an_unknown_or_finished_job_exits_1_naming_it() {
+on_both_stores!(cancel_of_an_unknown_or_finished_job_exits_1_naming_it);
+
+fn cancel_of_an_unknown_or_finished_job_exits_1_naming_it(b: &Backend) {
     let q = queue("cancel-refuse");
-    let l = lib();
+    let l = b.lib();
     assert_error_naming(
-        &emq(&["cancel", &q, "31337"]),
+        &b.emq(&["cancel", &q, "31337"]),
         &format!("job 31337 not found in queue {q}"),
     );
     let dead = l.enqueue(&q, NewJob::new("x"));
     l.kill_next(&q, "boom");
     assert_error_naming(
-        &emq(&["cancel", &q, &dead]),
+        &b.emq(&["cancel", &q, &dead]),
         &format!("job {dead} in queue {q} already finished (it is dead)"),
     );
 }
@@ -775,25 +694,27 @@ fn group_limit_default_applies_to_groups_without_their_own() {
     assert_eq!((of("a"), of("b"), of("own")), (2, 2, 4));
 }
 
-#[test]
-fn group_limit_refuses_zero_and_bad_shapes() {
+on_both_stores!(group_limit_refuses_zero_and_bad_shapes);
+
+fn group_limit_refuses_zero_and_bad_shapes(b: &Backend) {
     let q = queue("glimit-refuse");
     // N >= 1: 0 is refused by the store (exit 1), not by the parser
-    assert_error_naming(&emq(&["group-limit", &q, "g", "0"]), "limit");
-    assert_error_naming(&emq(&["group-limit", &q, "--default", "0"]), "limit");
-    assert_error_naming(&emq(&["group-limit", &q, "bad/group", "2"]), "bad/group");
-    assert_usage_error(&["group-limit", &q]);
-    assert_usage_error(&["group-limit", &q, "g"]);
-    assert_usage_error(&["group-limit", &q, "g", "-1"]);
-    assert_usage_error(&["group-limit", &q, "g", "two"]);
-    assert_usage_error(&["group-limit", &q, "g", "2", "--default", "3"]);
+    assert_error_naming(&b.emq(&["group-limit", &q, "g", "0"]), "limit");
+    assert_error_naming(&b.emq(&["group-limit", &q, "--default", "0"]), "limit");
+    assert_error_naming(&b.emq(&["group-limit", &q, "bad/group", "2"]), "bad/group");
+    b.assert_usage_error(&["group-limit", &q]);
+    b.assert_usage_error(&["group-limit", &q, "g"]);
+    b.assert_usage_error(&["group-limit", &q, "g", "-1"]);
+    b.assert_usage_error(&["group-limit", &q, "g", "two"]);
+    b.assert_usage_error(&["group-limit", &q, "g", "2", "--default", "3"]);
 }
 
 // ---------------------------------------------------------------------------------------------
 // every subcommand: names, unreachable store
 
-#[test]
-fn bad_queue_names_and_job_ids_exit_1_naming_the_value() {
+on_both_stores!(bad_queue_names_and_job_ids_exit_1_naming_the_value);
+
+fn bad_queue_names_and_job_ids_exit_1_naming_the_value(b: &Backend) {
     for args in [
         &["job", "bad queue!", "1"][..],
         &["list", "bad queue!", "--state", "dead"],
@@ -808,10 +729,10 @@ fn bad_queue_names_and_job_ids_exit_1_naming_the_value() {
         &["group-limit", "bad queue!", "--default", "2"],
         &["stats", "bad queue!", "--watch"],
     ] {
-        assert_error_naming(&emq(args), "bad queue!");
+        assert_error_naming(&b.emq(args), "bad queue!");
     }
     for verb in ["job", "retry", "remove", "promote", "cancel"] {
-        assert_error_naming(&emq(&[verb, "q", "bad id!"]), "bad id!");
+        assert_error_naming(&b.emq(&[verb, "q", "bad id!"]), "bad id!");
     }
 }
 
@@ -832,8 +753,9 @@ fn an_unreachable_store_exits_1_within_5_s_naming_the_address() {
     }
 }
 
-#[test]
-fn missing_arguments_and_unknown_flags_exit_2() {
+on_both_stores!(missing_arguments_and_unknown_flags_exit_2);
+
+fn missing_arguments_and_unknown_flags_exit_2(b: &Backend) {
     for args in [
         &["job", "q"][..],
         &["job", "q", "1", "--frob"],
@@ -845,7 +767,7 @@ fn missing_arguments_and_unknown_flags_exit_2() {
         &["cancel", "q"],
         &["cancel", "q", "1", "--reason"],
     ] {
-        assert_usage_error(args);
+        b.assert_usage_error(args);
     }
 }
 

@@ -1,0 +1,187 @@
+//! Several `emq work` processes, or one running many commands at once, on each store:
+//!
+//! * three workers on one queue of 3,000 jobs, one SIGKILLed half-way while it runs a command and
+//!   started again: every job completes, none is dead, and `emq stats` agrees;
+//! * groups with limit 1 never run two jobs of one group at once, while different groups run side
+//!   by side.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{
+    assert_all_completed, assert_exit, on_both_stores, queue_named, read, scratch, wait_until, Backend, Lib, Worker,
+};
+use echomq::store::Counts;
+
+/// The bound of every wait: a hang fails the test, it is not a speed test.
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// A queue name of this test's own.
+fn queue(name: &str) -> String {
+    queue_named("workers", name)
+}
+
+/// Polls the queue's counts until `done` holds and returns them; fails after [`WITHIN`] showing
+/// the last counts.
+#[track_caller]
+fn wait_for_counts(l: &Lib, q: &str, what: &str, done: impl Fn(&Counts) -> bool) -> Counts {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let c = l.counts(q);
+        if done(&c) {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {WITHIN:?} waiting for: {what}; counts now {c:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How many processes have `pid` as their parent (Linux: the 4th field of `/proc/*/stat`).
+fn children_of(pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                return false;
+            };
+            // `pid (comm) state ppid …`: comm may hold spaces and parentheses
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            ppid == Some(pid)
+        })
+        .count()
+}
+
+/// Writes a file of `n` payloads, one per line, for `emq enqueue --file`; returns its path.
+fn jobs_file(dir: &Path, n: u64) -> String {
+    let path = dir.join("jobs.txt");
+    let lines: String = (0..n).map(|i| format!("payload {i}\n")).collect();
+    std::fs::write(&path, lines).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIGKILL half-way
+
+const JOBS: u64 = 3_000;
+
+on_both_stores!(a_worker_killed_half_way_and_started_again_loses_no_job);
+
+fn a_worker_killed_half_way_and_started_again_loses_no_job(b: &Backend) {
+    let q = queue("sigkill");
+    let dir = scratch("sigkill");
+    assert_exit(&b.emq(&["enqueue", &q, "--file", &jobs_file(&dir, JOBS)]), 0);
+    // each run appends its job's id (`>>`: one short write with O_APPEND, never interleaved)
+    let runs = dir.join("runs");
+    let exec = format!("echo \"$EMQ_JOB_ID\" >> '{}'", runs.display());
+    // a short lease: the jobs the killed worker held are reaped 2 s after it died
+    let start = || b.work(&q, &exec, &["--concurrency", "4", "--lease", "2s"]);
+    let mut workers: Vec<Worker> = (0..3).map(|_| start()).collect();
+    let l = b.lib();
+    wait_for_counts(&l, &q, "half the jobs completed", |c| c.completed >= JOBS / 2);
+
+    // killed while it runs a command, so it dies holding at least that job's lease
+    let victim = workers.remove(0);
+    wait_until(WITHIN, "the worker to kill runs a command", || {
+        children_of(victim.pid()) > 0
+    });
+    victim.kill();
+    let at_kill = l.counts(&q);
+    assert!(
+        at_kill.completed < JOBS,
+        "killed half-way, not after the end: {at_kill:?}"
+    );
+    workers.push(start());
+
+    wait_for_counts(&l, &q, "every job settled", |c| c.completed + c.dead >= JOBS);
+    for w in workers {
+        w.stop();
+    }
+    // each job completed once, none dead, nothing left: by `emq stats` and by the counters
+    assert_all_completed(&b.stats(&q), JOBS);
+    let c = l.counts(&q);
+    assert!(c.reaped >= 1, "the killed worker's leases were reaped: {c:?}");
+
+    // every job ran (some twice: the killed worker's, run again after the reap)
+    let ran = read(&runs);
+    let ids: HashSet<&str> = ran.lines().collect();
+    assert_eq!(
+        ids.len() as u64,
+        JOBS,
+        "distinct jobs run ({} runs in all)",
+        ran.lines().count()
+    );
+    assert!(
+        ids.iter().all(|id| id.parse::<u64>().is_ok()),
+        "every line an id: {ids:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// groups
+
+const GROUPS: usize = 4;
+const PER_GROUP: u64 = 20;
+
+on_both_stores!(groups_with_limit_1_never_run_two_jobs_at_once_but_run_side_by_side);
+
+fn groups_with_limit_1_never_run_two_jobs_at_once_but_run_side_by_side(b: &Backend) {
+    let q = queue("groups");
+    let dir = scratch("groups");
+    let file = jobs_file(&dir, PER_GROUP);
+    for g in 0..GROUPS {
+        let o = b.emq(&["enqueue", &q, "--file", &file, "--group", &format!("g{g}")]);
+        assert_exit(&o, 0);
+    }
+    // No group limit is set: the default is 1. While a job runs it holds its group's lock, a
+    // directory (mkdir fails when it exists: a second job of the group running at once is noted
+    // in `overlaps`); as it starts it notes its group and how many groups' locks are held.
+    let exec = format!(
+        r#"d='{}'
+mkdir "$d/lock-$EMQ_GROUP" || echo "$EMQ_GROUP $EMQ_JOB_ID" >> "$d/overlaps"
+set -- "$d"/lock-*
+echo "$EMQ_GROUP $#" >> "$d/starts"
+sleep 0.1
+rmdir "$d/lock-$EMQ_GROUP""#,
+        dir.display()
+    );
+    let w = b.work(&q, &exec, &["--concurrency", "8"]);
+    let l = b.lib();
+    let total = GROUPS as u64 * PER_GROUP;
+    wait_for_counts(&l, &q, "every job settled", |c| c.completed + c.dead >= total);
+    w.stop();
+
+    assert_eq!(
+        read(&dir.join("overlaps")),
+        "",
+        "two jobs of one group ran at once (group, job id)"
+    );
+    let starts = read(&dir.join("starts"));
+    let mut per_group: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut widest = 0;
+    for line in starts.lines() {
+        let (group, held) = line.split_once(' ').unwrap();
+        *per_group.entry(group).or_default() += 1;
+        widest = widest.max(held.parse::<usize>().unwrap());
+    }
+    let want: BTreeMap<String, u64> = (0..GROUPS).map(|g| (format!("g{g}"), PER_GROUP)).collect();
+    let got: BTreeMap<String, u64> = per_group.into_iter().map(|(g, n)| (g.to_string(), n)).collect();
+    assert_eq!(got, want, "each job ran once, with its group in EMQ_GROUP");
+    assert!(
+        widest >= 2,
+        "groups ran side by side: at most {widest} group(s) ran at once"
+    );
+    assert_all_completed(&b.stats(&q), total);
+}
