@@ -87,7 +87,10 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 pub async fn open(url: &str) -> anyhow::Result<Arc<dyn Store>> {
     let store = tokio::time::timeout(Duration::from_secs(5), echomq::store::open(url))
         .await
-        .map_err(|_| anyhow::anyhow!("store unreachable at {url}: no answer within 5 s"))??;
+        .map_err(|_| {
+            let addr = echomq::store::redact_url(url);
+            anyhow::anyhow!("store unreachable at {addr}: no answer within 5 s")
+        })??;
     Ok(Arc::from(store))
 }
 

@@ -559,6 +559,14 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     }
 }
 
+/// A store URL fit to print: the credentials of `scheme://user:password@host…` replaced by `…`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
 /// The commit durability an embedded store URL asks for (`?synchronous=normal|full`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Synchronous {
@@ -628,6 +636,13 @@ async fn open_embedded(url: &str) -> Result<Box<dyn Store>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_redacted_url_keeps_no_credentials() {
+        assert_eq!(redact_url("redis://u:secret@h:6379/2"), "redis://…@h:6379/2");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("sqlite:a@b.db"), "sqlite:a@b.db");
+    }
 
     #[test]
     fn an_embedded_url_gives_its_path_and_durability() {

@@ -65,19 +65,12 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
-    }
-}
-
 impl RedisStore {
     /// Connects to `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS). Fails within
     /// [`CONNECT_TIMEOUT`] when the server cannot be reached. Warns loudly when the server's
     /// `maxmemory-policy` is not `noeviction` (any other policy can silently evict jobs).
     pub async fn open(url: &str) -> Result<Self> {
-        let addr = redact(url);
+        let addr = super::redact_url(url);
         if url.starts_with("rediss://") {
             // A second install attempt is refused; either way a provider is installed.
             let _ = rustls::crypto::ring::default_provider().install_default();
