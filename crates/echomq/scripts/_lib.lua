@@ -184,6 +184,22 @@ local function emq_publish_ready(base, g, ready)
   end
 end
 
+-- a function giving the decimal text of a sequence value, with a number-to-text printf once per
+-- ten values instead of once per value (each printf costs about a tenth of a bulk enqueue's job)
+local function emq_seq_texts()
+  local digits = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
+  local tens, prefix = -1, ''
+  return function(seq)
+    local d = seq % 10
+    local t = (seq - d) / 10
+    if t ~= tens then
+      tens = t
+      if t == 0 then prefix = '' else prefix = tostring(t) end
+    end
+    return prefix .. digits[d]
+  end
+end
+
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
 -- budget of their own — one argument per job instead of four, the bulk path) or per job: id
@@ -201,11 +217,11 @@ local function emq_new_jobs(verb, base, o, g)
   end
   if plain then
     local seq = redis.call('INCRBY', base .. 'id', n) - n
-    local first, ready = seq + 1, {}
+    local first, ready, text = seq + 1, {}, emq_seq_texts()
     for i = 1, n do
       seq = seq + 1
-      -- one number-to-text conversion per job (each costs a printf), reused for key, score, member
-      local id = tostring(seq)
+      -- one text per job, reused for key, score and member
+      local id = text(seq)
       if g then
         redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[o + i], 'state', 'pending', 'group', g)
         ready[i] = id
@@ -244,6 +260,7 @@ local function emq_new_jobs(verb, base, o, g)
   local reply, ready, sched = {}, {}, {}
   local now = 0
   local seq = 0
+  local text = emq_seq_texts()
   if fresh > 0 then seq = redis.call('INCRBY', base .. 'id', fresh) - fresh end
   reply[1] = seq + 1
   for i = 1, n do
@@ -251,9 +268,10 @@ local function emq_new_jobs(verb, base, o, g)
       reply[#reply + 1] = i
     else
       seq = seq + 1
+      local seqtext = text(seq)
       local a = o + 4 * (i - 1)
       local id, delay, maxa = ARGV[a + 1], delays[i], ARGV[a + 3]
-      if id == '' then id = seq end
+      if id == '' then id = seqtext end
       if delay == 0 and not g and maxa == '' then
         -- the common case, kept to exactly the two fields of a waiting flat row
         redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 4], 'state', 'pending')
@@ -274,7 +292,7 @@ local function emq_new_jobs(verb, base, o, g)
       elseif g then
         ready[#ready + 1] = id
       else
-        ready[#ready + 1] = seq
+        ready[#ready + 1] = seqtext
         ready[#ready + 1] = id
       end
     end

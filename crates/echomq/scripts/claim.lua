@@ -2,7 +2,7 @@
 -- Pop the head member; if eligible take one job from it (the flat set '~': its lowest score; a
 -- group: its lane's head, a:<g> + 1) and push it back at the tail while still eligible, else clear
 -- its r: flag; a member that gives nothing is dropped. When '~' is the last member, the rest comes
--- from one ZPOPMIN. A paused (or obliterating) queue claims nothing.
+-- from one range of pending. A paused (or obliterating) queue claims nothing.
 -- A job met with attempts >= its max_attempts (its own, else ARGV[4]) goes dead ("lease expired on
 -- the last attempt"); a row carrying `cancel` goes to cancelled; a malformed row goes dead naming
 -- its defect; a missing row is dropped. None of these fails the batch.
@@ -95,8 +95,10 @@ while got < n and budget > 0 do
   if m == '~' then
     local want = 1
     if redis.call('LLEN', ring) == 0 then want = n - got end
-    local popped = redis.call('ZPOPMIN', pending, want)
-    for j = 1, #popped, 2 do
+    -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each)
+    local popped = redis.call('ZRANGE', pending, 0, want - 1)
+    if #popped > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #popped - 1) end
+    for j = 1, #popped do
       if take(popped[j], nil) then got = got + 1 end
     end
     if redis.call('ZCARD', pending) > 0 then
