@@ -15,6 +15,9 @@ use echomq::store::embedded::EmbeddedStore;
 use echomq::store::{Cancelled, LimitTarget, SettleOptions, StalledPolicy};
 use echomq::{Consumer, ConsumerOptions, GroupName, JobContext, JobState, NewJob, QueueName, Store, Verdict};
 use tokio::sync::mpsc;
+#[path = "support/consumer_kit.rs"]
+mod consumer_kit;
+use consumer_kit::{completed, fast, wait_until};
 
 /// A database file of the test's own, removed with the directory.
 struct Db {
@@ -44,31 +47,6 @@ impl Db {
 
 fn q() -> QueueName {
     QueueName::new("q").unwrap()
-}
-
-fn fast() -> ConsumerOptions {
-    ConsumerOptions::default()
-        .with_beat(Duration::from_millis(200))
-        .with_retry_delay(Duration::from_millis(10))
-}
-
-async fn wait_until<F, Fut>(within: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !f().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn completed(store: &Arc<dyn Store>, q: &QueueName) -> u64 {
-    store.counts(q).await.unwrap().completed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

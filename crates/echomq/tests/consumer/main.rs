@@ -3,8 +3,11 @@
 //! ttl and the supervisor.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../support/consumer_kit.rs"]
+mod consumer_kit;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
+use consumer_kit::{completed, fast, wait_until};
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -34,31 +37,6 @@ fn queue(name: &str) -> QueueName {
         SEQ.fetch_add(1, Ordering::Relaxed)
     ))
     .unwrap()
-}
-
-fn fast() -> ConsumerOptions {
-    ConsumerOptions::default()
-        .with_beat(Duration::from_millis(200))
-        .with_retry_delay(Duration::from_millis(10))
-}
-
-async fn wait_until<F, Fut>(within: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !f().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-async fn completed(store: &Arc<dyn Store>, q: &QueueName) -> u64 {
-    store.counts(q).await.unwrap().completed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
