@@ -333,6 +333,31 @@ impl RedisStore {
 
     /// enqueue and genqueue: validated, split in script calls of ≤ 1000 jobs and ≤ 8 MiB, all sent
     /// in one pipeline with the `SADD emq:queues` registration.
+    /// complete and complete_cancelled: the holder's settle that finishes a job, with an optional
+    /// value (the output, or the reason).
+    async fn finish(
+        &self,
+        script: &Script,
+        queue: &QueueName,
+        id: &JobId,
+        token: u64,
+        value: Option<&[u8]>,
+        settle: SettleOptions,
+    ) -> Result<Settled> {
+        let k = QueueKeys::new(queue);
+        let [keep, recmax] = Self::settle_args(settle);
+        let args = vec![
+            k.base().as_bytes().to_vec(),
+            id.as_str().as_bytes().to_vec(),
+            num(token),
+            keep,
+            recmax,
+            opt_arg(value),
+        ];
+        let v = self.run(script, &[k.active(), k.job(id)], args).await?;
+        Self::settled(script.name, &v)
+    }
+
     async fn new_jobs(&self, queue: &QueueName, group: Option<&GroupName>, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
         check_jobs(jobs, self.payload_limit)?;
         if jobs.is_empty() {
@@ -629,23 +654,8 @@ impl Store for RedisStore {
         if let Some(o) = output {
             check_payload(o.len(), self.payload_limit)?;
         }
-        let k = QueueKeys::new(queue);
-        let [keep, recmax] = Self::settle_args(settle);
-        let v = self
-            .run(
-                &self.scripts.complete,
-                &[k.active(), k.job(id)],
-                vec![
-                    k.base().as_bytes().to_vec(),
-                    id.as_str().as_bytes().to_vec(),
-                    num(token),
-                    keep,
-                    recmax,
-                    opt_arg(output),
-                ],
-            )
-            .await?;
-        Self::settled("complete", &v)
+        self.finish(&self.scripts.complete, queue, id, token, output, settle)
+            .await
     }
 
     async fn complete_many(
@@ -692,23 +702,15 @@ impl Store for RedisStore {
         reason: Option<&str>,
         settle: SettleOptions,
     ) -> Result<Settled> {
-        let k = QueueKeys::new(queue);
-        let [keep, recmax] = Self::settle_args(settle);
-        let v = self
-            .run(
-                &self.scripts.complete_cancelled,
-                &[k.active(), k.job(id)],
-                vec![
-                    k.base().as_bytes().to_vec(),
-                    id.as_str().as_bytes().to_vec(),
-                    num(token),
-                    keep,
-                    recmax,
-                    opt_arg(reason.map(str::as_bytes)),
-                ],
-            )
-            .await?;
-        Self::settled("complete_cancelled", &v)
+        self.finish(
+            &self.scripts.complete_cancelled,
+            queue,
+            id,
+            token,
+            reason.map(str::as_bytes),
+            settle,
+        )
+        .await
     }
 
     async fn retry(
