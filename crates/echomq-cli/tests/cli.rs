@@ -288,6 +288,30 @@ fn an_embedded_store_that_cannot_be_opened_exits_1_naming_its_path() {
 }
 
 #[test]
+fn an_embedded_url_takes_synchronous_full_and_refuses_other_options_naming_the_url() {
+    let dir = scratch("sync-full");
+    let path = dir.join("q.db");
+    let path = path.to_str().unwrap();
+    let full = format!("sqlite:{path}?synchronous=full");
+    let o = emq_cmd(&["enqueue", "q", "x"]).env("EMQ_URL", &full).output().unwrap();
+    assert_exit(&o, 0);
+    let o = emq_cmd(&["stats", "q", "--json"])
+        .env("EMQ_URL", &full)
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("\"pending\":1"), "{}", stdout(&o));
+    for (url, names) in [
+        (format!("sqlite:{path}?synchronous=off"), "synchronous=off"),
+        (format!("sqlite:{path}?cache=shared"), "cache=shared"),
+    ] {
+        let o = emq_cmd(&["stats"]).env("EMQ_URL", &url).output().unwrap();
+        assert_error_naming(&o, names);
+        assert!(stderr(&o).contains(&url), "the URL as given: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn work_help_documents_the_exit_status_table() {
     let o = emq(&["work", "--help"]);
     assert_exit(&o, 0);

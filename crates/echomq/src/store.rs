@@ -547,7 +547,14 @@ pub(crate) fn records_maxlen(settle: SettleOptions) -> u64 {
 /// URL at all.
 pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     if let Some(path) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
-        return open_embedded(path).await;
+        // a refused URL is named as given, prefix and all
+        return open_embedded(path).await.map_err(|e| match e {
+            Error::InvalidUrl { reason, .. } => Error::InvalidUrl {
+                url: url.to_string(),
+                reason,
+            },
+            other => other,
+        });
     }
     match url.split_once("://") {
         #[cfg(feature = "redis")]
