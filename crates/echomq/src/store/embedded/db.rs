@@ -92,11 +92,17 @@ pub(crate) struct Db<'a> {
     q: &'a str,
     verb: &'static str,
     now: Cell<Option<i64>>,
-    /// Wake tokens pushed by this transaction (the store notifies parked consumers after commit).
+    /// Whether this transaction signals the queue's parked consumers and cancel streams (the store
+    /// notifies them after commit).
     pub(crate) woke: Cell<bool>,
+    /// Wake tokens pushed by this transaction (the store hands them to parks in this process).
+    pub(crate) tokens: Cell<i64>,
 }
 
 type R<T> = Result<T>;
+
+/// The wake list's length cap (the scripts' LTRIM).
+pub(crate) const WAKES_MAX: i64 = 16;
 
 impl<'a> Db<'a> {
     /// The transaction, for a twin's own statement (its SQL stays in its file).
@@ -121,6 +127,7 @@ impl<'a> Db<'a> {
             verb,
             now: Cell::new(None),
             woke: Cell::new(false),
+            tokens: Cell::new(0),
         }
     }
 
@@ -192,18 +199,10 @@ impl<'a> Db<'a> {
             return Ok(());
         }
         let have = self.kv_get("wakes")?.unwrap_or(0);
-        self.kv_set("wakes", (have + n).min(16))?;
+        self.kv_set("wakes", (have + n).min(WAKES_MAX))?;
+        self.tokens.set(self.tokens.get() + n);
         self.woke.set(true);
         Ok(())
-    }
-
-    /// LPOP of one wake token: true when there was one.
-    pub(crate) fn take_wake(&self) -> R<bool> {
-        self.tx
-            .prepare_cached("UPDATE emq_kv SET value = value - 1 WHERE queue = ?1 AND key = 'wakes' AND value > 0")
-            .and_then(|mut s| s.execute(params![self.q]))
-            .map(|n| n > 0)
-            .map_err(|e| self.e(e))
     }
 
     // ---- rows (emq_jobs)
