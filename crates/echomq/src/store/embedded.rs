@@ -7,16 +7,21 @@
 //! Limits, plainly:
 //! * **one writer at a time**: transactions serialize (several processes may share the file;
 //!   a writer waits up to the busy timeout for another);
-//! * **wakes**: a consumer in the same process is woken at once by an enqueue; one in another
-//!   process notices within one beat (its park ends and the next round claims) — never by busy
-//!   polling;
+//! * **wakes**: a consumer in the same process is woken at once by an enqueue (the store's thread
+//!   notifies it as the commit lands, and hands it the wake token in memory); one in another
+//!   process notices within one beat: its park ends, sees `PRAGMA data_version` moved, and the
+//!   next round claims — never by busy polling;
 //! * **local file systems only** (WAL needs shared memory between the processes);
 //! * **durability**: `kill -9` never loses an acknowledged write (WAL, `synchronous=NORMAL`); a power
 //!   loss may lose the last transactions unless the store is opened with `synchronous=FULL`
 //!   ([`EmbeddedStore::open_with`]);
-//! * the `-wal` file is checkpointed by SQLite as it grows (autocheckpoint), so it does not grow
-//!   without bound.
+//! * **checkpoints off the verbs' path**: a checkpointer thread with its own connection copies the
+//!   `-wal` file into the database file while commits come (`PASSIVE`, it never blocks anyone) and
+//!   truncates the `-wal` file once the file has been idle for half a second, so it does not grow;
+//!   the store's connection checkpoints itself only past 10,000 pages, should that thread fall
+//!   behind (see `embedded/checkpoint.rs`).
 
+mod checkpoint;
 mod common;
 mod db;
 mod schema;
@@ -49,12 +54,14 @@ mod sweep_stalled;
 mod update_data;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::Notify;
 
@@ -77,6 +84,10 @@ pub const DEFAULT_PATH: &str = "echomq.db";
 /// How long a writer waits for another process's transaction before the verb fails.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The page cache of the store's connection, in KiB (SQLite's default is 2 MiB; a queue of 100,000
+/// waiting jobs spans more).
+pub const CACHE_KIB: i64 = 32 * 1024;
+
 /// How often a cancel-request stream looks for requests written by other processes.
 pub const CANCEL_POLL: Duration = Duration::from_millis(200);
 
@@ -87,14 +98,59 @@ pub(crate) fn sql_error(verb: &'static str, e: rusqlite::Error) -> Error {
     }
 }
 
-type Work = Box<dyn FnOnce(&mut Connection) + Send>;
+type Work = Box<dyn FnOnce(&mut Worker) + Send>;
+
+/// What the store's thread owns: its connection and what it tells the store handles.
+struct Worker {
+    conn: Connection,
+    wakes: Wakes,
+    /// `PRAGMA data_version` as of the thread's last transaction: it changes when another
+    /// connection (another process, another handle) commits.
+    data_version: Arc<AtomicI64>,
+}
+
+/// The in-process wake of each queue.
+type Wakes = Arc<Mutex<HashMap<String, Arc<Wake>>>>;
+
+/// A queue's in-process wake: the signal its parked consumers and cancel streams wait on, and the
+/// wake tokens this process pushed that no park has taken yet (the wake list's twin in memory,
+/// capped as the list is, so a park of this process never needs a transaction to take one).
+#[derive(Default)]
+struct Wake {
+    signal: Notify,
+    tokens: AtomicI64,
+}
+
+impl Wake {
+    /// LPOP of one token: true when there was one.
+    fn take(&self) -> bool {
+        self.tokens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| (t > 0).then(|| t - 1))
+            .is_ok()
+    }
+
+    fn push(&self, n: i64) {
+        let _ = self.tokens.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+            Some((t + n).min(db::WAKES_MAX))
+        });
+    }
+}
+
+fn wake_of(wakes: &Wakes, queue: &str) -> Arc<Wake> {
+    let mut wakes = wakes.lock().unwrap_or_else(|p| p.into_inner());
+    match wakes.get(queue) {
+        Some(w) => w.clone(),
+        None => wakes.entry(queue.to_string()).or_default().clone(),
+    }
+}
 
 /// The embedded store. Cheap to clone: clones share the connection's thread and the wake signals.
 #[derive(Clone)]
 pub struct EmbeddedStore {
     worker: std::sync::mpsc::Sender<Work>,
     path: Arc<String>,
-    wakes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+    wakes: Wakes,
+    data_version: Arc<AtomicI64>,
     payload_limit: usize,
 }
 
@@ -128,10 +184,13 @@ impl EmbeddedStore {
         let (tx, rx) = std::sync::mpsc::channel::<Work>();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let owned = path.to_string();
+        let wakes: Wakes = Arc::default();
+        let data_version = Arc::new(AtomicI64::new(0));
+        let (thread_wakes, thread_version) = (wakes.clone(), data_version.clone());
         std::thread::Builder::new()
             .name("emq-sqlite".into())
             .spawn(move || {
-                let mut conn = match Self::connect(&owned, durability) {
+                let conn = match Self::connect(&owned, durability) {
                     Ok(c) => {
                         let _ = ready_tx.send(Ok(()));
                         c
@@ -141,9 +200,16 @@ impl EmbeddedStore {
                         return;
                     }
                 };
+                // the checkpointer ends when this thread does (its sender dropped with `_stop`)
+                let _stop = checkpoint::spawn(&owned, &conn);
+                let mut worker = Worker {
+                    conn,
+                    wakes: thread_wakes,
+                    data_version: thread_version,
+                };
                 // the thread ends when every store handle is gone
                 while let Ok(work) = rx.recv() {
-                    work(&mut conn);
+                    work(&mut worker);
                 }
             })
             .map_err(|e| Error::Store {
@@ -157,7 +223,8 @@ impl EmbeddedStore {
         Ok(EmbeddedStore {
             worker: tx,
             path: Arc::new(path.to_string()),
-            wakes: Arc::new(Mutex::new(HashMap::new())),
+            wakes,
+            data_version,
             payload_limit: PAYLOAD_LIMIT_DEFAULT,
         })
     }
@@ -176,6 +243,13 @@ impl EmbeddedStore {
         };
         conn.pragma_update(None, "synchronous", sync)
             .map_err(|e| sql_error("open", e))?;
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
+            .map_err(|e| sql_error("open", e))?;
+        // the bundled SQLite plans with STAT4, which re-prepares a cached statement whenever a
+        // parameter its plan looked at is bound again (every ORDER BY … LIMIT and min/max here,
+        // at every call); the stable planner never looks at bound values
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+            .map_err(|e| sql_error("open", e))?;
         conn.set_prepared_statement_cache_capacity(256);
         schema::migrate(&mut conn, path)?;
         Ok(conn)
@@ -192,48 +266,68 @@ impl EmbeddedStore {
         &self.path
     }
 
-    fn signal(&self, queue: &str) -> Arc<Notify> {
-        let mut wakes = self.wakes.lock().unwrap_or_else(|p| p.into_inner());
-        wakes.entry(queue.to_string()).or_default().clone()
+    fn wake(&self, queue: &str) -> Arc<Wake> {
+        wake_of(&self.wakes, queue)
     }
 
     /// Runs `f` as one `BEGIN IMMEDIATE` transaction on the store's thread. A twin that errs
-    /// rolls back: nothing of it is written.
+    /// rolls back: nothing of it is written. A commit that pushed wake tokens or published a
+    /// cancel request notifies this process's parked consumers and cancel streams at once, from
+    /// the store's thread.
     async fn run<T, F>(&self, queue: &str, verb: &'static str, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Db) -> Result<T> + Send + 'static,
     {
-        let (tx, rx) = tokio::sync::oneshot::channel();
         let q = queue.to_string();
-        let work: Work = Box::new(move |conn: &mut Connection| {
-            let outcome = (|| {
-                let t = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .map_err(|e| sql_error(verb, e))?;
-                let (out, woke) = {
-                    let db = Db::new(&t, &q, verb);
-                    let out = f(&db)?;
-                    (out, db.woke.get())
-                };
-                t.commit().map_err(|e| sql_error(verb, e))?;
-                Ok((out, woke))
-            })();
-            let _ = tx.send(outcome);
+        self.on_thread(verb, move |w: &mut Worker| {
+            let t = w
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| sql_error(verb, e))?;
+            let (out, woke, tokens) = {
+                let db = Db::new(&t, &q, verb);
+                let out = f(&db)?;
+                (out, db.woke.get(), db.tokens.get())
+            };
+            let version = data_version(&t).map_err(|e| sql_error(verb, e))?;
+            t.commit().map_err(|e| sql_error(verb, e))?;
+            w.data_version.store(version, Ordering::Release);
+            if woke {
+                let wake = wake_of(&w.wakes, &q);
+                wake.push(tokens);
+                wake.signal.notify_waiters();
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Runs `f` with the connection on the store's thread, outside any transaction of its own.
+    async fn on_thread<T, F>(&self, verb: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Worker) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let work: Work = Box::new(move |w: &mut Worker| {
+            let _ = tx.send(f(w));
         });
         self.worker.send(work).map_err(|_| Error::Store {
             verb,
             reason: "the store thread is gone".into(),
         })?;
-        let (out, woke) = rx.await.map_err(|_| Error::Store {
+        rx.await.map_err(|_| Error::Store {
             verb,
             reason: "the store thread dropped the request".into(),
-        })??;
-        if woke {
-            self.signal(queue).notify_waiters();
-        }
-        Ok(out)
+        })?
     }
+}
+
+/// `PRAGMA data_version`: changes when another connection commits.
+fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("PRAGMA data_version")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
 }
 
 fn settle_args(settle: SettleOptions) -> (i64, i64) {
@@ -611,20 +705,32 @@ impl Store for EmbeddedStore {
     }
 
     async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
-        let signal = self.signal(queue.as_str());
+        let wake = self.wake(queue.as_str());
         // registered before the look, so a wake between the look and the wait is not missed
-        let notified = signal.notified();
+        let notified = wake.signal.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if self.run(queue.as_str(), "park", |db| db.take_wake()).await? {
+        if wake.take() {
             return Ok(true);
         }
+        let seen = self.data_version.load(Ordering::Acquire);
         tokio::select! {
-            // woken in this process: go at once; the token is taken by the next park
-            _ = &mut notified => Ok(true),
+            // woken in this process: go at once, taking the token that woke it
+            _ = &mut notified => {
+                wake.take();
+                Ok(true)
+            }
             _ = tokio::time::sleep(timeout) => {
-                // a wake from another process is seen here, within one park
-                self.run(queue.as_str(), "park", |db| db.take_wake()).await
+                // another process's (or handle's) commit since the store's last transaction: it
+                // may have pushed a wake this process cannot see, so report a wake
+                let now = self
+                    .on_thread("park", |w: &mut Worker| {
+                        let v = data_version(&w.conn).map_err(|e| sql_error("park", e))?;
+                        w.data_version.store(v, Ordering::Release);
+                        Ok(v)
+                    })
+                    .await?;
+                Ok(now != seen)
             }
         }
     }
@@ -635,7 +741,7 @@ impl Store for EmbeddedStore {
             .run(queue.as_str(), "cancel_requests", cancel::last_request)
             .await?;
         let store = self.clone();
-        let signal = self.signal(queue.as_str());
+        let signal = self.wake(queue.as_str());
         let stream = futures::stream::unfold(
             (store, q, last, signal, Vec::new()),
             |(store, q, mut last, signal, mut buf)| async move {
@@ -643,7 +749,7 @@ impl Store for EmbeddedStore {
                     if let Some(req) = buf.pop() {
                         return Some((req, (store, q, last, signal, buf)));
                     }
-                    let notified = signal.notified();
+                    let notified = signal.signal.notified();
                     tokio::pin!(notified);
                     notified.as_mut().enable();
                     let after = last;

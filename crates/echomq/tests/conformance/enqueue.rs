@@ -68,6 +68,70 @@ pub async fn generated_ids_are_the_decimal_text_of_their_sequence_across_carries
     assert_eq!(ctx.store.get(&ctx.q, &JobId::parse("10").unwrap()).await.unwrap(), None);
 }
 
+/// A batch larger than one multi-row statement of the embedded store, mixing generated and caller
+/// ids, a duplicate, delays and max_attempts: every job where its own enqueue would put it.
+pub async fn enqueue_mixed_batch_lands_each_job_in_its_place(ctx: &Ctx) {
+    let batch: Vec<NewJob> = (0..130)
+        .map(|i| {
+            let mut job = NewJob::new(format!("p{i}"));
+            if i % 5 == 0 {
+                job = job.with_id(JobId::new(format!("c{i}")).unwrap());
+            }
+            if i == 128 {
+                job = job.with_id(JobId::new("c10").unwrap()); // a duplicate of job 10
+            }
+            if i % 7 == 0 {
+                job = job.with_delay(Duration::from_secs(3600));
+            }
+            if i % 3 == 0 {
+                job = job.with_max_attempts(5);
+            }
+            job
+        })
+        .collect();
+    let replies = ctx.store.enqueue(&ctx.q, &batch).await.unwrap();
+    let mut seq = 0;
+    let mut expected = Vec::new();
+    for i in 0..130 {
+        if i == 128 {
+            expected.push(Enqueued::Duplicate(JobId::new("c10").unwrap()));
+            continue;
+        }
+        seq += 1;
+        let id = if i % 5 == 0 { format!("c{i}") } else { seq.to_string() };
+        expected.push(Enqueued::New(JobId::parse(id).unwrap()));
+    }
+    assert_eq!(replies, expected);
+    let ready: Vec<String> = (0..130)
+        .filter(|i| *i != 128 && i % 7 != 0)
+        .map(|i| expected[i].id().to_string())
+        .collect();
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!(counts.pending, ready.len() as u64);
+    assert_eq!(counts.scheduled, 130 - 1 - ready.len() as u64);
+    let delayed = ctx.store.get(&ctx.q, expected[21].id()).await.unwrap().unwrap();
+    assert_eq!(delayed.state, JobState::Scheduled);
+    assert_eq!(delayed.payload, b"p21");
+    assert_eq!(delayed.max_attempts, Some(5));
+    assert!(delayed.run_at.is_some());
+    let claimed = ctx
+        .store
+        .claim(&ctx.q, 200, LEASE, 3, SettleOptions::default())
+        .await
+        .unwrap();
+    let order: Vec<String> = claimed.iter().map(|c| c.id.to_string()).collect();
+    assert_eq!(order, ready, "FIFO over the batch's ready jobs");
+    let payloads: Vec<Vec<u8>> = claimed.iter().map(|c| c.payload.clone()).collect();
+    let want: Vec<Vec<u8>> = (0..130)
+        .filter(|i| *i != 128 && i % 7 != 0)
+        .map(|i| format!("p{i}").into_bytes())
+        .collect();
+    assert_eq!(payloads, want);
+    let first = ctx.store.get(&ctx.q, expected[3].id()).await.unwrap().unwrap();
+    assert_eq!(first.max_attempts, Some(5));
+    assert_eq!(first.state, JobState::Active);
+}
+
 pub async fn enqueue_caller_id_twice_is_a_duplicate(ctx: &Ctx) {
     let id = JobId::new("order-7").unwrap();
     let batch = [
@@ -115,6 +179,7 @@ crate::conformance!(
     enqueue_generates_ids_from_one_in_order,
     enqueue_keeps_fifo_within_one_batch,
     generated_ids_are_the_decimal_text_of_their_sequence_across_carries,
+    enqueue_mixed_batch_lands_each_job_in_its_place,
     enqueue_caller_id_twice_is_a_duplicate,
     enqueue_pushes_one_wake_per_ready_job_at_most_16,
     genqueue_puts_jobs_in_their_lane,

@@ -24,7 +24,7 @@ impl Claim<'_, '_> {
     /// One popped job: hand it out, or settle it here. True when handed out.
     fn take(&mut self, id: &str, g: Option<&str>) -> Result<bool> {
         let db = self.db;
-        let Some(row) = db.row(id)? else { return Ok(false) }; // a missing row: dropped
+        let Some(row) = db.claim_row(id)? else { return Ok(false) }; // a missing row: dropped
         let att = number(row.attempts.as_deref(), 0);
         let maxa = number(row.max_attempts.as_deref(), self.maxdef);
         let mut defect = match (&row.data, row.state.as_deref(), att, maxa) {
@@ -75,7 +75,7 @@ impl Claim<'_, '_> {
             self.failed += 1;
             return Ok(false);
         }
-        db.hset(id, &[Field::State("active"), Field::Attempts(att + 1)])?;
+        db.set_active(id, att + 1)?;
         db.zadd("active", self.deadline, id)?;
         self.out.push(ClaimedJob {
             id: JobId::from_store(id.to_string()),

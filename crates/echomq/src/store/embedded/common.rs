@@ -1,7 +1,7 @@
 //! The twin of `scripts/_lib.lua`: the steps the verbs share, one function per Lua helper, with the
 //! same name less the `emq_` prefix.
 
-use super::db::{Db, Field};
+use super::db::{Db, Field, NewRow};
 use crate::error::Result;
 use crate::store::Settled;
 
@@ -204,6 +204,11 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     let mut seq = if fresh > 0 { db.kv_incr("id", fresh)? - fresh } else { 0 };
     let (mut flat_ready, mut lane_ready) = (0i64, 0i64);
     let mut out = Vec::with_capacity(jobs.len());
+    // the writes in the order the script makes them, table by table (each table's writes keep
+    // their order, and no write reads another table's): rows, then set members, then lane tails
+    let mut rows = Vec::with_capacity(jobs.len());
+    let mut members = Vec::with_capacity(jobs.len());
+    let mut tails = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         if dup[i] {
             // validated by the caller: a duplicate always carries its caller id
@@ -218,22 +223,41 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         let delay = job.delay.map_or(0, |d| d.as_millis() as i64);
         if delay > 0 {
             let due = db.now() + delay;
-            db.insert_row(&id, &job.payload, "scheduled", g, max_attempts.as_deref(), Some(due))?;
-            db.zadd("scheduled", due, &id)?;
+            rows.push(NewRow {
+                id: id.clone(),
+                data: &job.payload,
+                state: "scheduled",
+                max_attempts,
+                run_at: Some(due.to_string()),
+            });
+            members.push(("scheduled", due, id.clone()));
         } else {
-            db.insert_row(&id, &job.payload, "pending", g, max_attempts.as_deref(), None)?;
+            rows.push(NewRow {
+                id: id.clone(),
+                data: &job.payload,
+                state: "pending",
+                max_attempts,
+                run_at: None,
+            });
             match g {
-                Some(g) => {
-                    db.rpush(&lane(g), &id)?;
+                Some(_) => {
+                    tails.push(id.clone());
                     lane_ready += 1;
                 }
                 None => {
-                    db.zadd("pending", seq, &id)?;
+                    members.push(("pending", seq, id.clone()));
                     flat_ready += 1;
                 }
             }
         }
         out.push(Enqueued::New(JobId::from_store(id)));
+    }
+    db.insert_rows(g, &rows)?;
+    db.zadd_many(&members)?;
+    if let Some(g) = g {
+        for id in &tails {
+            db.rpush(&lane(g), id)?;
+        }
     }
     match g {
         Some(g) if lane_ready > 0 => {

@@ -25,12 +25,30 @@ pub(crate) struct Row {
     pub(crate) finished_at: Option<String>,
 }
 
+/// A new job's row, as enqueue writes it whole.
+pub(crate) struct NewRow<'a> {
+    pub(crate) id: String,
+    pub(crate) data: &'a [u8],
+    pub(crate) state: &'static str,
+    pub(crate) max_attempts: Option<String>,
+    pub(crate) run_at: Option<String>,
+}
+
+/// Rows per multi-row statement of a batch write (enqueue's rows and set members).
+const MULTI: usize = 50;
+
+/// `head` then `MULTI` copies of `row` (its `{}` numbered from `first`, `per` parameters a row),
+/// comma-separated, then `tail`.
+fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String, tail: &str) -> String {
+    let rows: Vec<String> = (0..MULTI).map(|i| row(first + i * per)).collect();
+    format!("{head} {}{tail}", rows.join(", "))
+}
+
 /// One field to write with `hset`.
 #[derive(Debug, Clone)]
 pub(crate) enum Field<'a> {
     Data(&'a [u8]),
     State(&'a str),
-    Attempts(i64),
     MaxAttempts(&'a str),
     RunAt(i64),
     Stalled(i64),
@@ -45,7 +63,6 @@ impl Field<'_> {
         match self {
             Field::Data(_) => "data",
             Field::State(_) => "state",
-            Field::Attempts(_) => "attempts",
             Field::MaxAttempts(_) => "max_attempts",
             Field::RunAt(_) => "run_at",
             Field::Stalled(_) => "stalled",
@@ -63,9 +80,7 @@ impl Field<'_> {
             Field::State(s) | Field::MaxAttempts(s) | Field::LastError(s) | Field::Cancel(s) => {
                 Value::Text(s.to_string())
             }
-            Field::Attempts(n) | Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) => {
-                Value::Text(n.to_string())
-            }
+            Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) => Value::Text(n.to_string()),
         }
     }
 }
@@ -92,11 +107,17 @@ pub(crate) struct Db<'a> {
     q: &'a str,
     verb: &'static str,
     now: Cell<Option<i64>>,
-    /// Wake tokens pushed by this transaction (the store notifies parked consumers after commit).
+    /// Whether this transaction signals the queue's parked consumers and cancel streams (the store
+    /// notifies them after commit).
     pub(crate) woke: Cell<bool>,
+    /// Wake tokens pushed by this transaction (the store hands them to parks in this process).
+    pub(crate) tokens: Cell<i64>,
 }
 
 type R<T> = Result<T>;
+
+/// The wake list's length cap (the scripts' LTRIM).
+pub(crate) const WAKES_MAX: i64 = 16;
 
 impl<'a> Db<'a> {
     /// The transaction, for a twin's own statement (its SQL stays in its file).
@@ -121,6 +142,7 @@ impl<'a> Db<'a> {
             verb,
             now: Cell::new(None),
             woke: Cell::new(false),
+            tokens: Cell::new(0),
         }
     }
 
@@ -192,18 +214,10 @@ impl<'a> Db<'a> {
             return Ok(());
         }
         let have = self.kv_get("wakes")?.unwrap_or(0);
-        self.kv_set("wakes", (have + n).min(16))?;
+        self.kv_set("wakes", (have + n).min(WAKES_MAX))?;
+        self.tokens.set(self.tokens.get() + n);
         self.woke.set(true);
         Ok(())
-    }
-
-    /// LPOP of one wake token: true when there was one.
-    pub(crate) fn take_wake(&self) -> R<bool> {
-        self.tx
-            .prepare_cached("UPDATE emq_kv SET value = value - 1 WHERE queue = ?1 AND key = 'wakes' AND value > 0")
-            .and_then(|mut s| s.execute(params![self.q]))
-            .map(|n| n > 0)
-            .map_err(|e| self.e(e))
     }
 
     // ---- rows (emq_jobs)
@@ -232,6 +246,37 @@ impl<'a> Db<'a> {
                 })
                 .optional()
             })
+            .map_err(|e| self.e(e))
+    }
+
+    /// The fields a claim reads (HMGET data state attempts max_attempts cancel).
+    pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
+        self.tx
+            .prepare_cached(
+                "SELECT data, state, attempts, max_attempts, cancel FROM emq_jobs WHERE queue = ?1 AND id = ?2",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.q, id], |r| {
+                    Ok(Row {
+                        data: r.get(0)?,
+                        state: r.get(1)?,
+                        attempts: r.get(2)?,
+                        max_attempts: r.get(3)?,
+                        cancel: r.get(4)?,
+                        ..Row::default()
+                    })
+                })
+                .optional()
+            })
+            .map_err(|e| self.e(e))
+    }
+
+    /// HSET state active attempts n, of a row known to exist (a claim's).
+    pub(crate) fn set_active(&self, id: &str, attempts: i64) -> R<()> {
+        self.tx
+            .prepare_cached("UPDATE emq_jobs SET state = 'active', attempts = ?3 WHERE queue = ?1 AND id = ?2")
+            .and_then(|mut s| s.execute(params![self.q, id, attempts.to_string()]))
+            .map(drop)
             .map_err(|e| self.e(e))
     }
 
@@ -269,23 +314,72 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// A new waiting row, written whole (the hot path of enqueue).
-    pub(crate) fn insert_row(
-        &self,
-        id: &str,
-        data: &[u8],
-        state: &str,
-        group: Option<&str>,
-        max_attempts: Option<&str>,
-        run_at: Option<i64>,
-    ) -> R<()> {
-        self.tx
-            .prepare_cached(
-                "INSERT OR REPLACE INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    /// Every new row of a batch, in order, `MULTI` to a statement.
+    pub(crate) fn insert_rows(&self, group: Option<&str>, rows: &[NewRow<'_>]) -> R<()> {
+        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = SQL.get_or_init(|| {
+            multi_sql(
+                "INSERT OR REPLACE INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES",
+                5,
+                3,
+                |p| format!("(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{})", p, p + 1, p + 2, p + 3, p + 4),
+                "",
             )
-            .and_then(|mut s| s.execute(params![self.q, id, data, state, group, max_attempts, run_at.map(|t| t.to_string())]))
-            .map(drop)
-            .map_err(|e| self.e(e))
+        });
+        let mut chunks = rows.chunks_exact(MULTI);
+        for chunk in &mut chunks {
+            let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.e(e))?;
+            stmt.raw_bind_parameter(1, self.q).map_err(|e| self.e(e))?;
+            stmt.raw_bind_parameter(2, group).map_err(|e| self.e(e))?;
+            for (i, r) in chunk.iter().enumerate() {
+                let p = 3 + i * 5;
+                stmt.raw_bind_parameter(p, &r.id).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 1, r.data).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 2, r.state).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 3, &r.max_attempts).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 4, &r.run_at).map_err(|e| self.e(e))?;
+            }
+            stmt.raw_execute().map_err(|e| self.e(e))?;
+        }
+        for r in chunks.remainder() {
+            self.tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .and_then(|mut s| s.execute(params![self.q, r.id, r.data, r.state, group, r.max_attempts, r.run_at]))
+                .map_err(|e| self.e(e))?;
+        }
+        Ok(())
+    }
+
+    /// ZADD of many (set, score, member), in order, `MULTI` to a statement.
+    pub(crate) fn zadd_many(&self, members: &[(&str, i64, String)]) -> R<()> {
+        static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let sql = SQL.get_or_init(|| {
+            multi_sql(
+                "INSERT INTO emq_zsets (queue, zset, member, score) VALUES",
+                3,
+                2,
+                |p| format!("(?1, ?{}, ?{}, ?{})", p, p + 1, p + 2),
+                " ON CONFLICT (queue, zset, member) DO UPDATE SET score = excluded.score",
+            )
+        });
+        let mut chunks = members.chunks_exact(MULTI);
+        for chunk in &mut chunks {
+            let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.e(e))?;
+            stmt.raw_bind_parameter(1, self.q).map_err(|e| self.e(e))?;
+            for (i, (z, score, member)) in chunk.iter().enumerate() {
+                let p = 2 + i * 3;
+                stmt.raw_bind_parameter(p, *z).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 1, member).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 2, *score).map_err(|e| self.e(e))?;
+            }
+            stmt.raw_execute().map_err(|e| self.e(e))?;
+        }
+        for (z, score, member) in chunks.remainder() {
+            self.zadd(z, *score, member)?;
+        }
+        Ok(())
     }
 
     /// HDEL of fields.
@@ -390,13 +484,32 @@ impl<'a> Db<'a> {
         )
     }
 
-    /// ZPOPMIN z count.
+    /// ZPOPMIN z count: the lowest members, removed in one statement (they are exactly the
+    /// members up to the last one read, in (score, member) order).
     pub(crate) fn zpopmin(&self, z: &str, count: i64) -> R<Vec<String>> {
-        let ids = self.zrange(z, 0, count, false)?;
-        for id in &ids {
-            self.zrem(z, id)?;
+        let mut out = Vec::new();
+        let mut last = None;
+        {
+            let mut stmt = self
+                .tx
+                .prepare_cached(
+                    "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT ?3",
+                )
+                .map_err(|e| self.e(e))?;
+            let mut rows = stmt.query(params![self.q, z, count]).map_err(|e| self.e(e))?;
+            while let Some(r) = rows.next().map_err(|e| self.e(e))? {
+                let member: String = r.get(0).map_err(|e| self.e(e))?;
+                last = Some(r.get::<_, i64>(1).map_err(|e| self.e(e))?);
+                out.push(member);
+            }
         }
-        Ok(ids)
+        if let (Some(score), Some(member)) = (last, out.last()) {
+            self.tx
+                .prepare_cached("DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND (score, member) <= (?3, ?4)")
+                .and_then(|mut s| s.execute(params![self.q, z, score, member]))
+                .map_err(|e| self.e(e))?;
+        }
+        Ok(out)
     }
 
     // ---- lists (emq_lists)
