@@ -187,10 +187,11 @@ async fn a_parked_consumer_is_woken_at_once_by_an_enqueue_in_the_same_process() 
         latencies.push(began.duration_since(at));
     }
     c.stop(Duration::from_secs(5)).await.unwrap();
+    // a behaviour, not a speed: the beat is 10 s, so only the wake can start a job within 2 s
     let worst = latencies.iter().max().copied().unwrap();
     assert!(
-        worst < Duration::from_millis(50),
-        "enqueue → handler start: {latencies:?}"
+        worst < Duration::from_secs(2),
+        "enqueue → handler start, beat 10 s: {latencies:?}"
     );
     assert_eq!(completed(&store, &q).await, 5);
 }
