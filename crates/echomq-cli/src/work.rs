@@ -206,11 +206,15 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     tokio::select! {
         r = consumer.stop(Duration::MAX) => {
             r?;
-            Ok(0)
+            return Ok(0);
         }
-        _ = term.recv() => Ok(kill_all(&groups).await),
-        _ = int.recv() => Ok(kill_all(&groups).await),
+        _ = term.recv() => {}
+        _ = int.recv() => {}
     }
+    // the handlers and the settler go first: a command dying of the SIGKILL below must not get
+    // its job settled (as an error) in the moment before the process exits
+    consumer.abort();
+    Ok(kill_all(&groups).await)
 }
 
 #[allow(clippy::print_stderr)] // an operator's notice on stderr, shown whatever EMQ_LOG says
