@@ -285,6 +285,16 @@ fn an_embedded_store_that_cannot_be_opened_exits_1_naming_its_path() {
             assert_error_naming(&o, path);
         }
     }
+    // a file that is not a database: refused, named, left as it was
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "not a database, and long enough to be read as one's header\n").unwrap();
+    let text = text.to_str().unwrap();
+    let o = emq(&["--url", text, "stats"]);
+    assert_error_naming(&o, text);
+    assert_eq!(
+        read(std::path::Path::new(text)),
+        "not a database, and long enough to be read as one's header\n"
+    );
 }
 
 #[test]

@@ -229,7 +229,18 @@ impl EmbeddedStore {
         })
     }
 
+    /// Opens and configures the connection; every refusal names the file.
     fn connect(path: &str, durability: Durability) -> Result<Connection> {
+        Self::configure(path, durability).map_err(|e| match e {
+            Error::Store { verb, reason } if !reason.contains(path) => Error::Store {
+                verb,
+                reason: format!("{path}: {reason}"),
+            },
+            other => other,
+        })
+    }
+
+    fn configure(path: &str, durability: Durability) -> Result<Connection> {
         let mut conn = Connection::open(path).map_err(|e| Error::Store {
             verb: "open",
             reason: format!("cannot open {path}: {e}"),
