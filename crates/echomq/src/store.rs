@@ -576,14 +576,14 @@ pub fn redact_url(url: &str) -> String {
 
 /// The commit durability an embedded store URL asks for (`?synchronous=normal|full`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Synchronous {
+pub(crate) enum Synchronous {
     Normal,
     Full,
 }
 
 /// An embedded store URL's file and durability: `PATH` or `PATH?synchronous=normal|full` (the
 /// default `normal`). Any other query is refused, naming it.
-fn embedded_path(url: &str) -> Result<(&str, Synchronous)> {
+pub(crate) fn embedded_path(url: &str) -> Result<(&str, Synchronous)> {
     let invalid = |reason: String| Error::InvalidUrl {
         url: url.to_string(),
         reason,
@@ -622,18 +622,13 @@ pub async fn open_default() -> Result<Box<dyn Store>> {
 pub const DEFAULT_EMBEDDED_PATH: &str = "echomq.db";
 
 async fn open_embedded(url: &str) -> Result<Box<dyn Store>> {
-    let (path, synchronous) = embedded_path(url)?;
     #[cfg(feature = "embedded")]
     {
-        let durability = match synchronous {
-            Synchronous::Normal => embedded::Durability::Normal,
-            Synchronous::Full => embedded::Durability::Full,
-        };
-        Ok(Box::new(embedded::EmbeddedStore::open_with(path, durability).await?))
+        Ok(Box::new(embedded::EmbeddedStore::open_url(url).await?))
     }
     #[cfg(not(feature = "embedded"))]
     {
-        let _ = (path, synchronous);
+        embedded_path(url)?;
         Err(Error::UnsupportedScheme {
             scheme: "sqlite".into(),
         })
@@ -643,6 +638,24 @@ async fn open_embedded(url: &str) -> Result<Box<dyn Store>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "embedded")]
+    #[tokio::test]
+    async fn an_embedded_url_s_durability_reaches_the_connection() {
+        use embedded::{Durability, EmbeddedStore};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let path = path.to_str().unwrap();
+        for (url, want) in [
+            (path.to_string(), Durability::Normal),
+            (format!("{path}?synchronous=full"), Durability::Full),
+            (format!("{path}?synchronous=normal"), Durability::Normal),
+        ] {
+            let store = EmbeddedStore::open_url(&url).await.unwrap();
+            assert_eq!(store.durability().await.unwrap(), want, "{url}");
+            assert_eq!(store.path(), path);
+        }
+    }
 
     #[test]
     fn a_redacted_url_keeps_no_credentials() {

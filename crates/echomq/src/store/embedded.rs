@@ -179,6 +179,17 @@ impl EmbeddedStore {
         Self::open_with(path, Durability::Normal).await
     }
 
+    /// Opens from the path part of an embedded store URL: `PATH`, or `PATH?synchronous=full` for
+    /// [`Durability::Full`] (`?synchronous=normal` is the default). Any other option is refused.
+    pub async fn open_url(url: &str) -> Result<Self> {
+        let (path, synchronous) = super::embedded_path(url)?;
+        let durability = match synchronous {
+            super::Synchronous::Normal => Durability::Normal,
+            super::Synchronous::Full => Durability::Full,
+        };
+        Self::open_with(path, durability).await
+    }
+
     /// Opens with a chosen durability.
     pub async fn open_with(path: &str, durability: Durability) -> Result<Self> {
         let (tx, rx) = std::sync::mpsc::channel::<Work>();
@@ -275,6 +286,26 @@ impl EmbeddedStore {
     /// The database file.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The durability the store's connection commits with, read back from SQLite
+    /// (`PRAGMA synchronous`), not from what was asked.
+    pub async fn durability(&self) -> Result<Durability> {
+        self.on_thread("durability", |w: &mut Worker| {
+            let level: i64 = w
+                .conn
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .map_err(|e| sql_error("durability", e))?;
+            match level {
+                1 => Ok(Durability::Normal),
+                2 => Ok(Durability::Full),
+                other => Err(Error::Store {
+                    verb: "durability",
+                    reason: format!("synchronous is {other}, neither NORMAL (1) nor FULL (2)"),
+                }),
+            }
+        })
+        .await
     }
 
     fn wake(&self, queue: &str) -> Arc<Wake> {
