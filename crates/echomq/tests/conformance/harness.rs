@@ -10,7 +10,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use echomq::store::embedded::EmbeddedStore;
 use echomq::store::redis::RedisStore;
@@ -249,21 +248,9 @@ pub async fn embedded_ctx(case: &str) -> Ctx {
     }
 }
 
-/// Waits until `f` is true, checking every 5 ms, for at most `within`.
-pub async fn wait_until<F, Fut>(within: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    while !f().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+#[path = "../support/consumer_kit.rs"]
+mod consumer_kit;
+pub use consumer_kit::wait_until;
 
 /// The slot invariant (DESIGN §3): for every group, a:<g> equals the number of its jobs in active.
 pub async fn assert_slot_invariant(ctx: &Ctx) {
