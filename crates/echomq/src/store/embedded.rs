@@ -14,7 +14,7 @@
 //! * **local file systems only** (WAL needs shared memory between the processes);
 //! * **durability**: `kill -9` never loses an acknowledged write (WAL, `synchronous=NORMAL`); a power
 //!   loss may lose the last transactions unless the store is opened with `synchronous=FULL`
-//!   ([`EmbeddedStore::open_with`]);
+//!   ([`EmbeddedStore::open_with`], or the URL `sqlite:PATH?synchronous=full`);
 //! * **checkpoints off the verbs' path**: a checkpointer thread with its own connection copies the
 //!   `-wal` file into the database file while commits come (`PASSIVE`, it never blocks anyone) and
 //!   truncates the `-wal` file once the file has been idle for half a second, so it does not grow;
