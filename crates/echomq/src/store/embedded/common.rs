@@ -115,6 +115,37 @@ pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Fi
     Ok(())
 }
 
+/// complete and complete_cancelled past their fence: out of `active` (the membership test is the
+/// ZREM the settle needs anyway: Stale when it was not there), finished as `state` with the
+/// verdict's value (an output, or a reason kept as last_error), a lane job's slot freed, the event
+/// counted and recorded.
+pub(crate) fn settle_finished(
+    db: &Db,
+    id: &str,
+    token: u64,
+    group: Option<String>,
+    state: &str,
+    (keep, recmax): (i64, i64),
+    value: Option<Field<'_>>,
+) -> Result<Settled> {
+    if !db.zrem("active", id)? {
+        return Ok(Settled::Stale);
+    }
+    let (record_field, record_value) = match value {
+        Some(Field::LastError(reason)) => ("error", Some(reason.as_bytes())),
+        Some(Field::Output(output)) => ("output", Some(output)),
+        _ if state == "completed" => ("output", None),
+        _ => ("error", None),
+    };
+    finish(db, id, state, keep, value)?;
+    if let Some(g) = group {
+        leave_lane(db, &g)?;
+    }
+    db.count(state, 1)?;
+    db.record(recmax, id, state, &token.to_string(), record_field, record_value)?;
+    Ok(Settled::Ok)
+}
+
 /// A job to the morgue, scored with the store's time of death.
 pub(crate) fn bury(db: &Db, id: &str, err: &str) -> Result<()> {
     db.hset(id, &[Field::State("dead"), Field::LastError(err)])?;
