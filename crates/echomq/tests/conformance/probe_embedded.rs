@@ -57,6 +57,10 @@ fn text(v: Value) -> Option<String> {
     }
 }
 
+/// True of a row with no field (only a lease left on it: no row to the verbs).
+const NO_FIELD: &str = "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, \
+                        output, finished_at) IS NULL";
+
 fn set_name(set: &str) -> &str {
     assert!(SETS.contains(&set), "{set:?} is not a sorted set of the keyspace");
     set
@@ -199,8 +203,7 @@ impl EmbeddedProbe {
             let sql = format!("UPDATE emq_jobs SET {col} = NULL WHERE queue = ?1 AND id = ?2");
             c.execute(&sql, params![q, id]).expect("delete a row field");
             c.execute(
-                "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND coalesce(data, state, attempts, grp, \
-                 max_attempts, run_at, stalled, last_error, cancel, output, finished_at) IS NULL",
+                &format!("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND {NO_FIELD}"),
                 params![q, id],
             )
             .expect("delete an empty row");
@@ -211,9 +214,24 @@ impl EmbeddedProbe {
     pub async fn del_row(&self, id: &JobId) -> bool {
         let id = id.to_string();
         self.with(move |c, q| {
-            c.execute("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2", params![q, id])
-                .expect("delete a row")
-                == 1
+            // an id in active keeps its lease on a row with no field (DEL leaves active be)
+            let deleted = c
+                .execute(
+                    "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL",
+                    params![q, id],
+                )
+                .expect("delete a row");
+            deleted == 1
+                || c.execute(
+                    &format!(
+                        "UPDATE emq_jobs SET data = NULL, state = NULL, attempts = NULL, grp = NULL, \
+                         max_attempts = NULL, run_at = NULL, stalled = NULL, last_error = NULL, cancel = NULL, \
+                         output = NULL, finished_at = NULL WHERE queue = ?1 AND id = ?2 AND NOT {NO_FIELD}"
+                    ),
+                    params![q, id],
+                )
+                .expect("empty a leased row")
+                    == 1
         })
         .await
     }
@@ -221,9 +239,11 @@ impl EmbeddedProbe {
     pub async fn row_exists(&self, id: &JobId) -> bool {
         let id = id.to_string();
         self.with(move |c, q| {
-            c.prepare("SELECT 1 FROM emq_jobs WHERE queue = ?1 AND id = ?2")
-                .and_then(|mut s| s.exists(params![q, id]))
-                .expect("read a row")
+            c.prepare(&format!(
+                "SELECT 1 FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND NOT {NO_FIELD}"
+            ))
+            .and_then(|mut s| s.exists(params![q, id]))
+            .expect("read a row")
         })
         .await
     }
@@ -231,14 +251,16 @@ impl EmbeddedProbe {
     pub async fn score(&self, set: &str, id: &JobId) -> Option<u64> {
         let (set, id) = (set_name(set).to_string(), id.to_string());
         self.with(move |c, q| {
-            c.query_row(
-                "SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3",
-                params![q, set, id],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()
-            .expect("read a score")
-            .map(|s| s as u64)
+            // `active` is the rows' lease column (schema 2)
+            let sql = if set == "active" {
+                "SELECT lease FROM emq_jobs WHERE queue = ?1 AND ?2 = 'active' AND id = ?3 AND lease IS NOT NULL"
+            } else {
+                "SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3"
+            };
+            c.query_row(sql, params![q, set, id], |r| r.get::<_, i64>(0))
+                .optional()
+                .expect("read a score")
+                .map(|s| s as u64)
         })
         .await
     }
@@ -246,12 +268,13 @@ impl EmbeddedProbe {
     pub async fn set_len(&self, set: &str) -> u64 {
         let set = set_name(set).to_string();
         self.with(move |c, q| {
-            c.query_row(
-                "SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2",
-                params![q, set],
-                |r| r.get::<_, i64>(0),
-            )
-            .expect("count a set") as u64
+            let sql = if set == "active" {
+                "SELECT count(*) FROM emq_jobs WHERE queue = ?1 AND ?2 = 'active' AND lease IS NOT NULL"
+            } else {
+                "SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2"
+            };
+            c.query_row(sql, params![q, set], |r| r.get::<_, i64>(0))
+                .expect("count a set") as u64
         })
         .await
     }
@@ -259,6 +282,20 @@ impl EmbeddedProbe {
     pub async fn remove_from_set(&self, set: &str, id: &JobId) -> bool {
         let (set, id) = (set_name(set).to_string(), id.to_string());
         self.with(move |c, q| {
+            if set == "active" {
+                let n = c
+                    .execute(
+                        "UPDATE emq_jobs SET lease = NULL WHERE queue = ?1 AND id = ?2 AND lease IS NOT NULL",
+                        params![q, id],
+                    )
+                    .expect("remove from active");
+                c.execute(
+                    &format!("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND {NO_FIELD}"),
+                    params![q, id],
+                )
+                .expect("delete a row with no field");
+                return n == 1;
+            }
             c.execute(
                 "DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3",
                 params![q, set, id],
@@ -340,6 +377,9 @@ impl EmbeddedProbe {
                  max_attempts, run_at, stalled, last_error, cancel, output, finished_at) IS NOT NULL",
             ));
             keys.extend(strings("SELECT DISTINCT zset FROM emq_zsets WHERE queue = ?1"));
+            keys.extend(strings(
+                "SELECT DISTINCT 'active' FROM emq_jobs WHERE queue = ?1 AND lease IS NOT NULL",
+            ));
             keys.extend(strings("SELECT DISTINCT list FROM emq_lists WHERE queue = ?1"));
             keys.extend(strings("SELECT DISTINCT 'groups' FROM emq_groups WHERE queue = ?1"));
             keys.extend(strings(
@@ -377,11 +417,18 @@ impl EmbeddedProbe {
             );
             rows(
                 "job",
-                "SELECT id, data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, \
-                 finished_at FROM emq_jobs WHERE queue = ?1",
+                &format!(
+                    "SELECT id, data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, \
+                     output, finished_at FROM emq_jobs WHERE queue = ?1 AND NOT {NO_FIELD}"
+                ),
                 1,
             );
-            rows("zset", "SELECT zset, member, score FROM emq_zsets WHERE queue = ?1", 2);
+            rows(
+                "zset",
+                "SELECT zset, member, score FROM emq_zsets WHERE queue = ?1 \
+                 UNION ALL SELECT 'active', id, lease FROM emq_jobs WHERE queue = ?1 AND lease IS NOT NULL",
+                2,
+            );
             rows(
                 "list",
                 "SELECT list, group_concat(member, ' ' ORDER BY pos) FROM emq_lists WHERE queue = ?1 GROUP BY list",

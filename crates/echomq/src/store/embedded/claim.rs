@@ -75,8 +75,7 @@ impl Claim<'_, '_> {
             self.failed += 1;
             return Ok(false);
         }
-        db.set_active(id, att + 1)?;
-        db.zadd("active", self.deadline, id)?;
+        db.set_active(id, att + 1, self.deadline)?;
         self.out.push(ClaimedJob {
             id: JobId::from_store(id.to_string()),
             payload: row.data.unwrap_or_default(),

@@ -1,7 +1,7 @@
 //! The twin of `scripts/_lib.lua`: the steps the verbs share, one function per Lua helper, with the
 //! same name less the `emq_` prefix.
 
-use super::db::{Db, Field, NewRow};
+use super::db::{Db, Field, NewRow, ACTIVE};
 use crate::error::Result;
 use crate::store::Settled;
 
@@ -74,24 +74,49 @@ pub(crate) fn leave_lane(db: &Db, g: &str) -> Result<()> {
 /// row, or a row without a state, as the script's `not r[1]`; Stale: not active or another token);
 /// else the row's group. Reads three fields only, never the payload: each settle pays for it.
 pub(crate) fn fence(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Option<String>, Settled>> {
+    Ok(fence_held(db, id, token)?.map(|held| held.group))
+}
+
+/// A job its caller holds, as the fence found it.
+pub(crate) struct Held {
+    /// The row's group.
+    pub(crate) group: Option<String>,
+    /// Whether its id is in `active` (the settles' membership test, read with the fence).
+    pub(crate) active: bool,
+}
+
+/// [`fence`], with the job's membership of `active` read in the same look.
+pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Held, Settled>> {
     use rusqlite::OptionalExtension;
-    let row: Option<(Option<String>, Option<String>, Option<String>)> = db
+    /// state, attempts, group, in active
+    type Look = (Option<String>, Option<String>, Option<String>, bool);
+    let row: Option<Look> = db
         .sql()
-        .prepare_cached("SELECT state, attempts, grp FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .prepare_cached("SELECT state, attempts, grp, lease IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
             s.query_row(rusqlite::params![db.queue(), id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
             .optional()
         })
         .map_err(|e| db.err(e))?;
-    let Some((Some(state), attempts, group)) = row else {
+    let Some((Some(state), attempts, group, active)) = row else {
         return Ok(Err(Settled::Gone));
     };
     if state != "active" || attempts.as_deref() != Some(token.to_string().as_str()) {
         return Ok(Err(Settled::Stale));
     }
-    Ok(Ok(group))
+    Ok(Ok(Held { group, active }))
+}
+
+/// A held job in `active` leaves it finished: its row deleted with its lease in one delete, or
+/// retained (see [`finish`]).
+pub(crate) fn finish_active(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Field<'_>>) -> Result<()> {
+    if keep <= 0 {
+        return db.del_active_row(id);
+    }
+    db.zrem(ACTIVE, id)?;
+    finish(db, id, state, keep, extra)
 }
 
 /// A finished job (completed / cancelled): retained (newest `keep`, trimmed) or deleted.
@@ -115,20 +140,20 @@ pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Fi
     Ok(())
 }
 
-/// complete and complete_cancelled past their fence: out of `active` (the membership test is the
-/// ZREM the settle needs anyway: Stale when it was not there), finished as `state` with the
+/// complete and complete_cancelled past their fence: out of `active` (Stale when the fence found it
+/// not there), finished as `state` with the
 /// verdict's value (an output, or a reason kept as last_error), a lane job's slot freed, the event
 /// counted and recorded.
 pub(crate) fn settle_finished(
     db: &Db,
     id: &str,
     token: u64,
-    group: Option<String>,
+    held: Held,
     state: &str,
     (keep, recmax): (i64, i64),
     value: Option<Field<'_>>,
 ) -> Result<Settled> {
-    if !db.zrem("active", id)? {
+    if !held.active {
         return Ok(Settled::Stale);
     }
     let (record_field, record_value) = match value {
@@ -137,8 +162,8 @@ pub(crate) fn settle_finished(
         _ if state == "completed" => ("output", None),
         _ => ("error", None),
     };
-    finish(db, id, state, keep, value)?;
-    if let Some(g) = group {
+    finish_active(db, id, state, keep, value)?;
+    if let Some(g) = held.group {
         leave_lane(db, &g)?;
     }
     db.count(state, 1)?;

@@ -1,7 +1,7 @@
 //! The twin of `scripts/complete_cancelled.lua`: the `cancel(reason)` verdict, fenced like complete,
 //! ending in cancelled (deleted, or retained with the reason as last_error).
 
-use super::common::{fence, settle_finished};
+use super::common::{fence_held, settle_finished};
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::Settled;
@@ -14,12 +14,12 @@ pub(crate) fn complete_cancelled(
     keep: i64,
     recmax: i64,
 ) -> Result<Settled> {
-    match fence(db, id, token)? {
-        Ok(group) => settle_finished(
+    match fence_held(db, id, token)? {
+        Ok(held) => settle_finished(
             db,
             id,
             token,
-            group,
+            held,
             "cancelled",
             (keep, recmax),
             reason.map(Field::LastError),

@@ -1,7 +1,7 @@
 //! The twin of `scripts/complete_many.lua`: complete for a batch in one step; each entry fenced on
 //! its own; a repeated entry is stale after its first settle.
 
-use super::common::{fence, finish, leave_lane};
+use super::common::{fence_held, finish_active, leave_lane};
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::{Completion, Settled};
@@ -14,23 +14,23 @@ pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64
     // read and validate every entry first
     for (i, c) in jobs.iter().enumerate() {
         let id = c.id.as_str();
-        match fence(db, id, c.token)? {
+        match fence_held(db, id, c.token)? {
             Err(refused) => reply.push(refused),
-            Ok(group) => {
-                // the membership test is the ZREM the settle needs anyway (a repeat finds it gone)
-                if !seen.insert(id) || !db.zrem("active", id)? {
+            Ok(held) => {
+                // a repeat is stale after its first settle
+                if !seen.insert(id) || !held.active {
                     reply.push(Settled::Stale);
                 } else {
                     reply.push(Settled::Ok);
                     done.push(i);
-                    lanes.extend(group);
+                    lanes.extend(held.group);
                 }
             }
         }
     }
     for &i in &done {
         let c = &jobs[i];
-        finish(
+        finish_active(
             db,
             c.id.as_str(),
             "completed",

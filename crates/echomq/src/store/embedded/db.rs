@@ -7,6 +7,8 @@ use std::cell::Cell;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::sql_error;
+
+mod active;
 use crate::error::Result;
 
 /// A job row: every field of `emq:{q}:job:<id>`, `None` = absent.
@@ -32,6 +34,30 @@ pub(crate) struct NewRow<'a> {
     pub(crate) state: &'static str,
     pub(crate) max_attempts: Option<String>,
     pub(crate) run_at: Option<String>,
+}
+
+/// The sorted set `active` is not in `emq_zsets`: a job's lease deadline is its row's `lease`
+/// column (one write claims a job, one delete settles it). An id left in `active` after its row
+/// was deleted keeps its lease on a row with no field ([`EMPTY`]), which is no row to every verb.
+pub(crate) const ACTIVE: &str = "active";
+
+/// Every field column of a job row, as one SQL value: NULL exactly when the row has no field (no
+/// `emq:{q}:job:<id>` hash: only a lease left on it, see [`ACTIVE`]).
+macro_rules! fields {
+    () => {
+        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at)"
+    };
+}
+pub(crate) use fields;
+
+/// A new row over one already there (only a row with no field, keeping a lease, gets here: the
+/// callers refuse live ids): every field as written, the lease kept, as HSET leaves `active` be.
+macro_rules! new_row_conflict {
+    () => {
+        " ON CONFLICT (queue, id) DO UPDATE SET data = excluded.data, state = excluded.state, \
+         grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, attempts = NULL, \
+         stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL"
+    };
 }
 
 /// Rows per multi-row statement of a batch write (enqueue's rows and set members).
@@ -224,10 +250,12 @@ impl<'a> Db<'a> {
 
     pub(crate) fn row(&self, id: &str) -> R<Option<Row>> {
         self.tx
-            .prepare_cached(
-                "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at \
-                 FROM emq_jobs WHERE queue = ?1 AND id = ?2",
-            )
+            .prepare_cached(concat!(
+                "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, \
+                     finished_at FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                fields!(),
+                " IS NOT NULL"
+            ))
             .and_then(|mut s| {
                 s.query_row(params![self.q, id], |r| {
                     Ok(Row {
@@ -252,9 +280,11 @@ impl<'a> Db<'a> {
     /// The fields a claim reads (HMGET data state attempts max_attempts cancel).
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
         self.tx
-            .prepare_cached(
-                "SELECT data, state, attempts, max_attempts, cancel FROM emq_jobs WHERE queue = ?1 AND id = ?2",
-            )
+            .prepare_cached(concat!(
+                "SELECT data, state, attempts, max_attempts, cancel FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                fields!(),
+                " IS NOT NULL"
+            ))
             .and_then(|mut s| {
                 s.query_row(params![self.q, id], |r| {
                     Ok(Row {
@@ -271,18 +301,25 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// HSET state active attempts n, of a row known to exist (a claim's).
-    pub(crate) fn set_active(&self, id: &str, attempts: i64) -> R<()> {
+    /// HSET state active attempts n and ZADD active deadline, of a row known to exist (a claim's):
+    /// one write.
+    pub(crate) fn set_active(&self, id: &str, attempts: i64, deadline: i64) -> R<()> {
         self.tx
-            .prepare_cached("UPDATE emq_jobs SET state = 'active', attempts = ?3 WHERE queue = ?1 AND id = ?2")
-            .and_then(|mut s| s.execute(params![self.q, id, attempts.to_string()]))
+            .prepare_cached(
+                "UPDATE emq_jobs SET state = 'active', attempts = ?3, lease = ?4 WHERE queue = ?1 AND id = ?2",
+            )
+            .and_then(|mut s| s.execute(params![self.q, id, attempts.to_string(), deadline]))
             .map(drop)
             .map_err(|e| self.e(e))
     }
 
     pub(crate) fn row_exists(&self, id: &str) -> R<bool> {
         self.tx
-            .prepare_cached("SELECT 1 FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+            .prepare_cached(concat!(
+                "SELECT 1 FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                fields!(),
+                " IS NOT NULL"
+            ))
             .and_then(|mut s| s.exists(params![self.q, id]))
             .map_err(|e| self.e(e))
     }
@@ -319,11 +356,11 @@ impl<'a> Db<'a> {
         static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let sql = SQL.get_or_init(|| {
             multi_sql(
-                "INSERT OR REPLACE INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES",
+                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES",
                 5,
                 3,
                 |p| format!("(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{})", p, p + 1, p + 2, p + 3, p + 4),
-                "",
+                new_row_conflict!(),
             )
         });
         let mut chunks = rows.chunks_exact(MULTI);
@@ -343,9 +380,11 @@ impl<'a> Db<'a> {
         }
         for r in chunks.remainder() {
             self.tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )
+                .prepare_cached(concat!(
+                    "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    new_row_conflict!()
+                ))
                 .and_then(|mut s| s.execute(params![self.q, r.id, r.data, r.state, group, r.max_attempts, r.run_at]))
                 .map_err(|e| self.e(e))?;
         }
@@ -354,6 +393,12 @@ impl<'a> Db<'a> {
 
     /// ZADD of many (set, score, member), in order, `MULTI` to a statement.
     pub(crate) fn zadd_many(&self, members: &[(&str, i64, String)]) -> R<()> {
+        if members.iter().any(|(z, ..)| *z == ACTIVE) {
+            for (z, score, member) in members {
+                self.zadd(z, *score, member)?;
+            }
+            return Ok(());
+        }
         static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let sql = SQL.get_or_init(|| {
             multi_sql(
@@ -394,18 +439,45 @@ impl<'a> Db<'a> {
         Ok(())
     }
 
-    /// DEL of a row.
+    /// DEL of a row: true when there was one. A row in `active` keeps its lease on a row with no
+    /// field (DEL leaves the id in `active`, as in Redis).
     pub(crate) fn del_row(&self, id: &str) -> R<bool> {
+        let deleted = self
+            .tx
+            .prepare_cached("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL")
+            .and_then(|mut s| s.execute(params![self.q, id]))
+            .map_err(|e| self.e(e))?;
+        if deleted > 0 {
+            return Ok(true);
+        }
         self.tx
-            .prepare_cached("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+            .prepare_cached(concat!(
+                "UPDATE emq_jobs SET data = NULL, state = NULL, attempts = NULL, grp = NULL, max_attempts = NULL, \
+                 run_at = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL \
+                 WHERE queue = ?1 AND id = ?2 AND lease IS NOT NULL AND ",
+                fields!(),
+                " IS NOT NULL"
+            ))
             .and_then(|mut s| s.execute(params![self.q, id]))
             .map(|n| n > 0)
             .map_err(|e| self.e(e))
     }
 
-    // ---- sorted sets (emq_zsets)
+    /// ZREM active + DEL of the row, of a job its caller holds: one delete.
+    pub(crate) fn del_active_row(&self, id: &str) -> R<()> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+            .and_then(|mut s| s.execute(params![self.q, id]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
+    // ---- sorted sets (emq_zsets; `active` is the rows' lease column, in db/active.rs)
 
     pub(crate) fn zadd(&self, z: &str, score: i64, member: &str) -> R<()> {
+        if z == ACTIVE {
+            return self.lease_set(member, score);
+        }
         self.tx
             .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue, zset, member) DO UPDATE SET score = excluded.score")
             .and_then(|mut s| s.execute(params![self.q, z, member, score]))
@@ -415,6 +487,9 @@ impl<'a> Db<'a> {
 
     /// ZADD XX: only an existing member's score moves. True when it existed.
     pub(crate) fn zadd_xx(&self, z: &str, score: i64, member: &str) -> R<bool> {
+        if z == ACTIVE {
+            return self.lease_move(member, score);
+        }
         self.tx
             .prepare_cached("UPDATE emq_zsets SET score = ?4 WHERE queue = ?1 AND zset = ?2 AND member = ?3")
             .and_then(|mut s| s.execute(params![self.q, z, member, score]))
@@ -424,6 +499,9 @@ impl<'a> Db<'a> {
 
     /// ZREM: true when it was a member.
     pub(crate) fn zrem(&self, z: &str, member: &str) -> R<bool> {
+        if z == ACTIVE {
+            return self.lease_drop(member);
+        }
         self.tx
             .prepare_cached("DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3")
             .and_then(|mut s| s.execute(params![self.q, z, member]))
@@ -432,6 +510,9 @@ impl<'a> Db<'a> {
     }
 
     pub(crate) fn zscore(&self, z: &str, member: &str) -> R<Option<i64>> {
+        if z == ACTIVE {
+            return self.lease(member);
+        }
         self.tx
             .prepare_cached("SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3")
             .and_then(|mut s| s.query_row(params![self.q, z, member], |r| r.get(0)).optional())
@@ -439,6 +520,9 @@ impl<'a> Db<'a> {
     }
 
     pub(crate) fn zcard(&self, z: &str) -> R<i64> {
+        if z == ACTIVE {
+            return self.leases();
+        }
         self.tx
             .prepare_cached("SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2")
             .and_then(|mut s| s.query_row(params![self.q, z], |r| r.get(0)))
@@ -447,6 +531,9 @@ impl<'a> Db<'a> {
 
     /// ZCARD > 0, without counting: O(1) where a count is O(n).
     pub(crate) fn znonempty(&self, z: &str) -> R<bool> {
+        if z == ACTIVE {
+            return Ok(self.lease_first()?.is_some());
+        }
         self.tx
             .prepare_cached("SELECT 1 FROM emq_zsets WHERE queue = ?1 AND zset = ?2 LIMIT 1")
             .and_then(|mut s| s.exists(params![self.q, z]))
@@ -455,6 +542,9 @@ impl<'a> Db<'a> {
 
     /// ZRANGE by rank, `limit` members from `offset` (ascending; `rev` = ZREVRANGE).
     pub(crate) fn zrange(&self, z: &str, offset: i64, limit: i64, rev: bool) -> R<Vec<String>> {
+        if z == ACTIVE {
+            return self.lease_range(offset, limit, rev);
+        }
         let sql = if rev {
             "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score DESC, member DESC LIMIT ?3 OFFSET ?4"
         } else {
@@ -465,6 +555,9 @@ impl<'a> Db<'a> {
 
     /// ZRANGE … WITHSCORES of the lowest member.
     pub(crate) fn zfirst(&self, z: &str) -> R<Option<(String, i64)>> {
+        if z == ACTIVE {
+            return self.lease_first();
+        }
         self.tx
             .prepare_cached(
                 "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT 1",
@@ -478,6 +571,9 @@ impl<'a> Db<'a> {
 
     /// ZRANGEBYSCORE z -inf max LIMIT 0 limit.
     pub(crate) fn zrange_upto(&self, z: &str, max: i64, limit: i64) -> R<Vec<String>> {
+        if z == ACTIVE {
+            return self.lease_upto(max, limit);
+        }
         self.strings(
             "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND score <= ?3 ORDER BY score, member LIMIT ?4",
             params![self.q, z, max, limit],
@@ -487,6 +583,13 @@ impl<'a> Db<'a> {
     /// ZPOPMIN z count: the lowest members, removed in one statement (they are exactly the
     /// members up to the last one read, in (score, member) order).
     pub(crate) fn zpopmin(&self, z: &str, count: i64) -> R<Vec<String>> {
+        if z == ACTIVE {
+            let ids = self.lease_range(0, count, false)?;
+            for id in &ids {
+                self.lease_drop(id)?;
+            }
+            return Ok(ids);
+        }
         let mut out = Vec::new();
         let mut last = None;
         {
@@ -690,6 +793,7 @@ impl<'a> Db<'a> {
 
     /// Deletes every remaining key of the queue but its rows (obliterate's last step).
     pub(crate) fn delete_queue_keys(&self) -> R<()> {
+        self.leases_clear()?;
         for table in [
             "emq_kv",
             "emq_zsets",

@@ -7,10 +7,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration n takes a file from version n-1 to n.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the keyspace
     "
     -- emq:queues
@@ -26,7 +26,8 @@ const MIGRATIONS: &[&str] = &[
       data BLOB, state TEXT, attempts TEXT, grp TEXT, max_attempts TEXT, run_at TEXT, stalled TEXT,
       last_error TEXT, cancel TEXT, output BLOB, finished_at TEXT,
       PRIMARY KEY (queue, id)) WITHOUT ROWID;
-    -- the sorted sets pending, active, scheduled, dead, completed; ties ordered by member bytes
+    -- the sorted sets pending, active (until migration 2), scheduled, dead, completed; ties ordered
+    -- by member bytes
     CREATE TABLE emq_zsets (
       queue TEXT NOT NULL, zset TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL,
       PRIMARY KEY (queue, zset, member)) WITHOUT ROWID;
@@ -49,6 +50,16 @@ const MIGRATIONS: &[&str] = &[
     CREATE TABLE emq_cancels (
       seq INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, id TEXT NOT NULL, reason TEXT);
     CREATE INDEX emq_cancels_queue ON emq_cancels (queue, seq);
+    ",
+    // 2: the sorted set active on the rows: a lease column, ordered by a partial index. An id in
+    // active with no row keeps its lease on a row with no field.
+    "
+    ALTER TABLE emq_jobs ADD COLUMN lease INTEGER;
+    INSERT INTO emq_jobs (queue, id, lease)
+      SELECT queue, member, score FROM emq_zsets WHERE zset = 'active'
+      ON CONFLICT (queue, id) DO UPDATE SET lease = excluded.lease;
+    DELETE FROM emq_zsets WHERE zset = 'active';
+    CREATE INDEX emq_jobs_lease ON emq_jobs (queue, lease, id) WHERE lease IS NOT NULL;
     ",
 ];
 
@@ -75,4 +86,92 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
             .map_err(|e| super::sql_error("open", e))?;
     }
     tx.commit().map_err(|e| super::sql_error("open", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rusqlite::{params, Connection};
+
+    use super::{MIGRATIONS, SCHEMA_VERSION};
+    use crate::keyspace::{JobId, QueueName};
+    use crate::store::embedded::EmbeddedStore;
+    use crate::store::{SettleOptions, Settled, Store};
+
+    #[tokio::test]
+    async fn a_schema_1_file_is_migrated_its_leases_onto_the_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let path = path.to_str().unwrap();
+        // a file as a schema-1 build left it: job 1 active, job 2 waiting, and the id 9 in active
+        // with no row (its row deleted under the store's feet)
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        let far = 4_000_000_000_000_i64;
+        for (id, state, attempts) in [("1", "active", Some("1")), ("2", "pending", None)] {
+            conn.execute(
+                "INSERT INTO emq_jobs (queue, id, data, state, attempts) VALUES ('q', ?1, x'7b7d', ?2, ?3)",
+                params![id, state, attempts],
+            )
+            .unwrap();
+        }
+        for (zset, member, score) in [("active", "1", far), ("active", "9", far + 1), ("pending", "2", 2)] {
+            conn.execute(
+                "INSERT INTO emq_zsets (queue, zset, member, score) VALUES ('q', ?1, ?2, ?3)",
+                params![zset, member, score],
+            )
+            .unwrap();
+        }
+        // job 2 is claimable: the flat set's member on the ring, with its flag
+        conn.execute_batch(
+            "INSERT INTO emq_lists (queue, list, pos, member) VALUES ('q', 'ring', 0, '~');
+             INSERT INTO emq_groups (queue, field, value) VALUES ('q', 'r:~', '1');",
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = EmbeddedStore::open(path).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        let counts = store.counts(&q).await.unwrap();
+        assert_eq!((counts.active, counts.pending), (2, 1), "both ids still in active");
+        assert_eq!(
+            store.get(&q, &JobId::from_store("9".to_string())).await.unwrap(),
+            None,
+            "no row made up for 9"
+        );
+        let job1 = store
+            .get(&q, &JobId::from_store("1".to_string()))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(job1.score, Some(far as u64), "the lease deadline kept");
+        let settled = store
+            .complete(
+                &q,
+                &JobId::from_store("1".to_string()),
+                1,
+                None,
+                SettleOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(settled, Settled::Ok, "the holder of job 1 still settles it");
+        let claimed = store
+            .claim(&q, 5, Duration::from_secs(5), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].id.as_str(), "2");
+        drop(store);
+
+        let conn = Connection::open(path).unwrap();
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let left: i64 = conn
+            .query_row("SELECT count(*) FROM emq_zsets WHERE zset = 'active'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0, "active lives on the rows now");
+    }
 }
