@@ -140,30 +140,37 @@ pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Fi
     Ok(())
 }
 
-/// complete and complete_cancelled past their fence: out of `active` (Stale when the fence found it
-/// not there), finished as `state` with the
-/// verdict's value (an output, or a reason kept as last_error), a lane job's slot freed, the event
-/// counted and recorded.
+/// complete and complete_cancelled: fenced, out of `active` (Stale when the fence finds it not
+/// there), finished as `state` with the verdict's value (an output, or a reason kept as
+/// last_error), a lane job's slot freed, the event counted and recorded. A flat job whose row is
+/// not kept takes one delete ([`Db::del_held_flat`]); the rest go step by step.
 pub(crate) fn settle_finished(
     db: &Db,
     id: &str,
     token: u64,
-    held: Held,
     state: &str,
     (keep, recmax): (i64, i64),
     value: Option<Field<'_>>,
 ) -> Result<Settled> {
-    if !held.active {
-        return Ok(Settled::Stale);
-    }
+    let group = if keep <= 0 && db.del_held_flat(id, token)? {
+        None
+    } else {
+        match fence_held(db, id, token)? {
+            Err(refused) => return Ok(refused),
+            Ok(held) if !held.active => return Ok(Settled::Stale),
+            Ok(held) => {
+                finish_active(db, id, state, keep, value.clone())?;
+                held.group
+            }
+        }
+    };
     let (record_field, record_value) = match value {
         Some(Field::LastError(reason)) => ("error", Some(reason.as_bytes())),
         Some(Field::Output(output)) => ("output", Some(output)),
         _ if state == "completed" => ("output", None),
         _ => ("error", None),
     };
-    finish_active(db, id, state, keep, value)?;
-    if let Some(g) = held.group {
+    if let Some(g) = group {
         leave_lane(db, &g)?;
     }
     db.count(state, 1)?;

@@ -1,7 +1,7 @@
 //! The twin of `scripts/complete.lua`: fenced by the attempts token; the row deleted (or retained as
 //! completed); a lane job frees its slot (ring step, a wake when that put its group back on the ring).
 
-use super::common::{fence_held, settle_finished};
+use super::common::settle_finished;
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::Settled;
@@ -14,16 +14,5 @@ pub(crate) fn complete(
     keep: i64,
     recmax: i64,
 ) -> Result<Settled> {
-    match fence_held(db, id, token)? {
-        Ok(held) => settle_finished(
-            db,
-            id,
-            token,
-            held,
-            "completed",
-            (keep, recmax),
-            output.map(Field::Output),
-        ),
-        Err(refused) => Ok(refused),
-    }
+    settle_finished(db, id, token, "completed", (keep, recmax), output.map(Field::Output))
 }

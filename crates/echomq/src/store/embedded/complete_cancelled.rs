@@ -1,7 +1,7 @@
 //! The twin of `scripts/complete_cancelled.lua`: the `cancel(reason)` verdict, fenced like complete,
 //! ending in cancelled (deleted, or retained with the reason as last_error).
 
-use super::common::{fence_held, settle_finished};
+use super::common::settle_finished;
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::Settled;
@@ -14,16 +14,5 @@ pub(crate) fn complete_cancelled(
     keep: i64,
     recmax: i64,
 ) -> Result<Settled> {
-    match fence_held(db, id, token)? {
-        Ok(held) => settle_finished(
-            db,
-            id,
-            token,
-            held,
-            "cancelled",
-            (keep, recmax),
-            reason.map(Field::LastError),
-        ),
-        Err(refused) => Ok(refused),
-    }
+    settle_finished(db, id, token, "cancelled", (keep, recmax), reason.map(Field::LastError))
 }

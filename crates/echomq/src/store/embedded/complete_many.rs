@@ -11,32 +11,46 @@ pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64
     let mut seen = std::collections::HashSet::new();
     let mut done = Vec::new();
     let mut lanes = Vec::new();
-    // read and validate every entry first
+    // read and validate every entry first; a flat job whose row is not kept is settled by the one
+    // delete that checks it (entries touch only their own rows, so this reads as validating first)
     for (i, c) in jobs.iter().enumerate() {
         let id = c.id.as_str();
+        // a repeat is stale after its first settle
+        if seen.contains(id) {
+            reply.push(Settled::Stale);
+            continue;
+        }
+        if keep <= 0 && db.del_held_flat(id, c.token)? {
+            seen.insert(id);
+            reply.push(Settled::Ok);
+            done.push((i, true));
+            continue;
+        }
         match fence_held(db, id, c.token)? {
             Err(refused) => reply.push(refused),
             Ok(held) => {
-                // a repeat is stale after its first settle
-                if !seen.insert(id) || !held.active {
-                    reply.push(Settled::Stale);
-                } else {
+                seen.insert(id);
+                if held.active {
                     reply.push(Settled::Ok);
-                    done.push(i);
+                    done.push((i, false));
                     lanes.extend(held.group);
+                } else {
+                    reply.push(Settled::Stale);
                 }
             }
         }
     }
-    for &i in &done {
+    for &(i, deleted) in &done {
         let c = &jobs[i];
-        finish_active(
-            db,
-            c.id.as_str(),
-            "completed",
-            keep,
-            c.output.as_deref().map(Field::Output),
-        )?;
+        if !deleted {
+            finish_active(
+                db,
+                c.id.as_str(),
+                "completed",
+                keep,
+                c.output.as_deref().map(Field::Output),
+            )?;
+        }
         db.record(
             recmax,
             c.id.as_str(),
