@@ -186,7 +186,7 @@ impl EmbeddedProbe {
                 _ => Value::Text(value),
             };
             c.execute(
-                "INSERT INTO emq_jobs (queue, id) VALUES (?1, ?2) ON CONFLICT (queue, id) DO NOTHING",
+                "INSERT INTO emq_jobs (queue, id) VALUES (?1, ?2) ON CONFLICT (id, queue) DO NOTHING",
                 params![q, id],
             )
             .expect("make the row");

@@ -54,7 +54,7 @@ pub(crate) use fields;
 /// callers refuse live ids): every field as written, the lease kept, as HSET leaves `active` be.
 macro_rules! new_row_conflict {
     () => {
-        " ON CONFLICT (queue, id) DO UPDATE SET data = excluded.data, state = excluded.state, \
+        " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
          grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, attempts = NULL, \
          stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL"
     };
@@ -335,7 +335,7 @@ impl<'a> Db<'a> {
         let marks: Vec<String> = (0..cols.len()).map(|i| format!("?{}", i + 3)).collect();
         let sets: Vec<String> = cols.iter().map(|c| format!("{c} = excluded.{c}")).collect();
         let sql = format!(
-            "INSERT INTO emq_jobs (queue, id, {}) VALUES (?1, ?2, {}) ON CONFLICT (queue, id) DO UPDATE SET {}",
+            "INSERT INTO emq_jobs (queue, id, {}) VALUES (?1, ?2, {}) ON CONFLICT (id, queue) DO UPDATE SET {}",
             cols.join(", "),
             marks.join(", "),
             sets.join(", ")

@@ -53,11 +53,23 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ",
     // 2: the sorted set active on the rows: a lease column, ordered by a partial index. An id in
     // active with no row keeps its lease on a row with no field.
+    // The rows keyed (id, queue): a lookup's first comparison is on the id, which differs between
+    // rows, so SQLite's fast text comparison decides most of them.
     "
-    ALTER TABLE emq_jobs ADD COLUMN lease INTEGER;
+    CREATE TABLE emq_jobs_2 (
+      queue TEXT NOT NULL, id TEXT NOT NULL,
+      data BLOB, state TEXT, attempts TEXT, grp TEXT, max_attempts TEXT, run_at TEXT, stalled TEXT,
+      last_error TEXT, cancel TEXT, output BLOB, finished_at TEXT, lease INTEGER,
+      PRIMARY KEY (id, queue)) WITHOUT ROWID;
+    INSERT INTO emq_jobs_2 (queue, id, data, state, attempts, grp, max_attempts, run_at, stalled, last_error,
+      cancel, output, finished_at)
+      SELECT queue, id, data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output,
+      finished_at FROM emq_jobs;
+    DROP TABLE emq_jobs;
+    ALTER TABLE emq_jobs_2 RENAME TO emq_jobs;
     INSERT INTO emq_jobs (queue, id, lease)
       SELECT queue, member, score FROM emq_zsets WHERE zset = 'active'
-      ON CONFLICT (queue, id) DO UPDATE SET lease = excluded.lease;
+      ON CONFLICT (id, queue) DO UPDATE SET lease = excluded.lease;
     DELETE FROM emq_zsets WHERE zset = 'active';
     CREATE INDEX emq_jobs_lease ON emq_jobs (queue, lease, id) WHERE lease IS NOT NULL;
     ",

@@ -99,20 +99,17 @@ impl Db<'_> {
         )
     }
 
-    /// Every lease of the queue dropped, and the rows with no field with them (obliterate's end).
+    /// Every lease of the queue dropped, and the rows with no field with them (obliterate's end):
+    /// found through the lease index, as the rows are keyed by id first.
     pub(crate) fn leases_clear(&self) -> R<()> {
-        self.tx
-            .execute(
-                "UPDATE emq_jobs SET lease = NULL WHERE queue = ?1 AND lease IS NOT NULL",
-                params![self.q],
-            )
-            .map_err(|e| self.e(e))?;
-        self.tx
-            .execute(
-                concat!("DELETE FROM emq_jobs WHERE queue = ?1 AND ", fields!(), " IS NULL"),
-                params![self.q],
-            )
-            .map(drop)
-            .map_err(|e| self.e(e))
+        loop {
+            let ids = self.lease_range(0, 1000, false)?;
+            if ids.is_empty() {
+                return Ok(());
+            }
+            for id in &ids {
+                self.lease_drop(id)?;
+            }
+        }
     }
 }
