@@ -406,7 +406,7 @@ impl<'a> Db<'a> {
                 3,
                 2,
                 |p| format!("(?1, ?{}, ?{}, ?{})", p, p + 1, p + 2),
-                " ON CONFLICT (queue, zset, member) DO UPDATE SET score = excluded.score",
+                " ON CONFLICT (member, zset, queue) DO UPDATE SET score = excluded.score",
             )
         });
         let mut chunks = members.chunks_exact(MULTI);
@@ -492,7 +492,7 @@ impl<'a> Db<'a> {
             return self.lease_set(member, score);
         }
         self.tx
-            .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (queue, zset, member) DO UPDATE SET score = excluded.score")
+            .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (member, zset, queue) DO UPDATE SET score = excluded.score")
             .and_then(|mut s| s.execute(params![self.q, z, member, score]))
             .map(drop)
             .map_err(|e| self.e(e))

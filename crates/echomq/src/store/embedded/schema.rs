@@ -53,8 +53,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ",
     // 2: the sorted set active on the rows: a lease column, ordered by a partial index. An id in
     // active with no row keeps its lease on a row with no field.
-    // The rows keyed (id, queue): a lookup's first comparison is on the id, which differs between
-    // rows, so SQLite's fast text comparison decides most of them.
+    // The rows keyed (id, queue) and set members (member, zset, queue): a lookup's first comparison
+    // is on the id, which differs between rows, so SQLite's fast text comparison decides most of
+    // them (the sets' order index keeps its (queue, zset, score, member)).
     "
     CREATE TABLE emq_jobs_2 (
       queue TEXT NOT NULL, id TEXT NOT NULL,
@@ -71,6 +72,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       SELECT queue, member, score FROM emq_zsets WHERE zset = 'active'
       ON CONFLICT (id, queue) DO UPDATE SET lease = excluded.lease;
     DELETE FROM emq_zsets WHERE zset = 'active';
+    CREATE TABLE emq_zsets_2 (
+      queue TEXT NOT NULL, zset TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL,
+      PRIMARY KEY (member, zset, queue)) WITHOUT ROWID;
+    INSERT INTO emq_zsets_2 (queue, zset, member, score) SELECT queue, zset, member, score FROM emq_zsets;
+    DROP TABLE emq_zsets;
+    ALTER TABLE emq_zsets_2 RENAME TO emq_zsets;
+    CREATE INDEX emq_zsets_order ON emq_zsets (queue, zset, score, member);
     CREATE INDEX emq_jobs_lease ON emq_jobs (queue, lease, id) WHERE lease IS NOT NULL;
     ",
 ];
