@@ -57,8 +57,9 @@ local function emq_wake(base, n)
   if n > 16 then n = 16 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  redis.call('RPUSH', base .. 'wake', unpack(tokens))
-  redis.call('LTRIM', base .. 'wake', -16, -1)
+  if redis.call('RPUSH', base .. 'wake', unpack(tokens)) > 16 then
+    redis.call('LTRIM', base .. 'wake', -16, -1)
+  end
 end
 
 -- the slot invariant: a lane job leaving `active` frees one slot of its group (field deleted at 0)
@@ -179,7 +180,10 @@ local function emq_publish_ready(base, g, ready)
     emq_wake(base, emq_claimable(base, g, #ready))
   else
     emq_bulk('ZADD', base .. 'pending', ready)
-    emq_ring_step_flat(base)
+    -- the ring step for '~', pending being known non-empty: set the flag, push when it was unset
+    if redis.call('HSETNX', base .. 'groups', 'r:~', 1) == 1 then
+      redis.call('RPUSH', base .. 'ring', '~')
+    end
     emq_wake(base, #ready / 2)
   end
 end

@@ -15,6 +15,8 @@
 local active, pending = KEYS[1], KEYS[2]
 local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('reap', 'limit') end
+-- nothing held, nothing lapsed: the idle beat's reap is this one call
+if redis.call('ZCARD', active) == 0 then return 0 end
 local now = emq_now()
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 if #lapsed == 0 then return 0 end
