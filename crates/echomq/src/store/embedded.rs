@@ -14,6 +14,9 @@
 //!   process notices within one beat: its park ends, sees `PRAGMA data_version` moved, and the
 //!   next round claims — never by busy polling;
 //! * **local file systems only** (WAL needs shared memory between the processes);
+//! * **upgrades**: the first build of a newer schema to open a file migrates it, and an older build
+//!   refuses a newer file only when it opens it: stop every process of the older build before
+//!   starting the newer one on the same file;
 //! * **durability**: `kill -9` never loses an acknowledged write (WAL, `synchronous=NORMAL`); a power
 //!   loss may lose the last transactions unless the store is opened with `synchronous=FULL`
 //!   ([`EmbeddedStore::open_with`], or the URL `sqlite:PATH?synchronous=full`);
