@@ -2,9 +2,9 @@
 //! default store when no Redis URL is given. Each verb is one `BEGIN IMMEDIATE` transaction on the
 //! store's own clock, run on a thread of the store's own (never held across an `.await`), and gives
 //! the same typed replies as Redis for the same inputs: the schema mirrors the Redis keyspace table
-//! by table (but for `active`: a lease deadline is a column of its job's row, so a claim is one
-//! write to the row and a settle one delete) and each twin (`embedded/<verb>.rs`) follows its script
-//! step by step.
+//! by table (but for `active` and `pending`: a job's lease deadline and its place in pending are
+//! columns of its row, so an enqueue is one insert per job, a claim one update and a settle one
+//! delete) and each twin (`embedded/<verb>.rs`) follows its script step by step.
 //!
 //! Limits, plainly:
 //! * **one writer at a time**: transactions serialize (several processes may share the file;

@@ -61,6 +61,15 @@ fn text(v: Value) -> Option<String> {
 const NO_FIELD: &str = "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, \
                         output, finished_at) IS NULL";
 
+/// The column of the rows a sorted set lives in, for `active` and `pending` (schema 2).
+fn row_col(set: &str) -> Option<&'static str> {
+    match set {
+        "active" => Some("lease"),
+        "pending" => Some("pending"),
+        _ => None,
+    }
+}
+
 fn set_name(set: &str) -> &str {
     assert!(SETS.contains(&set), "{set:?} is not a sorted set of the keyspace");
     set
@@ -203,7 +212,10 @@ impl EmbeddedProbe {
             let sql = format!("UPDATE emq_jobs SET {col} = NULL WHERE queue = ?1 AND id = ?2");
             c.execute(&sql, params![q, id]).expect("delete a row field");
             c.execute(
-                &format!("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND {NO_FIELD}"),
+                &format!(
+                    "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL \
+                     AND {NO_FIELD}"
+                ),
                 params![q, id],
             )
             .expect("delete an empty row");
@@ -214,10 +226,10 @@ impl EmbeddedProbe {
     pub async fn del_row(&self, id: &JobId) -> bool {
         let id = id.to_string();
         self.with(move |c, q| {
-            // an id in active keeps its lease on a row with no field (DEL leaves active be)
+            // an id in active or pending keeps its score on a row with no field (DEL leaves sets be)
             let deleted = c
                 .execute(
-                    "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL",
+                    "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL",
                     params![q, id],
                 )
                 .expect("delete a row");
@@ -230,7 +242,7 @@ impl EmbeddedProbe {
                     ),
                     params![q, id],
                 )
-                .expect("empty a leased row")
+                .expect("empty a row kept for its sets")
                     == 1
         })
         .await
@@ -251,13 +263,14 @@ impl EmbeddedProbe {
     pub async fn score(&self, set: &str, id: &JobId) -> Option<u64> {
         let (set, id) = (set_name(set).to_string(), id.to_string());
         self.with(move |c, q| {
-            // `active` is the rows' lease column (schema 2)
-            let sql = if set == "active" {
-                "SELECT lease FROM emq_jobs WHERE queue = ?1 AND ?2 = 'active' AND id = ?3 AND lease IS NOT NULL"
-            } else {
-                "SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3"
+            // `active` and `pending` are columns of the rows (schema 2)
+            let sql = match row_col(&set) {
+                Some(col) => {
+                    format!("SELECT {col} FROM emq_jobs WHERE queue = ?1 AND ?2 = ?2 AND id = ?3 AND {col} IS NOT NULL")
+                }
+                None => "SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3".to_string(),
             };
-            c.query_row(sql, params![q, set, id], |r| r.get::<_, i64>(0))
+            c.query_row(&sql, params![q, set, id], |r| r.get::<_, i64>(0))
                 .optional()
                 .expect("read a score")
                 .map(|s| s as u64)
@@ -268,12 +281,13 @@ impl EmbeddedProbe {
     pub async fn set_len(&self, set: &str) -> u64 {
         let set = set_name(set).to_string();
         self.with(move |c, q| {
-            let sql = if set == "active" {
-                "SELECT count(*) FROM emq_jobs WHERE queue = ?1 AND ?2 = 'active' AND lease IS NOT NULL"
-            } else {
-                "SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2"
+            let sql = match row_col(&set) {
+                Some(col) => {
+                    format!("SELECT count(*) FROM emq_jobs WHERE queue = ?1 AND ?2 = ?2 AND {col} IS NOT NULL")
+                }
+                None => "SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2".to_string(),
             };
-            c.query_row(sql, params![q, set], |r| r.get::<_, i64>(0))
+            c.query_row(&sql, params![q, set], |r| r.get::<_, i64>(0))
                 .expect("count a set") as u64
         })
         .await
@@ -282,15 +296,18 @@ impl EmbeddedProbe {
     pub async fn remove_from_set(&self, set: &str, id: &JobId) -> bool {
         let (set, id) = (set_name(set).to_string(), id.to_string());
         self.with(move |c, q| {
-            if set == "active" {
+            if let Some(col) = row_col(&set) {
                 let n = c
                     .execute(
-                        "UPDATE emq_jobs SET lease = NULL WHERE queue = ?1 AND id = ?2 AND lease IS NOT NULL",
+                        &format!("UPDATE emq_jobs SET {col} = NULL WHERE queue = ?1 AND id = ?2 AND {col} IS NOT NULL"),
                         params![q, id],
                     )
-                    .expect("remove from active");
+                    .expect("remove from a row set");
                 c.execute(
-                    &format!("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND {NO_FIELD}"),
+                    &format!(
+                        "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL \
+                         AND {NO_FIELD}"
+                    ),
                     params![q, id],
                 )
                 .expect("delete a row with no field");
@@ -380,6 +397,9 @@ impl EmbeddedProbe {
             keys.extend(strings(
                 "SELECT DISTINCT 'active' FROM emq_jobs WHERE queue = ?1 AND lease IS NOT NULL",
             ));
+            keys.extend(strings(
+                "SELECT DISTINCT 'pending' FROM emq_jobs WHERE queue = ?1 AND pending IS NOT NULL",
+            ));
             keys.extend(strings("SELECT DISTINCT list FROM emq_lists WHERE queue = ?1"));
             keys.extend(strings("SELECT DISTINCT 'groups' FROM emq_groups WHERE queue = ?1"));
             keys.extend(strings(
@@ -426,7 +446,8 @@ impl EmbeddedProbe {
             rows(
                 "zset",
                 "SELECT zset, member, score FROM emq_zsets WHERE queue = ?1 \
-                 UNION ALL SELECT 'active', id, lease FROM emq_jobs WHERE queue = ?1 AND lease IS NOT NULL",
+                 UNION ALL SELECT 'active', id, lease FROM emq_jobs WHERE queue = ?1 AND lease IS NOT NULL \
+                 UNION ALL SELECT 'pending', id, pending FROM emq_jobs WHERE queue = ?1 AND pending IS NOT NULL",
                 2,
             );
             rows(

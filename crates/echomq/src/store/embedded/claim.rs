@@ -4,7 +4,7 @@
 //! and malformed rows as the script.
 
 use super::common::{bury, finish, lane, number, slots};
-use super::db::{Db, Field};
+use super::db::{Db, Field, Row};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId};
@@ -21,10 +21,24 @@ struct Claim<'a, 'b> {
 }
 
 impl Claim<'_, '_> {
-    /// One popped job: hand it out, or settle it here. True when handed out.
+    /// One popped lane job: hand it out, or settle it here. True when handed out.
     fn take(&mut self, id: &str, g: Option<&str>) -> Result<bool> {
+        let row = self.db.claim_row(id)?;
+        self.take_row(id, g, row, false)
+    }
+
+    /// One job and its row (`None`: no row): hand it out, or settle it here. A job read at the head
+    /// of `pending` (`popped`) leaves it here: in the claim's one update when handed out, else
+    /// before it is settled or dropped. True when handed out.
+    fn take_row(&mut self, id: &str, g: Option<&str>, row: Option<Row>, popped: bool) -> Result<bool> {
         let db = self.db;
-        let Some(row) = db.claim_row(id)? else { return Ok(false) }; // a missing row: dropped
+        let Some(row) = row else {
+            // a missing row: dropped
+            if popped {
+                db.zrem("pending", id)?;
+            }
+            return Ok(false);
+        };
         let att = number(row.attempts.as_deref(), 0);
         let maxa = number(row.max_attempts.as_deref(), self.maxdef);
         let mut defect = match (&row.data, row.state.as_deref(), att, maxa) {
@@ -43,26 +57,38 @@ impl Claim<'_, '_> {
             _ => None,
         };
         let attempts_text = row.attempts.clone().unwrap_or_else(|| "0".into());
-        if defect.is_none() {
-            if let Some(reason) = row.cancel.as_deref() {
-                finish(db, id, "cancelled", self.keep, Some(Field::LastError(reason)))?;
-                db.record(
-                    self.recmax,
-                    id,
-                    "cancelled",
-                    &attempts_text,
-                    "error",
-                    Some(reason.as_bytes()),
-                )?;
-                self.cancelled += 1;
-                return Ok(false);
-            }
-        }
         let (att, maxa) = (att.unwrap_or(0), maxa.unwrap_or(self.maxdef));
-        if defect.is_none() && att >= maxa {
+        let cancel = if defect.is_none() { row.cancel.as_deref() } else { None };
+        if defect.is_none() && cancel.is_none() && att >= maxa {
             defect = Some("lease expired on the last attempt".into());
         }
-        if let Some(defect) = defect {
+        if defect.is_none() && cancel.is_none() {
+            // handed out: active under the lease, out of pending, in one update
+            db.set_active(id, att + 1, self.deadline)?;
+            self.out.push(ClaimedJob {
+                id: JobId::from_store(id.to_string()),
+                payload: row.data.unwrap_or_default(),
+                attempts: (att + 1) as u64,
+                group: g.and_then(|g| GroupName::new(g).ok()),
+            });
+            return Ok(true);
+        }
+        // settled here, out of pending first
+        if popped {
+            db.zrem("pending", id)?;
+        }
+        if let Some(reason) = cancel {
+            finish(db, id, "cancelled", self.keep, Some(Field::LastError(reason)))?;
+            db.record(
+                self.recmax,
+                id,
+                "cancelled",
+                &attempts_text,
+                "error",
+                Some(reason.as_bytes()),
+            )?;
+            self.cancelled += 1;
+        } else if let Some(defect) = defect {
             bury(db, id, &defect)?;
             db.record(
                 self.recmax,
@@ -73,16 +99,8 @@ impl Claim<'_, '_> {
                 Some(defect.as_bytes()),
             )?;
             self.failed += 1;
-            return Ok(false);
         }
-        db.set_active(id, att + 1, self.deadline)?;
-        self.out.push(ClaimedJob {
-            id: JobId::from_store(id.to_string()),
-            payload: row.data.unwrap_or_default(),
-            attempts: (att + 1) as u64,
-            group: g.and_then(|g| GroupName::new(g).ok()),
-        });
-        Ok(true)
+        Ok(false)
     }
 }
 
@@ -118,8 +136,9 @@ pub(crate) fn claim(
         let Some(m) = db.lpop("ring")? else { break };
         if m == "~" {
             let want = if db.lnonempty("ring")? { 1 } else { n - got };
-            for id in db.zpopmin("pending", want)? {
-                if c.take(&id, None)? {
+            // the head of pending with the rows, read in one go; each leaves pending as it is taken
+            for (id, row) in db.pending_head(want)? {
+                if c.take_row(&id, None, row, true)? {
                     got += 1;
                 }
             }

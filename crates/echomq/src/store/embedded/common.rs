@@ -292,25 +292,25 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 state: "scheduled",
                 max_attempts,
                 run_at: Some(due.to_string()),
+                pending: None,
             });
             members.push(("scheduled", due, id.clone()));
         } else {
+            // a ready flat job's place in `pending` is written with its row
             rows.push(NewRow {
                 id: id.clone(),
                 data: &job.payload,
                 state: "pending",
                 max_attempts,
                 run_at: None,
+                pending: g.is_none().then_some(seq),
             });
             match g {
                 Some(_) => {
                     tails.push(id.clone());
                     lane_ready += 1;
                 }
-                None => {
-                    members.push(("pending", seq, id.clone()));
-                    flat_ready += 1;
-                }
+                None => flat_ready += 1,
             }
         }
         out.push(Enqueued::New(JobId::from_store(id)));

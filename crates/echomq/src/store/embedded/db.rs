@@ -8,8 +8,9 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::sql_error;
 
-mod active;
+mod row_sets;
 use crate::error::Result;
+pub(crate) use row_sets::RowSet;
 
 /// A job row: every field of `emq:{q}:job:<id>`, `None` = absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,11 +35,11 @@ pub(crate) struct NewRow<'a> {
     pub(crate) state: &'static str,
     pub(crate) max_attempts: Option<String>,
     pub(crate) run_at: Option<String>,
+    /// Its score in `pending` (a ready flat job's sequence), or none.
+    pub(crate) pending: Option<i64>,
 }
 
-/// The sorted set `active` is not in `emq_zsets`: a job's lease deadline is its row's `lease`
-/// column (one write claims a job, one delete settles it). An id left in `active` after its row
-/// was deleted keeps its lease on a row with no field ([`EMPTY`]), which is no row to every verb.
+/// The sorted set `active`, kept on the rows (see [`RowSet`]).
 pub(crate) const ACTIVE: &str = "active";
 
 /// Every field column of a job row, as one SQL value: NULL exactly when the row has no field (no
@@ -51,12 +52,14 @@ macro_rules! fields {
 pub(crate) use fields;
 
 /// A new row over one already there (only a row with no field, keeping a lease, gets here: the
-/// callers refuse live ids): every field as written, the lease kept, as HSET leaves `active` be.
+/// callers refuse live ids): every field as written, its sets kept (a ready job's new place in
+/// `pending` written), as HSET leaves the sets be and ZADD moves the score.
 macro_rules! new_row_conflict {
     () => {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
          grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, attempts = NULL, \
-         stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL"
+         stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL, \
+         pending = coalesce(excluded.pending, emq_jobs.pending)"
     };
 }
 
@@ -301,12 +304,40 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// HSET state active attempts n and ZADD active deadline, of a row known to exist (a claim's):
-    /// one write.
+    /// The first `n` ids of `pending` with the fields a claim reads (`None`: no row, only its place
+    /// in pending left), in (sequence, id) order; nothing is removed.
+    pub(crate) fn pending_head(&self, n: i64) -> R<Vec<(String, Option<Row>)>> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(concat!(
+                "SELECT id, data, state, attempts, max_attempts, cancel, ",
+                fields!(),
+                " IS NULL FROM emq_jobs WHERE queue = ?1 AND pending IS NOT NULL ORDER BY pending, id LIMIT ?2"
+            ))
+            .map_err(|e| self.e(e))?;
+        let rows = stmt
+            .query_map(params![self.q, n], |r| {
+                let id: String = r.get(0)?;
+                let row = (!r.get::<_, bool>(6)?).then_some(Row {
+                    data: r.get(1)?,
+                    state: r.get(2)?,
+                    attempts: r.get(3)?,
+                    max_attempts: r.get(4)?,
+                    cancel: r.get(5)?,
+                    ..Row::default()
+                });
+                Ok((id, row))
+            })
+            .map_err(|e| self.e(e))?;
+        rows.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| self.e(e))
+    }
+
+    /// HSET state active attempts n, ZREM pending and ZADD active deadline, of a row known to exist
+    /// (a claim's): one write.
     pub(crate) fn set_active(&self, id: &str, attempts: i64, deadline: i64) -> R<()> {
         self.tx
             .prepare_cached(
-                "UPDATE emq_jobs SET state = 'active', attempts = ?3, lease = ?4 WHERE queue = ?1 AND id = ?2",
+                "UPDATE emq_jobs SET state = 'active', attempts = ?3, lease = ?4, pending = NULL WHERE queue = ?1 AND id = ?2",
             )
             .and_then(|mut s| s.execute(params![self.q, id, attempts.to_string(), deadline]))
             .map(drop)
@@ -356,10 +387,20 @@ impl<'a> Db<'a> {
         static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let sql = SQL.get_or_init(|| {
             multi_sql(
-                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) VALUES",
-                5,
+                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending) VALUES",
+                6,
                 3,
-                |p| format!("(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{})", p, p + 1, p + 2, p + 3, p + 4),
+                |p| {
+                    format!(
+                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{})",
+                        p,
+                        p + 1,
+                        p + 2,
+                        p + 3,
+                        p + 4,
+                        p + 5
+                    )
+                },
                 new_row_conflict!(),
             )
         });
@@ -369,23 +410,35 @@ impl<'a> Db<'a> {
             stmt.raw_bind_parameter(1, self.q).map_err(|e| self.e(e))?;
             stmt.raw_bind_parameter(2, group).map_err(|e| self.e(e))?;
             for (i, r) in chunk.iter().enumerate() {
-                let p = 3 + i * 5;
+                let p = 3 + i * 6;
                 stmt.raw_bind_parameter(p, &r.id).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 1, r.data).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 2, r.state).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 3, &r.max_attempts).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 4, &r.run_at).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 5, r.pending).map_err(|e| self.e(e))?;
             }
             stmt.raw_execute().map_err(|e| self.e(e))?;
         }
         for r in chunks.remainder() {
             self.tx
                 .prepare_cached(concat!(
-                    "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                     new_row_conflict!()
                 ))
-                .and_then(|mut s| s.execute(params![self.q, r.id, r.data, r.state, group, r.max_attempts, r.run_at]))
+                .and_then(|mut s| {
+                    s.execute(params![
+                        self.q,
+                        r.id,
+                        r.data,
+                        r.state,
+                        group,
+                        r.max_attempts,
+                        r.run_at,
+                        r.pending
+                    ])
+                })
                 .map_err(|e| self.e(e))?;
         }
         Ok(())
@@ -393,7 +446,7 @@ impl<'a> Db<'a> {
 
     /// ZADD of many (set, score, member), in order, `MULTI` to a statement.
     pub(crate) fn zadd_many(&self, members: &[(&str, i64, String)]) -> R<()> {
-        if members.iter().any(|(z, ..)| *z == ACTIVE) {
+        if members.iter().any(|(z, ..)| RowSet::of(z).is_some()) {
             for (z, score, member) in members {
                 self.zadd(z, *score, member)?;
             }
@@ -439,12 +492,12 @@ impl<'a> Db<'a> {
         Ok(())
     }
 
-    /// DEL of a row: true when there was one. A row in `active` keeps its lease on a row with no
-    /// field (DEL leaves the id in `active`, as in Redis).
+    /// DEL of a row: true when there was one. An id in `active` or `pending` keeps its score on a
+    /// row with no field (DEL leaves the sets be, as in Redis).
     pub(crate) fn del_row(&self, id: &str) -> R<bool> {
         let deleted = self
             .tx
-            .prepare_cached("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL")
+            .prepare_cached("DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL")
             .and_then(|mut s| s.execute(params![self.q, id]))
             .map_err(|e| self.e(e))?;
         if deleted > 0 {
@@ -454,7 +507,7 @@ impl<'a> Db<'a> {
             .prepare_cached(concat!(
                 "UPDATE emq_jobs SET data = NULL, state = NULL, attempts = NULL, grp = NULL, max_attempts = NULL, \
                  run_at = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL \
-                 WHERE queue = ?1 AND id = ?2 AND lease IS NOT NULL AND ",
+                 WHERE queue = ?1 AND id = ?2 AND (lease IS NOT NULL OR pending IS NOT NULL) AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -488,8 +541,8 @@ impl<'a> Db<'a> {
     // ---- sorted sets (emq_zsets; `active` is the rows' lease column, in db/active.rs)
 
     pub(crate) fn zadd(&self, z: &str, score: i64, member: &str) -> R<()> {
-        if z == ACTIVE {
-            return self.lease_set(member, score);
+        if let Some(set) = RowSet::of(z) {
+            return self.set_score(set, member, score);
         }
         self.tx
             .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (member, zset, queue) DO UPDATE SET score = excluded.score")
@@ -500,8 +553,8 @@ impl<'a> Db<'a> {
 
     /// ZADD XX: only an existing member's score moves. True when it existed.
     pub(crate) fn zadd_xx(&self, z: &str, score: i64, member: &str) -> R<bool> {
-        if z == ACTIVE {
-            return self.lease_move(member, score);
+        if let Some(set) = RowSet::of(z) {
+            return self.move_score(set, member, score);
         }
         self.tx
             .prepare_cached("UPDATE emq_zsets SET score = ?4 WHERE queue = ?1 AND zset = ?2 AND member = ?3")
@@ -512,8 +565,8 @@ impl<'a> Db<'a> {
 
     /// ZREM: true when it was a member.
     pub(crate) fn zrem(&self, z: &str, member: &str) -> R<bool> {
-        if z == ACTIVE {
-            return self.lease_drop(member);
+        if let Some(set) = RowSet::of(z) {
+            return self.drop_member(set, member);
         }
         self.tx
             .prepare_cached("DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3")
@@ -523,8 +576,8 @@ impl<'a> Db<'a> {
     }
 
     pub(crate) fn zscore(&self, z: &str, member: &str) -> R<Option<i64>> {
-        if z == ACTIVE {
-            return self.lease(member);
+        if let Some(set) = RowSet::of(z) {
+            return self.score(set, member);
         }
         self.tx
             .prepare_cached("SELECT score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member = ?3")
@@ -533,8 +586,8 @@ impl<'a> Db<'a> {
     }
 
     pub(crate) fn zcard(&self, z: &str) -> R<i64> {
-        if z == ACTIVE {
-            return self.leases();
+        if let Some(set) = RowSet::of(z) {
+            return self.card(set);
         }
         self.tx
             .prepare_cached("SELECT count(*) FROM emq_zsets WHERE queue = ?1 AND zset = ?2")
@@ -544,8 +597,8 @@ impl<'a> Db<'a> {
 
     /// ZCARD > 0, without counting: O(1) where a count is O(n).
     pub(crate) fn znonempty(&self, z: &str) -> R<bool> {
-        if z == ACTIVE {
-            return Ok(self.lease_first()?.is_some());
+        if let Some(set) = RowSet::of(z) {
+            return Ok(self.first(set)?.is_some());
         }
         self.tx
             .prepare_cached("SELECT 1 FROM emq_zsets WHERE queue = ?1 AND zset = ?2 LIMIT 1")
@@ -555,8 +608,8 @@ impl<'a> Db<'a> {
 
     /// ZRANGE by rank, `limit` members from `offset` (ascending; `rev` = ZREVRANGE).
     pub(crate) fn zrange(&self, z: &str, offset: i64, limit: i64, rev: bool) -> R<Vec<String>> {
-        if z == ACTIVE {
-            return self.lease_range(offset, limit, rev);
+        if let Some(set) = RowSet::of(z) {
+            return self.range(set, offset, limit, rev);
         }
         let sql = if rev {
             "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score DESC, member DESC LIMIT ?3 OFFSET ?4"
@@ -568,8 +621,8 @@ impl<'a> Db<'a> {
 
     /// ZRANGE … WITHSCORES of the lowest member.
     pub(crate) fn zfirst(&self, z: &str) -> R<Option<(String, i64)>> {
-        if z == ACTIVE {
-            return self.lease_first();
+        if let Some(set) = RowSet::of(z) {
+            return self.first(set);
         }
         self.tx
             .prepare_cached(
@@ -584,48 +637,13 @@ impl<'a> Db<'a> {
 
     /// ZRANGEBYSCORE z -inf max LIMIT 0 limit.
     pub(crate) fn zrange_upto(&self, z: &str, max: i64, limit: i64) -> R<Vec<String>> {
-        if z == ACTIVE {
-            return self.lease_upto(max, limit);
+        if let Some(set) = RowSet::of(z) {
+            return self.upto(set, max, limit);
         }
         self.strings(
             "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND score <= ?3 ORDER BY score, member LIMIT ?4",
             params![self.q, z, max, limit],
         )
-    }
-
-    /// ZPOPMIN z count: the lowest members, removed in one statement (they are exactly the
-    /// members up to the last one read, in (score, member) order).
-    pub(crate) fn zpopmin(&self, z: &str, count: i64) -> R<Vec<String>> {
-        if z == ACTIVE {
-            let ids = self.lease_range(0, count, false)?;
-            for id in &ids {
-                self.lease_drop(id)?;
-            }
-            return Ok(ids);
-        }
-        let mut out = Vec::new();
-        let mut last = None;
-        {
-            let mut stmt = self
-                .tx
-                .prepare_cached(
-                    "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT ?3",
-                )
-                .map_err(|e| self.e(e))?;
-            let mut rows = stmt.query(params![self.q, z, count]).map_err(|e| self.e(e))?;
-            while let Some(r) = rows.next().map_err(|e| self.e(e))? {
-                let member: String = r.get(0).map_err(|e| self.e(e))?;
-                last = Some(r.get::<_, i64>(1).map_err(|e| self.e(e))?);
-                out.push(member);
-            }
-        }
-        if let (Some(score), Some(member)) = (last, out.last()) {
-            self.tx
-                .prepare_cached("DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND (score, member) <= (?3, ?4)")
-                .and_then(|mut s| s.execute(params![self.q, z, score, member]))
-                .map_err(|e| self.e(e))?;
-        }
-        Ok(out)
     }
 
     // ---- lists (emq_lists)
@@ -806,7 +824,8 @@ impl<'a> Db<'a> {
 
     /// Deletes every remaining key of the queue but its rows (obliterate's last step).
     pub(crate) fn delete_queue_keys(&self) -> R<()> {
-        self.leases_clear()?;
+        self.clear(RowSet::Active)?;
+        self.clear(RowSet::Pending)?;
         for table in [
             "emq_kv",
             "emq_zsets",

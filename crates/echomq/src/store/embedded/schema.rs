@@ -26,8 +26,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       data BLOB, state TEXT, attempts TEXT, grp TEXT, max_attempts TEXT, run_at TEXT, stalled TEXT,
       last_error TEXT, cancel TEXT, output BLOB, finished_at TEXT,
       PRIMARY KEY (queue, id)) WITHOUT ROWID;
-    -- the sorted sets pending, active (until migration 2), scheduled, dead, completed; ties ordered
-    -- by member bytes
+    -- the sorted sets pending and active (both on the rows from migration 2), scheduled, dead,
+    -- completed; ties ordered by member bytes
     CREATE TABLE emq_zsets (
       queue TEXT NOT NULL, zset TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL,
       PRIMARY KEY (queue, zset, member)) WITHOUT ROWID;
@@ -51,8 +51,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       seq INTEGER PRIMARY KEY AUTOINCREMENT, queue TEXT NOT NULL, id TEXT NOT NULL, reason TEXT);
     CREATE INDEX emq_cancels_queue ON emq_cancels (queue, seq);
     ",
-    // 2: the sorted set active on the rows: a lease column, ordered by a partial index. An id in
-    // active with no row keeps its lease on a row with no field.
+    // 2: the sorted sets active and pending on the rows: a lease and a pending column, each ordered
+    // by a partial index. An id left in one of them with no row keeps its score on a row with no
+    // field.
     // The rows keyed (id, queue) and set members (member, zset, queue): a lookup's first comparison
     // is on the id, which differs between rows, so SQLite's fast text comparison decides most of
     // them (the sets' order index keeps its (queue, zset, score, member)).
@@ -60,7 +61,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE TABLE emq_jobs_2 (
       queue TEXT NOT NULL, id TEXT NOT NULL,
       data BLOB, state TEXT, attempts TEXT, grp TEXT, max_attempts TEXT, run_at TEXT, stalled TEXT,
-      last_error TEXT, cancel TEXT, output BLOB, finished_at TEXT, lease INTEGER,
+      last_error TEXT, cancel TEXT, output BLOB, finished_at TEXT, lease INTEGER, pending INTEGER,
       PRIMARY KEY (id, queue)) WITHOUT ROWID;
     INSERT INTO emq_jobs_2 (queue, id, data, state, attempts, grp, max_attempts, run_at, stalled, last_error,
       cancel, output, finished_at)
@@ -71,7 +72,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     INSERT INTO emq_jobs (queue, id, lease)
       SELECT queue, member, score FROM emq_zsets WHERE zset = 'active'
       ON CONFLICT (id, queue) DO UPDATE SET lease = excluded.lease;
-    DELETE FROM emq_zsets WHERE zset = 'active';
+    INSERT INTO emq_jobs (queue, id, pending)
+      SELECT queue, member, score FROM emq_zsets WHERE zset = 'pending'
+      ON CONFLICT (id, queue) DO UPDATE SET pending = excluded.pending;
+    DELETE FROM emq_zsets WHERE zset IN ('active', 'pending');
     CREATE TABLE emq_zsets_2 (
       queue TEXT NOT NULL, zset TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL,
       PRIMARY KEY (member, zset, queue)) WITHOUT ROWID;
@@ -80,6 +84,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE emq_zsets_2 RENAME TO emq_zsets;
     CREATE INDEX emq_zsets_order ON emq_zsets (queue, zset, score, member);
     CREATE INDEX emq_jobs_lease ON emq_jobs (queue, lease, id) WHERE lease IS NOT NULL;
+    CREATE INDEX emq_jobs_pending ON emq_jobs (queue, pending, id) WHERE pending IS NOT NULL;
     ",
 ];
 
@@ -120,7 +125,7 @@ mod tests {
     use crate::store::{SettleOptions, Settled, Store};
 
     #[tokio::test]
-    async fn a_schema_1_file_is_migrated_its_leases_onto_the_rows() {
+    async fn a_schema_1_file_is_migrated_its_active_and_pending_onto_the_rows() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v1.db");
         let path = path.to_str().unwrap();
@@ -190,8 +195,12 @@ mod tests {
         let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, SCHEMA_VERSION);
         let left: i64 = conn
-            .query_row("SELECT count(*) FROM emq_zsets WHERE zset = 'active'", [], |r| r.get(0))
+            .query_row(
+                "SELECT count(*) FROM emq_zsets WHERE zset IN ('active', 'pending')",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
-        assert_eq!(left, 0, "active lives on the rows now");
+        assert_eq!(left, 0, "active and pending live on the rows now");
     }
 }
