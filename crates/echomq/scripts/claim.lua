@@ -87,22 +87,27 @@ end
 
 -- each pop either hands out a job, buries a bad row or drops a member: bounded by n, the ring's
 -- length and the bad rows met (a bound keeps a ring full of bad rows from running long)
+-- the ring's length kept here (this script is its only writer while it runs): no LLEN per pop
 local budget = n + ring_len + 1000
+local len = ring_len
 while got < n and budget > 0 do
   budget = budget - 1
   local m = redis.call('LPOP', ring)
   if not m then break end
+  len = len - 1
   if m == '~' then
     local want = 1
-    if redis.call('LLEN', ring) == 0 then want = n - got end
+    if len == 0 then want = n - got end
     -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each)
     local popped = redis.call('ZRANGE', pending, 0, want - 1)
     if #popped > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #popped - 1) end
     for j = 1, #popped do
       if take(popped[j], nil) then got = got + 1 end
     end
-    if redis.call('ZCARD', pending) > 0 then
+    -- fewer than asked for: pending is empty, no ZCARD needed
+    if #popped == want and redis.call('ZCARD', pending) > 0 then
       redis.call('RPUSH', ring, '~')
+      len = len + 1
     else
       redis.call('HDEL', groups, 'r:~')
     end
@@ -119,6 +124,7 @@ while got < n and budget > 0 do
     end
     if a < limit and redis.call('LLEN', lane) > 0 then
       redis.call('RPUSH', ring, m)
+      len = len + 1
     else
       redis.call('HDEL', groups, 'r:' .. m)
     end
