@@ -70,6 +70,17 @@ fn row_col(set: &str) -> Option<&'static str> {
     }
 }
 
+/// Deletes the row of `id` when it has no field and is in no row set left (a hash with no fields).
+fn drop_if_no_row(c: &Connection, q: &str, id: &str) {
+    c.execute(
+        &format!(
+            "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL AND {NO_FIELD}"
+        ),
+        params![q, id],
+    )
+    .expect("delete a row with no field");
+}
+
 fn set_name(set: &str) -> &str {
     assert!(SETS.contains(&set), "{set:?} is not a sorted set of the keyspace");
     set
@@ -211,14 +222,7 @@ impl EmbeddedProbe {
         self.with(move |c, q| {
             let sql = format!("UPDATE emq_jobs SET {col} = NULL WHERE queue = ?1 AND id = ?2");
             c.execute(&sql, params![q, id]).expect("delete a row field");
-            c.execute(
-                &format!(
-                    "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL \
-                     AND {NO_FIELD}"
-                ),
-                params![q, id],
-            )
-            .expect("delete an empty row");
+            drop_if_no_row(c, q, &id);
         })
         .await
     }
@@ -303,14 +307,7 @@ impl EmbeddedProbe {
                         params![q, id],
                     )
                     .expect("remove from a row set");
-                c.execute(
-                    &format!(
-                        "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL \
-                         AND {NO_FIELD}"
-                    ),
-                    params![q, id],
-                )
-                .expect("delete a row with no field");
+                drop_if_no_row(c, q, &id);
                 return n == 1;
             }
             c.execute(

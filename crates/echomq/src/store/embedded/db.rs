@@ -73,6 +73,18 @@ fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String
     format!("{head} {}{tail}", rows.join(", "))
 }
 
+/// The fields a claim reads (data, state, attempts, max_attempts, cancel), from column `at` on.
+fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
+    Ok(Row {
+        data: r.get(at)?,
+        state: r.get(at + 1)?,
+        attempts: r.get(at + 2)?,
+        max_attempts: r.get(at + 3)?,
+        cancel: r.get(at + 4)?,
+        ..Row::default()
+    })
+}
+
 /// One field to write with `hset`.
 #[derive(Debug, Clone)]
 pub(crate) enum Field<'a> {
@@ -288,19 +300,7 @@ impl<'a> Db<'a> {
                 fields!(),
                 " IS NOT NULL"
             ))
-            .and_then(|mut s| {
-                s.query_row(params![self.q, id], |r| {
-                    Ok(Row {
-                        data: r.get(0)?,
-                        state: r.get(1)?,
-                        attempts: r.get(2)?,
-                        max_attempts: r.get(3)?,
-                        cancel: r.get(4)?,
-                        ..Row::default()
-                    })
-                })
-                .optional()
-            })
+            .and_then(|mut s| s.query_row(params![self.q, id], |r| claim_fields(r, 0)).optional())
             .map_err(|e| self.e(e))
     }
 
@@ -318,14 +318,11 @@ impl<'a> Db<'a> {
         let rows = stmt
             .query_map(params![self.q, n], |r| {
                 let id: String = r.get(0)?;
-                let row = (!r.get::<_, bool>(6)?).then_some(Row {
-                    data: r.get(1)?,
-                    state: r.get(2)?,
-                    attempts: r.get(3)?,
-                    max_attempts: r.get(4)?,
-                    cancel: r.get(5)?,
-                    ..Row::default()
-                });
+                let row = if r.get::<_, bool>(6)? {
+                    None
+                } else {
+                    Some(claim_fields(r, 1)?)
+                };
                 Ok((id, row))
             })
             .map_err(|e| self.e(e))?;
