@@ -20,9 +20,13 @@
 local active = KEYS[1]
 local base, force, limit, cursor = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
 if not limit or limit < 1 or limit > 1000 then return emq_bad_args('obliterate', 'limit') end
-local running = redis.call('ZCARD', active)
+-- held jobs: every member of active but the reserved one (scored +inf)
+local running = redis.call('ZCOUNT', active, '-inf', '(inf')
 if running > 0 and not force then return {-1, running, 0} end
 redis.call('SET', KEYS[2], 1)
+-- the reserved member is no job: out before the purge counts rows (claims are refused from here on,
+-- so none puts it back)
+redis.call('ZREM', active, emq_active_pin())
 -- a forced lane job leaves active: its slot freed, then the ring step, because the lanes are found
 -- by their a:/r: fields: a group whose last slot this frees while jobs wait in its lane (it was at its
 -- limit, off the ring) would otherwise keep no field, and its lane and rows would outlive the queue

@@ -15,8 +15,10 @@
 local active, pending = KEYS[1], KEYS[2]
 local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('reap', 'limit') end
--- nothing held, nothing lapsed: the idle beat's reap is this one call
-if redis.call('ZCARD', active) == 0 then return 0 end
+-- nothing held, nothing lapsed: the idle beat's reap is this one call (the lowest member is the
+-- reserved one, scored +inf, only when no job is held)
+local head = redis.call('ZRANGE', active, 0, 0)
+if #head == 0 or head[1] == emq_active_pin() then return 0 end
 local now = emq_now()
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 if #lapsed == 0 then return 0 end

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use echomq::keyspace::{METRIC_EVENTS, SUFFIXES};
-use echomq::store::{Counts, SettleOptions};
+use echomq::keyspace::{ACTIVE_PIN, METRIC_EVENTS, SUFFIXES};
+use echomq::store::{Completion, Counts, Obliterated, SettleOptions};
 use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -46,6 +46,7 @@ redis_cases!(
     enqueue_script_that_fails_validation_writes_nothing,
     sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
     extend_lock_raw_eval_of_the_file_answers_as_the_seed,
+    active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -462,4 +463,62 @@ fn every_key_suffix_a_script_builds_is_in_the_keyspace() {
         "keys not in keyspace::SUFFIXES:\n{}",
         unlisted.join("\n")
     );
+}
+
+/// The first claim puts the reserved member at `+inf` in `active`, which makes the set a skiplist
+/// from its first lease on (a listpack of a claim batch was scanned whole on every insert and
+/// lookup); no reply ever shows it: counts and list leave it out, reap with only it in `active` finds
+/// nothing, and an obliterate without force is not refused by it and leaves no key.
+async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    let active = format!("{base}active");
+    ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
+    let claimed = claim(ctx, 3, LEASE).await;
+    assert_eq!(claimed.len(), 3);
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(&active)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(encoding, "skiplist", "three leases, already a skiplist");
+    let pin: Option<f64> = conn.zscore(&active, ACTIVE_PIN).await.unwrap();
+    assert_eq!(pin, Some(f64::INFINITY));
+    assert_eq!(sizes(ctx).await, (0, 0, 3, 0));
+    let listed = ctx.store.list(&ctx.q, JobState::Active, 0, 100).await.unwrap();
+    assert_eq!(listed, ids(&claimed));
+    assert_eq!(
+        ctx.store.list(&ctx.q, JobState::Active, 2, 100).await.unwrap(),
+        ids(&claimed[2..])
+    );
+
+    let done: Vec<Completion> = claimed
+        .iter()
+        .map(|c| Completion {
+            id: c.id.clone(),
+            token: c.attempts,
+            output: None,
+        })
+        .collect();
+    ctx.store
+        .complete_many(&ctx.q, &done, SettleOptions::default())
+        .await
+        .unwrap();
+    let left: Vec<String> = conn.zrange(&active, 0, -1).await.unwrap();
+    assert_eq!(left, [ACTIVE_PIN], "only the reserved member stays");
+    assert_eq!(sizes(ctx).await, (0, 0, 0, 0));
+    assert!(ctx
+        .store
+        .list(&ctx.q, JobState::Active, 0, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 0);
+    assert_eq!(left, conn.zrange::<_, Vec<String>>(&active, 0, -1).await.unwrap());
+
+    assert_eq!(
+        ctx.store.obliterate(&ctx.q, false).await.unwrap(),
+        Obliterated::Done { removed: 0 }
+    );
+    assert!(ctx.probe.keys().await.is_empty(), "no key of the queue is left");
 }

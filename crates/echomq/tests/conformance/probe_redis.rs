@@ -115,8 +115,14 @@ impl RedisProbe {
         score.map(|s| s as u64)
     }
 
+    /// The jobs in a sorted set: `active`'s reserved member (`keyspace::ACTIVE_PIN`, at `+inf`) is
+    /// no job, so members scored below `+inf` are counted.
     pub async fn set_len(&self, set: &str) -> u64 {
-        self.conn.clone().zcard(self.key(set)).await.expect("ZCARD")
+        self.conn
+            .clone()
+            .zcount(self.key(set), "-inf", "(inf")
+            .await
+            .expect("ZCOUNT")
     }
 
     pub async fn remove_from_set(&self, set: &str, id: &JobId) -> bool {

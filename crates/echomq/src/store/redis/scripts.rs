@@ -176,4 +176,16 @@ mod tests {
         );
         assert_eq!(needed("return 1"), "");
     }
+
+    #[test]
+    fn the_reserved_member_of_active_is_the_keyspace_s_and_no_job_id() {
+        let quoted = format!("'{}'", crate::keyspace::ACTIVE_PIN);
+        assert!(
+            LIB.contains(&quoted),
+            "_lib.lua's emq_active_pin returns keyspace::ACTIVE_PIN"
+        );
+        // over zset-max-listpack-value's default of 64 bytes: the set it joins is a skiplist
+        assert!(crate::keyspace::ACTIVE_PIN.len() > 64);
+        assert!(crate::keyspace::JobId::new(crate::keyspace::ACTIVE_PIN).is_err());
+    }
 }
