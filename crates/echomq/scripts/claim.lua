@@ -26,7 +26,9 @@ local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local keep, recmax = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
-if not lease or lease <= 0 then return emq_bad_args('claim', 'lease') end
+-- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf would tie with the reserved
+-- member of `active`, out of every count and recovery range
+if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_bad_args('claim', 'lease') end
 if not maxdef or maxdef < 1 then return emq_bad_args('claim', 'max_attempts') end
 if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
 if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end

@@ -16,22 +16,32 @@ if not n or n < 1 or n > 1000 or #ARGV ~= 4 + 3 * n then return emq_bad_args('co
 if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
 local ids = {}
 for i = 1, n do ids[i] = ARGV[2 + 3 * i] end
--- each entry fenced before anything of it is written: its row, then its membership, which is the
--- reply of the ZREM its settle needs anyway (DESIGN §1) — cheaper than one ZMSCORE for the batch,
--- whose scores come back as formatted doubles nobody reads
-local reply, done, lanes, seen, rows = {}, {}, {}, {}, {}
+-- every row fenced first (reads only: nothing that can raise comes after the first write)
+local reply, fenced, groups, seen, rows = {}, {}, {}, {}, {}
 for i = 1, n do
   rows[i] = base .. 'job:' .. ids[i]
   local refused, row = emq_fence(rows[i], ARGV[3 + 3 * i])
   if refused then
     reply[i] = refused
-  elseif seen[ids[i]] or redis.call('ZREM', active, ids[i]) == 0 then
-    reply[i] = 0
+  elseif seen[ids[i]] then
+    reply[i] = 0 -- a repeated entry: stale after its first settle
   else
-    reply[i] = 1
     seen[ids[i]] = true
+    fenced[#fenced + 1] = i
+    groups[i] = row[3]
+  end
+end
+-- then each fenced entry's membership, which is the reply of the ZREM its settle needs anyway
+-- (DESIGN §1; ZREMs of distinct ids do not touch one another) — cheaper than one ZMSCORE for the
+-- batch, whose scores come back as formatted doubles nobody reads
+local done, lanes = {}, {}
+for _, i in ipairs(fenced) do
+  if redis.call('ZREM', active, ids[i]) == 1 then
+    reply[i] = 1
     done[#done + 1] = i
-    if row[3] then lanes[#lanes + 1] = row[3] end
+    if groups[i] then lanes[#lanes + 1] = groups[i] end
+  else
+    reply[i] = 0
   end
 end
 if #done == 0 then return reply end

@@ -14,7 +14,10 @@
 --          error EMQSTALE (not the current holder); error EMQARGS.
 local active, jk = KEYS[1], KEYS[2]
 local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not lease or lease <= 0 then return redis.error_reply('EMQARGS extend_lock: lease must be > 0') end
+-- finite only: tonumber takes 'inf' and 'nan', and a deadline at +inf is out of every recovery range
+if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then
+  return redis.error_reply('EMQARGS extend_lock: lease must be > 0 and finite')
+end
 local r = redis.call('HMGET', jk, 'state', 'attempts')
 if not r[1] then return -1 end
 if r[1] ~= 'active' or r[2] ~= token or not redis.call('ZSCORE', active, id) then

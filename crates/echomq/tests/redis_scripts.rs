@@ -47,6 +47,7 @@ redis_cases!(
     sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
     extend_lock_raw_eval_of_the_file_answers_as_the_seed,
     active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
+    claim_and_complete_many_that_fail_write_nothing,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -321,6 +322,17 @@ pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
     assert_eq!(redis::from_redis_value::<i64>(ok.unwrap()).unwrap(), 1);
     let after = zscore(ctx, "active", &id).await.unwrap();
     assert!(after > before && (t0 + 60_000..=t1 + 60_000).contains(&after));
+    // a lease that is no finite number of ms (Lua's tonumber takes both) is refused, nothing written
+    for lease in ["inf", "nan", "0"] {
+        let args = [id.to_string(), c.attempts.to_string(), lease.to_string()];
+        let err = eval_file(ctx, "extend_lock.lua", &keys, &args).await.unwrap_err();
+        assert_eq!(err.code(), Some("EMQARGS"), "lease {lease}: {err}");
+        assert_eq!(
+            zscore(ctx, "active", &id).await,
+            Some(after),
+            "lease {lease}: nothing written"
+        );
+    }
     let stale = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts + 1, 60_000)).await;
     let err = stale.unwrap_err();
     assert_eq!(err.code(), Some("EMQSTALE"), "a stale holder gets EMQSTALE: {err}");
@@ -521,4 +533,52 @@ async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ct
         Obliterated::Done { removed: 0 }
     );
     assert!(ctx.probe.keys().await.is_empty(), "no key of the queue is left");
+}
+
+/// A claim with a lease that is no finite number of ms (Lua's tonumber takes `inf` and `nan`; a
+/// deadline at +inf would tie with `active`'s reserved member) and a complete_many that meets a row
+/// it cannot read both fail before their first write.
+async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
+    let before = snapshot(ctx).await;
+    for lease in ["inf", "-inf", "nan", "0", "1e400"] {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script_body("claim")).arg(6);
+        for suffix in ["ring", "groups", "pending", "active", "paused", "obliterating"] {
+            cmd.arg(format!("{base}{suffix}"));
+        }
+        cmd.arg(&base).arg("2").arg(lease).arg("25").arg("0").arg("0");
+        let err = cmd.query_async::<redis::Value>(&mut conn).await.unwrap_err();
+        assert_eq!(err.code(), Some("EMQARGS"), "lease {lease}: {err}");
+        assert_eq!(
+            snapshot(ctx).await,
+            before,
+            "lease {lease}: the refused claim wrote nothing"
+        );
+    }
+
+    // job 2's row replaced by a string: the fence of the second entry raises
+    let claimed = claim(ctx, 2, LEASE).await;
+    assert_eq!(ids(&claimed), [id("1"), id("2")]);
+    let row2 = format!("{base}job:2");
+    let _: () = conn.del(&row2).await.unwrap();
+    let _: () = conn.set(&row2, "not a hash").await.unwrap();
+    let before = snapshot(ctx).await;
+    let done: Vec<Completion> = claimed
+        .iter()
+        .map(|c| Completion {
+            id: c.id.clone(),
+            token: c.attempts,
+            output: None,
+        })
+        .collect();
+    let failed = ctx.store.complete_many(&ctx.q, &done, SettleOptions::default()).await;
+    assert!(failed.is_err(), "a row that is no hash fails the batch: {failed:?}");
+    assert_eq!(
+        snapshot(ctx).await,
+        before,
+        "nothing written: job 1 still held in active"
+    );
+    assert!(zscore(ctx, "active", &id("1")).await.is_some());
 }
