@@ -275,6 +275,9 @@ pub struct ClaimRequest {
     pub settle: SettleOptions,
 }
 
+/// Where a store hands the jobs it claimed for a parked caller ([`Store::park_with_handoff`]).
+pub type Handoff = Box<dyn FnOnce(Vec<ClaimedJob>) + Send>;
+
 /// The replies of one round: each leg answers on its own, so a failed earlier leg never discards
 /// the jobs the claim returned.
 #[derive(Debug)]
@@ -479,6 +482,24 @@ pub trait Store: Send + Sync {
     /// park: wait up to `timeout` for a wake token of `queue`. True when woken, false on timeout.
     /// Runs on a connection of the caller's own: a parked wait never stalls another caller.
     async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool>;
+
+    /// park, offering `claim` to the transaction that makes work claimable while the caller waits.
+    /// A store that can claim there (the embedded store, for a transaction of this process) does so
+    /// in that very transaction and, once it has committed, calls `handoff` with the jobs (never
+    /// with none): one durable transaction between an enqueue and its handler's start instead of
+    /// two. A `handoff` not called is dropped — when the park ends, at the latest. The default
+    /// drops it and parks. True when woken (handed jobs or not), false on timeout.
+    async fn park_with_handoff(
+        &self,
+        queue: &QueueName,
+        timeout: Duration,
+        claim: ClaimRequest,
+        handoff: Handoff,
+    ) -> Result<bool> {
+        let _ = claim;
+        drop(handoff);
+        self.park(queue, timeout).await
+    }
 
     /// cancel_requests: the stream of cancel requests for running jobs of `queue`.
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>>;

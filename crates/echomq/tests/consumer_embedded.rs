@@ -1,7 +1,7 @@
 //! The consumer, unchanged, on the embedded store (through `park` and `cancel_requests`):
 //! processing with concurrency, lanes under their limits, a parked consumer woken at once by an
-//! enqueue in the same process, a cancel from another handle on the same file, completion records,
-//! the locks plane, and the stalled sweep.
+//! enqueue in the same process (and handed its jobs by that enqueue's transaction), a cancel from
+//! another handle on the same file, completion records, the locks plane, and the stalled sweep.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{HashMap, HashSet};
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use echomq::consumer::Recovery;
 use echomq::store::embedded::EmbeddedStore;
-use echomq::store::{Cancelled, LimitTarget, SettleOptions, StalledPolicy};
+use echomq::store::{Cancelled, ClaimRequest, Handoff, LimitTarget, SettleOptions, StalledPolicy};
 use echomq::{Consumer, ConsumerOptions, GroupName, JobContext, JobState, NewJob, QueueName, Store, Verdict};
 use tokio::sync::mpsc;
 #[path = "support/consumer_kit.rs"]
@@ -194,6 +194,112 @@ async fn a_parked_consumer_is_woken_at_once_by_an_enqueue_in_the_same_process() 
         "enqueue → handler start, beat 10 s: {latencies:?}"
     );
     assert_eq!(completed(&store, &q).await, 5);
+}
+
+fn offer(n: u32) -> ClaimRequest {
+    ClaimRequest {
+        n,
+        lease: Duration::from_secs(30),
+        max_attempts: 3,
+        settle: SettleOptions::default(),
+    }
+}
+
+/// A handoff that forwards the jobs it is handed.
+fn forward() -> (Handoff, mpsc::UnboundedReceiver<Vec<echomq::ClaimedJob>>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handoff: Handoff = Box::new(move |jobs| {
+        let _ = tx.send(jobs);
+    });
+    (handoff, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_one_is_not() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+
+    // parked with an offer of 2: the enqueue of 3 claims 2 of them in its own transaction and
+    // hands them over before its reply; the third waits, and the park reports a wake
+    let (handoff, mut handed) = forward();
+    let park = store.park_with_handoff(&q, Duration::from_secs(10), offer(2), handoff);
+    tokio::pin!(park);
+    assert!(
+        futures::poll!(park.as_mut()).is_pending(),
+        "parked (its offer registered)"
+    );
+    let jobs: Vec<NewJob> = (0..3).map(|i| NewJob::new(format!("{i}"))).collect();
+    store.enqueue(&q, &jobs).await.unwrap();
+    let got = handed.try_recv().expect("handed over by the time the enqueue replied");
+    let ids: Vec<String> = got.iter().map(|j| j.id.to_string()).collect();
+    assert_eq!(ids, ["1", "2"], "in claim order, as a claim right after the enqueue");
+    assert!(got.iter().all(|j| j.attempts == 1));
+    let woke = tokio::time::timeout(Duration::from_secs(5), park)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(woke, "the park ends woken");
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.pending, counts.active), (1, 2));
+    assert!(handed.try_recv().is_err(), "handed once");
+
+    // an offer withdrawn (its park dropped) is not served: the next enqueue claims nothing
+    let (handoff, mut handed) = forward();
+    {
+        let park = store.park_with_handoff(&q, Duration::from_secs(10), offer(5), handoff);
+        tokio::pin!(park);
+        assert!(futures::poll!(park.as_mut()).is_pending());
+    }
+    store.enqueue(&q, &[NewJob::new("late")]).await.unwrap();
+    assert!(
+        handed.recv().await.is_none(),
+        "the withdrawn offer's handoff was dropped, never called"
+    );
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.pending, counts.active), (2, 2));
+
+    // an offer of none offers nothing (the wake tokens left by the enqueue of `late` taken first,
+    // so this park waits)
+    while store.park(&q, Duration::from_millis(10)).await.unwrap() {}
+    let (handoff, mut handed) = forward();
+    let park = store.park_with_handoff(&q, Duration::from_millis(50), offer(0), handoff);
+    tokio::pin!(park);
+    assert!(futures::poll!(park.as_mut()).is_pending());
+    store.enqueue(&q, &[NewJob::new("later")]).await.unwrap();
+    let _ = park.await.unwrap();
+    assert!(handed.recv().await.is_none());
+    assert_eq!(store.counts(&q).await.unwrap().active, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_racing_the_enqueue_that_hands_off_leaves_no_job_held() {
+    // a job handed over while the consumer stops still runs and settles: after each stop nothing
+    // is left active (claimed and stranded until its lease lapses)
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let handler = |_job: JobContext| async move { Verdict::Done };
+    let opts = ConsumerOptions::default()
+        .with_beat(Duration::from_secs(10))
+        .with_concurrency(4);
+    let mut sent = 0;
+    for round in 0..20u64 {
+        let c = Consumer::start(store.clone(), q.clone(), handler, opts.clone()).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await; // parked by now, offering 4 slots
+        let (s, qq) = (store.clone(), q.clone());
+        let enqueue = tokio::spawn(async move { s.enqueue(&qq, &[NewJob::new("x"), NewJob::new("y")]).await });
+        // vary the stop's moment against the enqueue's transaction
+        tokio::time::sleep(Duration::from_micros(50 * round)).await;
+        c.stop(Duration::from_secs(5)).await.unwrap();
+        enqueue.await.unwrap().unwrap();
+        sent += 2;
+        let counts = store.counts(&q).await.unwrap();
+        assert_eq!(counts.active, 0, "round {round}: no job left held after the stop");
+        assert_eq!(
+            counts.completed + counts.pending,
+            sent,
+            "round {round}: every job done or waiting"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

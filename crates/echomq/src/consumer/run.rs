@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::settle::Finished;
@@ -14,6 +14,9 @@ use super::{lock, JobContext, Shared, Verdict};
 use crate::error::Error;
 use crate::job::ClaimedJob;
 use crate::store::ClaimRequest;
+
+/// Jobs a store handed to a park of this consumer, with the slots reserved for them.
+type Handed = (Vec<ClaimedJob>, Vec<OwnedSemaphorePermit>);
 
 /// The loop's own state across beats.
 struct Beat {
@@ -23,6 +26,10 @@ struct Beat {
     handlers: JoinSet<()>,
     started: Instant,
     streak: u32,
+    /// Where hand-offs land: a park's offer may be served after the park ended (its transaction
+    /// was under way), so the jobs come here and are launched at the next look.
+    handed_tx: mpsc::UnboundedSender<Handed>,
+    handed_rx: mpsc::UnboundedReceiver<Handed>,
 }
 
 /// What ends a leg early.
@@ -37,6 +44,7 @@ enum Leg {
 
 pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Finished>, settler: JoinHandle<()>) {
     let slots = Arc::new(Semaphore::new(shared.opts.concurrency));
+    let (handed_tx, handed_rx) = mpsc::unbounded_channel();
     let mut beat = Beat {
         shared: shared.clone(),
         settle_tx,
@@ -44,6 +52,8 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
         handlers: JoinSet::new(),
         started: Instant::now(),
         streak: 0,
+        handed_tx,
+        handed_rx,
     };
     let span = tracing::info_span!("emq.consumer", queue = %shared.queue);
     let _ = span; // fields are logged on each event below
@@ -62,6 +72,8 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
             }
         }
     }
+    // jobs a store is still handing over are claimed: they run like the others
+    beat.close_handoffs().await;
     // in-flight handlers finish and hand their verdicts to the settler, which drains and ends
     while beat.handlers.join_next().await.is_some() {}
     drop(beat.settle_tx);
@@ -75,6 +87,7 @@ impl Beat {
 
     /// One beat: recover + promote + the first claim in one round trip, the drain leg, the park.
     async fn once(&mut self) -> Leg {
+        self.launch_handed();
         if self.should_exit() {
             return Leg::Exit;
         }
@@ -179,29 +192,77 @@ impl Beat {
     }
 
     /// Parks on the wake list for the beat or until the next scheduled job is due, whichever is
-    /// sooner. A stop ends the park at once.
+    /// sooner. A stop ends the park at once. With a batch of free slots the park offers a claim
+    /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it hands the
+    /// jobs over with the slots reserved here, and they are launched as the park ends.
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
         let timeout = next_due.map_or(beat, |d| d.min(beat)).max(Duration::from_millis(1));
         let shared = self.shared.clone();
-        tokio::select! {
-            r = shared.store.park(&shared.queue, timeout) => match r {
+        let free = self.slots.available_permits();
+        let mut reserved = Vec::new();
+        if free >= shared.opts.claim_threshold() {
+            while let Ok(permit) = self.slots.clone().try_acquire_owned() {
+                reserved.push(permit);
+            }
+        }
+        let claim = self.claim(reserved.len());
+        let tx = self.handed_tx.clone();
+        // dropped unserved (the park ended first, or the store hands nothing off): slots freed
+        let handoff: crate::store::Handoff = Box::new(move |jobs| {
+            let _ = tx.send((jobs, reserved));
+        });
+        let leg = tokio::select! {
+            r = shared.store.park_with_handoff(&shared.queue, timeout, claim, handoff) => match r {
                 Ok(_) => Leg::Healthy,
                 Err(e) => Leg::Degraded(e),
             },
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
-            Some(_) = self.handlers.join_next(), if !self.handlers.is_empty() && self.slots.available_permits() == 0 => Leg::Healthy,
+            Some(_) = self.handlers.join_next(), if !self.handlers.is_empty() && free == 0 => Leg::Healthy,
+        };
+        self.launch_handed();
+        leg
+    }
+
+    /// Launches the jobs handed over so far, each on a slot reserved for it.
+    fn launch_handed(&mut self) {
+        while let Ok((jobs, permits)) = self.handed_rx.try_recv() {
+            self.start_all(jobs, permits);
+        }
+    }
+
+    /// At the loop's end: waits for the hand-offs still in a store's hands (each ends with the
+    /// transaction serving it) and launches what they bring.
+    async fn close_handoffs(&mut self) {
+        // only the offers still out keep the channel open now
+        let (closed, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.handed_tx, closed));
+        while let Some((jobs, permits)) = self.handed_rx.recv().await {
+            self.start_all(jobs, permits);
         }
     }
 
     /// Runs each claimed job on a task of its own: track → handler → verdict to the settler
     /// (which untracks after the settle, even a failed one).
     fn launch(&mut self, jobs: Vec<ClaimedJob>) {
+        let mut permits = Vec::with_capacity(jobs.len());
+        while permits.len() < jobs.len() {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(permit) => permits.push(permit),
+                Err(_) => break,
+            }
+        }
+        self.start_all(jobs, permits);
+    }
+
+    /// Starts each job on one of `permits`; surplus permits are freed.
+    fn start_all(&mut self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) {
         // finished handler tasks are collected here, so the set holds only running ones
         while self.handlers.try_join_next().is_some() {}
+        let mut permits = permits.into_iter();
         for job in jobs {
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            let Some(permit) = permits.next() else {
                 // claims never ask for more than the free slots; a surplus job's lease lapses
                 tracing::error!(queue = %self.shared.queue, id = %job.id, "claimed beyond the free slots");
                 continue;

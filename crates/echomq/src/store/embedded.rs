@@ -10,9 +10,12 @@
 //! * **one writer at a time**: transactions serialize (several processes may share the file;
 //!   a writer waits up to the busy timeout for another);
 //! * **wakes**: a consumer in the same process is woken at once by an enqueue (the store's thread
-//!   notifies it as the commit lands, and hands it the wake token in memory); one in another
-//!   process notices within one beat: its park ends, sees `PRAGMA data_version` moved, and the
-//!   next round claims — never by busy polling;
+//!   notifies it as the commit lands, and hands it the wake token in memory) — and when it parked
+//!   offering a claim (`park_with_handoff`, the consumer does with a batch of free slots), that
+//!   enqueue's own transaction claims for it and hands it the jobs after the commit
+//!   (`embedded/handoff.rs`): one durable transaction between the enqueue and the handler's start,
+//!   not two; one in another process notices within one beat: its park ends, sees
+//!   `PRAGMA data_version` moved, and the next round claims — never by busy polling;
 //! * **local file systems only** (WAL needs shared memory between the processes);
 //! * **upgrades**: the first build of a newer schema to open a file migrates it, and an older build
 //!   refuses a newer file only when it opens it: stop every process of the older build before
@@ -29,6 +32,7 @@
 mod checkpoint;
 mod common;
 mod db;
+mod handoff;
 mod schema;
 
 mod cancel;
@@ -75,8 +79,8 @@ use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
     check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest, Completion, Counts,
-    Discarded, Enqueued, Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
-    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
+    Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven,
+    Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
     PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
@@ -124,6 +128,8 @@ type Wakes = Arc<Mutex<HashMap<String, Arc<Wake>>>>;
 struct Wake {
     signal: Notify,
     tokens: AtomicI64,
+    /// Parked consumers' claim requests, served by the next transaction that wakes the queue.
+    offers: handoff::Offers,
 }
 
 impl Wake {
@@ -332,17 +338,26 @@ impl EmbeddedStore {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_error(verb, e))?;
-            let (out, woke, tokens) = {
+            let (out, woke, tokens, handed) = {
                 let db = Db::new(&t, &q, verb);
                 let out = f(&db)?;
-                (out, db.woke.get(), db.tokens.get())
+                // a parked consumer of this process that offered a claim gets it in this very
+                // transaction (handed over after the commit; a rollback drops it)
+                let handed = if db.woke.get() {
+                    handoff::serve(&db, &t, &wake_of(&w.wakes, &q))
+                } else {
+                    handoff::Handed::default()
+                };
+                (out, db.woke.get(), db.tokens.get(), handed)
             };
             let version = data_version(&t).map_err(|e| sql_error(verb, e))?;
             t.commit().map_err(|e| sql_error(verb, e))?;
             w.data_version.store(version, Ordering::Release);
             if woke {
                 let wake = wake_of(&w.wakes, &q);
-                wake.push(tokens);
+                // the jobs handed over need no wake token of their own
+                wake.push((tokens - handed.jobs()).max(0));
+                handed.deliver();
                 wake.signal.notify_waiters();
             }
             Ok(out)
@@ -780,6 +795,23 @@ impl Store for EmbeddedStore {
                 Ok(now != seen)
             }
         }
+    }
+
+    async fn park_with_handoff(
+        &self,
+        queue: &QueueName,
+        timeout: Duration,
+        claim: ClaimRequest,
+        handoff: Handoff,
+    ) -> Result<bool> {
+        if claim.n == 0 {
+            return self.park(queue, timeout).await;
+        }
+        positive("lease", claim.lease.as_millis() as u64)?;
+        positive("max_attempts", claim.max_attempts as u64)?;
+        // offered for as long as the park lasts; a transaction that takes it hands the jobs over
+        let _offer = handoff::register(self.wake(queue.as_str()), claim, handoff);
+        self.park(queue, timeout).await
     }
 
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {

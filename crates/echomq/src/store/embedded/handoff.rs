@@ -1,0 +1,119 @@
+//! Hand-offs ([`crate::store::Store::park_with_handoff`]): a consumer of this process parks with a
+//! claim request, and the transaction that makes work claimable for its queue claims for it — the
+//! claim twin, in that same transaction, under a savepoint so a failing claim never fails the verb
+//! that woke it. The jobs are handed over once that transaction has committed; a rollback hands
+//! nothing and drops the offer. Same replies as a claim right after the commit, one durable
+//! transaction fewer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::Transaction;
+
+use super::db::Db;
+use super::{claim, settle_args, Wake};
+use crate::job::ClaimedJob;
+use crate::store::{ClaimRequest, Handoff, BATCH_MAX};
+
+/// One parked consumer's offer.
+struct Offer {
+    id: u64,
+    claim: ClaimRequest,
+    handoff: Handoff,
+}
+
+/// The offers of one queue, in the order their consumers parked.
+#[derive(Default)]
+pub(super) struct Offers {
+    next: AtomicU64,
+    list: Mutex<Vec<Offer>>,
+}
+
+/// An offer in the registry: withdrawn when dropped, unless a transaction took it first.
+pub(super) struct Registered {
+    wake: Arc<Wake>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut list = self.wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner);
+        list.retain(|o| o.id != self.id);
+    }
+}
+
+/// Registers an offer of `claim` on `wake`'s queue until the returned guard drops.
+pub(super) fn register(wake: Arc<Wake>, claim: ClaimRequest, handoff: Handoff) -> Registered {
+    let id = wake.offers.next.fetch_add(1, Ordering::Relaxed);
+    wake.offers
+        .list
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Offer { id, claim, handoff });
+    Registered { wake, id }
+}
+
+/// Jobs claimed in a transaction for the offers it took, handed over after its commit.
+#[derive(Default)]
+pub(super) struct Handed(Vec<(Handoff, Vec<ClaimedJob>)>);
+
+impl Handed {
+    /// How many jobs: the wake tokens they need no longer.
+    pub(super) fn jobs(&self) -> i64 {
+        self.0.iter().map(|(_, jobs)| jobs.len() as i64).sum()
+    }
+
+    /// Hands each consumer its jobs. Only after the commit.
+    pub(super) fn deliver(self) {
+        for (handoff, jobs) in self.0 {
+            handoff(jobs);
+        }
+    }
+}
+
+/// Serves the offers of `db`'s queue inside its transaction `tx` (one that made work claimable),
+/// in the order their consumers parked, until a claim comes back short: nothing more to claim. The
+/// offers it took and did not serve are dropped (their consumers wake with the commit as ever).
+pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> Handed {
+    let taken = std::mem::take(&mut *wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner));
+    let mut handed = Handed::default();
+    for offer in taken {
+        let n = (offer.claim.n as usize).min(BATCH_MAX) as i64;
+        let (keep, recmax) = settle_args(offer.claim.settle);
+        if let Err(e) = tx.execute_batch("SAVEPOINT emq_handoff") {
+            tracing::warn!(error = %e, "hand-off: no savepoint; the parked consumers claim themselves");
+            break;
+        }
+        let claimed = claim::claim(
+            db,
+            n,
+            offer.claim.lease.as_millis() as i64,
+            offer.claim.max_attempts as i64,
+            keep,
+            recmax,
+        );
+        match claimed {
+            Ok(jobs) => {
+                if let Err(e) = tx.execute_batch("RELEASE emq_handoff") {
+                    // the savepoint stays open inside the transaction: its claim commits with it
+                    tracing::warn!(error = %e, "hand-off: savepoint not released");
+                }
+                let short = (jobs.len() as i64) < n;
+                if !jobs.is_empty() {
+                    handed.0.push((offer.handoff, jobs));
+                }
+                if short {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "hand-off claim failed; the parked consumers claim themselves");
+                if let Err(e) = tx.execute_batch("ROLLBACK TO emq_handoff; RELEASE emq_handoff") {
+                    tracing::warn!(error = %e, "hand-off: savepoint not rolled back");
+                }
+                break;
+            }
+        }
+    }
+    handed
+}
