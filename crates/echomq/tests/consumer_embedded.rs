@@ -217,7 +217,8 @@ fn forward() -> (Handoff, mpsc::UnboundedReceiver<Vec<echomq::ClaimedJob>>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_one_is_not() {
     let db = Db::new();
-    let (store, q) = (db.store().await, q());
+    let embedded = db.open().await;
+    let (store, q): (Arc<dyn Store>, _) = (Arc::new(embedded.clone()), q());
 
     // parked with an offer of 2: the enqueue of 3 claims 2 of them in its own transaction and
     // hands them over before its reply; the third waits, and the park reports a wake
@@ -242,6 +243,13 @@ async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_o
     let counts = store.counts(&q).await.unwrap();
     assert_eq!((counts.pending, counts.active), (1, 2));
     assert!(handed.try_recv().is_err(), "handed once");
+    assert_eq!(embedded.handed_over(&q), 2);
+    // the served park left the third job's wake token to other parks: one plain park takes it
+    assert!(store.park(&q, Duration::from_millis(10)).await.unwrap());
+    assert!(
+        !store.park(&q, Duration::from_millis(10)).await.unwrap(),
+        "one token, for job 3"
+    );
 
     // an offer withdrawn (its park dropped) is not served: the next enqueue claims nothing
     let (handoff, mut handed) = forward();
@@ -257,18 +265,7 @@ async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_o
     );
     let counts = store.counts(&q).await.unwrap();
     assert_eq!((counts.pending, counts.active), (2, 2));
-
-    // an offer of none offers nothing (the wake tokens left by the enqueue of `late` taken first,
-    // so this park waits)
-    while store.park(&q, Duration::from_millis(10)).await.unwrap() {}
-    let (handoff, mut handed) = forward();
-    let park = store.park_with_handoff(&q, Duration::from_millis(50), offer(0), handoff);
-    tokio::pin!(park);
-    assert!(futures::poll!(park.as_mut()).is_pending());
-    store.enqueue(&q, &[NewJob::new("later")]).await.unwrap();
-    let _ = park.await.unwrap();
-    assert!(handed.recv().await.is_none());
-    assert_eq!(store.counts(&q).await.unwrap().active, 2);
+    assert_eq!(embedded.handed_over(&q), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +273,8 @@ async fn a_stop_racing_the_enqueue_that_hands_off_leaves_no_job_held() {
     // a job handed over while the consumer stops still runs and settles: after each stop nothing
     // is left active (claimed and stranded until its lease lapses)
     let db = Db::new();
-    let (store, q) = (db.store().await, q());
+    let embedded = db.open().await;
+    let (store, q): (Arc<dyn Store>, _) = (Arc::new(embedded.clone()), q());
     let handler = |_job: JobContext| async move { Verdict::Done };
     let opts = ConsumerOptions::default()
         .with_beat(Duration::from_secs(10))
@@ -284,11 +282,20 @@ async fn a_stop_racing_the_enqueue_that_hands_off_leaves_no_job_held() {
     let mut sent = 0;
     for round in 0..20u64 {
         let c = Consumer::start(store.clone(), q.clone(), handler, opts.clone()).unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await; // parked by now, offering 4 slots
+        tokio::time::sleep(Duration::from_millis(50)).await; // parked by now, offering 4 slots
         let (s, qq) = (store.clone(), q.clone());
         let enqueue = tokio::spawn(async move { s.enqueue(&qq, &[NewJob::new("x"), NewJob::new("y")]).await });
-        // vary the stop's moment against the enqueue's transaction
-        tokio::time::sleep(Duration::from_micros(50 * round)).await;
+        if round % 2 == 0 {
+            // the enqueue first: its transaction hands the jobs over, then the stop
+            while !enqueue.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        } else {
+            // the stop racing the enqueue's transaction, at a varying moment
+            for _ in 0..round * 5 {
+                tokio::task::yield_now().await;
+            }
+        }
         c.stop(Duration::from_secs(5)).await.unwrap();
         enqueue.await.unwrap().unwrap();
         sent += 2;
@@ -300,6 +307,7 @@ async fn a_stop_racing_the_enqueue_that_hands_off_leaves_no_job_held() {
             "round {round}: every job done or waiting"
         );
     }
+    assert!(embedded.handed_over(&q) > 0, "hand-offs happened (the even rounds)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

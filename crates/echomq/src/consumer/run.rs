@@ -100,6 +100,8 @@ impl Beat {
             .store
             .recover_promote_claim(&self.shared.queue, opts.recovery, opts.pump_batch, self.claim(want))
             .await;
+        // a hand-off served while that round was under way
+        self.launch_handed();
         let round = match round {
             Ok(r) => r,
             Err(e) => return Leg::Degraded(e),
@@ -169,6 +171,8 @@ impl Beat {
                 let left = beat.saturating_sub(began.elapsed());
                 tokio::select! {
                     Some(_) = self.handlers.join_next() => {}
+                    // jobs handed over late (their park had ended) hold slots: start them
+                    Some((jobs, permits)) = self.handed_rx.recv() => self.start_all(jobs, permits),
                     _ = tokio::time::sleep(left) => return Leg::Healthy,
                     _ = self.shared.stop.cancelled() => return Leg::Exit,
                 }
@@ -184,6 +188,7 @@ impl Beat {
                 Ok(jobs) => {
                     empty = jobs.len() < free;
                     self.launch(jobs);
+                    self.launch_handed();
                 }
                 Err(e) if e.is_unreachable() => return Leg::Degraded(e),
                 Err(e) => return Leg::Degraded(e),
@@ -209,8 +214,13 @@ impl Beat {
         let claim = self.claim(reserved.len());
         let tx = self.handed_tx.clone();
         // dropped unserved (the park ended first, or the store hands nothing off): slots freed
+        let queue = shared.queue.clone();
         let handoff: crate::store::Handoff = Box::new(move |jobs| {
-            let _ = tx.send((jobs, reserved));
+            if let Err(lost) = tx.send((jobs, reserved)) {
+                // only after an abort: the loop is gone; the leases lapse and recovery returns them
+                let ids: Vec<String> = lost.0 .0.iter().map(|j| j.id.to_string()).collect();
+                tracing::warn!(queue = %queue, ?ids, "jobs handed over after the consumer was aborted");
+            }
         });
         let leg = tokio::select! {
             r = shared.store.park_with_handoff(&shared.queue, timeout, claim, handoff) => match r {
@@ -220,6 +230,11 @@ impl Beat {
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
             Some(_) = self.handlers.join_next(), if !self.handlers.is_empty() && free == 0 => Leg::Healthy,
+            // jobs handed over late (an earlier park's offer): start them, then a new beat
+            Some((jobs, permits)) = self.handed_rx.recv() => {
+                self.start_all(jobs, permits);
+                Leg::Healthy
+            }
         };
         self.launch_handed();
         leg

@@ -130,6 +130,8 @@ struct Wake {
     tokens: AtomicI64,
     /// Parked consumers' claim requests, served by the next transaction that wakes the queue.
     offers: handoff::Offers,
+    /// Jobs handed over to parked consumers so far.
+    handed: std::sync::atomic::AtomicU64,
 }
 
 impl Wake {
@@ -319,6 +321,64 @@ impl EmbeddedStore {
         .await
     }
 
+    /// park, with an optional offer: armed before the look for a token, the offer registered only
+    /// when no token waits, and withdrawn when the park ends unless a transaction took it. A park
+    /// whose offer was served leaves the wake tokens to the other parks of this process (the
+    /// serving transaction pushed none for the jobs it handed over).
+    async fn park_offering(
+        &self,
+        queue: &QueueName,
+        timeout: Duration,
+        offer: Option<(ClaimRequest, Handoff)>,
+    ) -> Result<bool> {
+        let wake = self.wake(queue.as_str());
+        // registered before the look, so a wake between the look and the wait is not missed
+        let notified = wake.signal.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if wake.take() {
+            return Ok(true);
+        }
+        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _offer = offer.map(|(claim, handoff)| {
+            let served = served.clone();
+            let handoff: Handoff = Box::new(move |jobs| {
+                served.store(true, Ordering::Release);
+                handoff(jobs);
+            });
+            handoff::register(wake.clone(), claim, handoff)
+        });
+        let seen = self.data_version.load(Ordering::Acquire);
+        tokio::select! {
+            // woken in this process: go at once, taking the token that woke it (none when the
+            // wake handed this park its jobs)
+            _ = &mut notified => {
+                if !served.load(Ordering::Acquire) {
+                    wake.take();
+                }
+                Ok(true)
+            }
+            _ = tokio::time::sleep(timeout) => {
+                // another process's (or handle's) commit since the store's last transaction: it
+                // may have pushed a wake this process cannot see, so report a wake
+                let now = self
+                    .on_thread("park", |w: &mut Worker| {
+                        let v = data_version(&w.conn).map_err(|e| sql_error("park", e))?;
+                        w.data_version.store(v, Ordering::Release);
+                        Ok(v)
+                    })
+                    .await?;
+                Ok(now != seen || served.load(Ordering::Acquire))
+            }
+        }
+    }
+
+    /// How many jobs of `queue` this handle has handed to parked consumers of this process since
+    /// it opened (claimed inside the transaction that woke them; see `park_with_handoff`).
+    pub fn handed_over(&self, queue: &QueueName) -> u64 {
+        self.wake(queue.as_str()).handed.load(Ordering::Relaxed)
+    }
+
     fn wake(&self, queue: &str) -> Arc<Wake> {
         wake_of(&self.wakes, queue)
     }
@@ -344,7 +404,7 @@ impl EmbeddedStore {
                 // a parked consumer of this process that offered a claim gets it in this very
                 // transaction (handed over after the commit; a rollback drops it)
                 let handed = if db.woke.get() {
-                    handoff::serve(&db, &t, &wake_of(&w.wakes, &q))
+                    handoff::serve(&db, &t, &wake_of(&w.wakes, &q)).map_err(|e| sql_error(verb, e))?
                 } else {
                     handoff::Handed::default()
                 };
@@ -357,6 +417,7 @@ impl EmbeddedStore {
                 let wake = wake_of(&w.wakes, &q);
                 // the jobs handed over need no wake token of their own
                 wake.push((tokens - handed.jobs()).max(0));
+                wake.handed.fetch_add(handed.jobs() as u64, Ordering::Relaxed);
                 handed.deliver();
                 wake.signal.notify_waiters();
             }
@@ -767,34 +828,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
-        let wake = self.wake(queue.as_str());
-        // registered before the look, so a wake between the look and the wait is not missed
-        let notified = wake.signal.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if wake.take() {
-            return Ok(true);
-        }
-        let seen = self.data_version.load(Ordering::Acquire);
-        tokio::select! {
-            // woken in this process: go at once, taking the token that woke it
-            _ = &mut notified => {
-                wake.take();
-                Ok(true)
-            }
-            _ = tokio::time::sleep(timeout) => {
-                // another process's (or handle's) commit since the store's last transaction: it
-                // may have pushed a wake this process cannot see, so report a wake
-                let now = self
-                    .on_thread("park", |w: &mut Worker| {
-                        let v = data_version(&w.conn).map_err(|e| sql_error("park", e))?;
-                        w.data_version.store(v, Ordering::Release);
-                        Ok(v)
-                    })
-                    .await?;
-                Ok(now != seen)
-            }
-        }
+        self.park_offering(queue, timeout, None).await
     }
 
     async fn park_with_handoff(
@@ -809,9 +843,7 @@ impl Store for EmbeddedStore {
         }
         positive("lease", claim.lease.as_millis() as u64)?;
         positive("max_attempts", claim.max_attempts as u64)?;
-        // offered for as long as the park lasts; a transaction that takes it hands the jobs over
-        let _offer = handoff::register(self.wake(queue.as_str()), claim, handoff);
-        self.park(queue, timeout).await
+        self.park_offering(queue, timeout, Some((claim, handoff))).await
     }
 
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {

@@ -74,7 +74,9 @@ impl Handed {
 /// Serves the offers of `db`'s queue inside its transaction `tx` (one that made work claimable),
 /// in the order their consumers parked, until a claim comes back short: nothing more to claim. The
 /// offers it took and did not serve are dropped (their consumers wake with the commit as ever).
-pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> Handed {
+/// Errs only when a failed claim could not be rolled back to its savepoint: the transaction must
+/// then fail whole rather than commit a claim nobody is handed.
+pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<Handed> {
     let taken = std::mem::take(&mut *wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner));
     let mut handed = Handed::default();
     for offer in taken {
@@ -108,12 +110,10 @@ pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> Handed {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "hand-off claim failed; the parked consumers claim themselves");
-                if let Err(e) = tx.execute_batch("ROLLBACK TO emq_handoff; RELEASE emq_handoff") {
-                    tracing::warn!(error = %e, "hand-off: savepoint not rolled back");
-                }
+                tx.execute_batch("ROLLBACK TO emq_handoff; RELEASE emq_handoff")?;
                 break;
             }
         }
     }
-    handed
+    Ok(handed)
 }
