@@ -515,6 +515,12 @@ pub(crate) fn check_payload(len: usize, limit: usize) -> Result<()> {
 
 /// Refuses a zero count or duration, naming the option: the checks every store makes before it
 /// writes anything.
+/// A claim's lease and default attempt budget: each at least 1 (ms, attempts).
+pub(crate) fn check_claim(lease: Duration, max_attempts: u32) -> Result<()> {
+    positive("lease", lease.as_millis() as u64)?;
+    positive("max_attempts", max_attempts as u64)
+}
+
 pub(crate) fn positive(field: &'static str, v: u64) -> Result<()> {
     if v == 0 {
         return Err(Error::InvalidOption {

@@ -105,6 +105,18 @@ async fn claim_id(ctx: &Ctx, id: &JobId, lease: Duration) -> ClaimedJob {
     c
 }
 
+/// Each claimed job completed by its holder, with no output.
+fn completions(claimed: &[ClaimedJob]) -> Vec<Completion> {
+    claimed
+        .iter()
+        .map(|c| Completion {
+            id: c.id.clone(),
+            token: c.attempts,
+            output: None,
+        })
+        .collect()
+}
+
 fn ids(claimed: &[ClaimedJob]) -> Vec<JobId> {
     claimed.iter().map(|c| c.id.clone()).collect()
 }
@@ -504,14 +516,7 @@ async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ct
         ids(&claimed[2..])
     );
 
-    let done: Vec<Completion> = claimed
-        .iter()
-        .map(|c| Completion {
-            id: c.id.clone(),
-            token: c.attempts,
-            output: None,
-        })
-        .collect();
+    let done = completions(&claimed);
     ctx.store
         .complete_many(&ctx.q, &done, SettleOptions::default())
         .await
@@ -565,14 +570,7 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
     let _: () = conn.del(&row2).await.unwrap();
     let _: () = conn.set(&row2, "not a hash").await.unwrap();
     let before = snapshot(ctx).await;
-    let done: Vec<Completion> = claimed
-        .iter()
-        .map(|c| Completion {
-            id: c.id.clone(),
-            token: c.attempts,
-            output: None,
-        })
-        .collect();
+    let done = completions(&claimed);
     let failed = ctx.store.complete_many(&ctx.q, &done, SettleOptions::default()).await;
     assert!(failed.is_err(), "a row that is no hash fails the batch: {failed:?}");
     assert_eq!(

@@ -78,10 +78,10 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
-    check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest, Completion, Counts,
-    Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven,
-    Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
-    PAYLOAD_LIMIT_DEFAULT,
+    check_claim, check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest,
+    Completion, Counts, Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob,
+    Recovery, Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX,
+    CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
 
@@ -398,23 +398,22 @@ impl EmbeddedStore {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_error(verb, e))?;
-            let (out, woke, tokens, handed) = {
+            let (out, woken, tokens, handed) = {
                 let db = Db::new(&t, &q, verb);
                 let out = f(&db)?;
                 // a parked consumer of this process that offered a claim gets it in this very
                 // transaction (handed over after the commit; a rollback drops it)
-                let handed = if db.woke.get() {
-                    handoff::serve(&db, &t, &wake_of(&w.wakes, &q)).map_err(|e| sql_error(verb, e))?
-                } else {
-                    handoff::Handed::default()
+                let woken = db.woke.get().then(|| wake_of(&w.wakes, &q));
+                let handed = match &woken {
+                    Some(wake) => handoff::serve(&db, &t, wake).map_err(|e| sql_error(verb, e))?,
+                    None => handoff::Handed::default(),
                 };
-                (out, db.woke.get(), db.tokens.get(), handed)
+                (out, woken, db.tokens.get(), handed)
             };
             let version = data_version(&t).map_err(|e| sql_error(verb, e))?;
             t.commit().map_err(|e| sql_error(verb, e))?;
             w.data_version.store(version, Ordering::Release);
-            if woke {
-                let wake = wake_of(&w.wakes, &q);
+            if let Some(wake) = woken {
                 // the jobs handed over need no wake token of their own
                 wake.push((tokens - handed.jobs()).max(0));
                 wake.handed.fetch_add(handed.jobs() as u64, Ordering::Relaxed);
@@ -498,8 +497,7 @@ impl Store for EmbeddedStore {
         settle: SettleOptions,
     ) -> Result<Vec<ClaimedJob>> {
         positive("n", n as u64)?;
-        positive("lease", lease.as_millis() as u64)?;
-        positive("max_attempts", max_attempts as u64)?;
+        check_claim(lease, max_attempts)?;
         let (keep, recmax) = settle_args(settle);
         let lease = lease.as_millis() as i64;
         let mut out = Vec::new();
@@ -796,8 +794,7 @@ impl Store for EmbeddedStore {
     ) -> Result<Round> {
         positive("pump", pump as u64)?;
         if claim.n > 0 {
-            positive("lease", claim.lease.as_millis() as u64)?;
-            positive("max_attempts", claim.max_attempts as u64)?;
+            check_claim(claim.lease, claim.max_attempts)?;
         }
         let (keep, recmax) = settle_args(claim.settle);
         let lease = claim.lease.as_millis() as i64;
@@ -841,8 +838,7 @@ impl Store for EmbeddedStore {
         if claim.n == 0 {
             return self.park(queue, timeout).await;
         }
-        positive("lease", claim.lease.as_millis() as u64)?;
-        positive("max_attempts", claim.max_attempts as u64)?;
+        check_claim(claim.lease, claim.max_attempts)?;
         self.park_offering(queue, timeout, Some((claim, handoff))).await
     }
 

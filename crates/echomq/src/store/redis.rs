@@ -22,9 +22,9 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName, QUEUES_KEY};
 use crate::store::{
-    check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest, Completion, Counts,
-    Discarded, Enqueued, Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
-    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
+    check_claim, check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest,
+    Completion, Counts, Discarded, Enqueued, Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery,
+    Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
     PAYLOAD_LIMIT_DEFAULT,
 };
 
@@ -625,8 +625,7 @@ impl Store for RedisStore {
         settle: SettleOptions,
     ) -> Result<Vec<ClaimedJob>> {
         positive("n", n as u64)?;
-        positive("lease", lease.as_millis() as u64)?;
-        positive("max_attempts", max_attempts as u64)?;
+        check_claim(lease, max_attempts)?;
         let k = QueueKeys::new(queue);
         let mut out = Vec::new();
         let mut left = n as usize;
@@ -817,8 +816,7 @@ impl Store for RedisStore {
         }
         calls.push(self.promote_call(&k, pump));
         if claim.n > 0 {
-            positive("lease", claim.lease.as_millis() as u64)?;
-            positive("max_attempts", claim.max_attempts as u64)?;
+            check_claim(claim.lease, claim.max_attempts)?;
             let n = (claim.n as usize).min(BATCH_MAX);
             calls.push(self.claim_call(&k, n, claim.lease, claim.max_attempts, claim.settle));
         }
