@@ -268,6 +268,80 @@ async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_o
     assert_eq!(embedded.handed_over(&q), 2);
 }
 
+/// Takes the wake tokens left waiting, parks offering a claim of `n` (registered once the first
+/// poll is pending), runs `enqueue`, and returns what its transaction handed over (empty: nothing).
+async fn handed_by<F: std::future::Future<Output = ()>>(
+    store: &Arc<dyn Store>,
+    q: &QueueName,
+    n: u32,
+    enqueue: F,
+) -> Vec<echomq::ClaimedJob> {
+    while store.park(q, Duration::from_millis(1)).await.unwrap() {}
+    let (handoff, mut handed) = forward();
+    let park = store.park_with_handoff(q, Duration::from_millis(300), offer(n), handoff);
+    tokio::pin!(park);
+    assert!(
+        futures::poll!(park.as_mut()).is_pending(),
+        "parked, its offer registered"
+    );
+    enqueue.await;
+    let _ = park.await.unwrap();
+    handed.recv().await.unwrap_or_default()
+}
+
+fn ids(jobs: &[echomq::ClaimedJob]) -> Vec<String> {
+    jobs.iter().map(|j| j.id.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_hands_its_jobs_over_as_a_claim_after_it_would() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let enqueue = |payloads: &'static [&'static str]| {
+        let (store, q) = (store.clone(), q.clone());
+        async move {
+            let jobs: Vec<NewJob> = payloads.iter().map(|p| NewJob::new(*p)).collect();
+            store.enqueue(&q, &jobs).await.unwrap();
+        }
+    };
+    let lease = Duration::from_secs(30);
+    let claim_all = || store.claim(&q, 10, lease, 3, SettleOptions::default());
+
+    // nothing else claimable: the new jobs go straight to the offer; the one left over is
+    // pending and on the ring, and the handed ones settle with their token as claimed jobs do
+    let handed = handed_by(&store, &q, 2, enqueue(&["a", "b", "c"])).await;
+    assert_eq!(ids(&handed), ["1", "2"]);
+    assert!(handed.iter().all(|j| j.attempts == 1 && j.group.is_none()));
+    assert_eq!(
+        handed.iter().map(|j| j.payload.as_slice()).collect::<Vec<_>>(),
+        [b"a", b"b"]
+    );
+    let rest = claim_all().await.unwrap();
+    assert_eq!((ids(&rest), rest[0].attempts), (vec!["3".to_string()], 1));
+    assert!(claim_all().await.unwrap().is_empty(), "nothing left on the ring");
+    for job in &handed {
+        let settled = store
+            .complete(&q, &job.id, 1, None, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(settled, echomq::store::Settled::Ok);
+    }
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.pending, counts.active), (0, 1));
+
+    // an older job waiting: the offer gets it first, in claim order, and the new one waits
+    store.enqueue(&q, &[NewJob::new("old")]).await.unwrap();
+    assert_eq!(ids(&handed_by(&store, &q, 1, enqueue(&["new"])).await), ["4"]);
+    assert_eq!(ids(&claim_all().await.unwrap()), ["5"]);
+
+    // a paused queue hands nothing over: its jobs wait for the resume
+    store.pause(&q).await.unwrap();
+    assert!(handed_by(&store, &q, 4, enqueue(&["paused"])).await.is_empty());
+    assert!(claim_all().await.unwrap().is_empty());
+    store.resume(&q).await.unwrap();
+    assert_eq!(ids(&claim_all().await.unwrap()), ["6"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_racing_the_enqueue_that_hands_off_leaves_no_job_held() {
     // a job handed over while the consumer stops still runs and settles: after each stop nothing

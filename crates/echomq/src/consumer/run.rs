@@ -222,6 +222,7 @@ impl Beat {
                 tracing::warn!(queue = %queue, ?ids, "jobs handed over after the consumer was aborted");
             }
         });
+        let running = self.handlers.len();
         let leg = tokio::select! {
             r = shared.store.park_with_handoff(&shared.queue, timeout, claim, handoff) => match r {
                 Ok(_) => Leg::Healthy,
@@ -237,6 +238,10 @@ impl Beat {
             }
         };
         self.launch_handed();
+        if self.handlers.len() > running {
+            // the handlers just started run before this loop's next round trip
+            tokio::task::yield_now().await;
+        }
         leg
     }
 

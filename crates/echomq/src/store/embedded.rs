@@ -399,7 +399,7 @@ impl EmbeddedStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_error(verb, e))?;
             let (out, woken, tokens, handed) = {
-                let db = Db::new(&t, &q, verb);
+                let db = Db::new(&t, &q, verb).offering(handoff::Direct::of(&w.wakes, &q));
                 let out = f(&db)?;
                 // a parked consumer of this process that offered a claim gets it in this very
                 // transaction (handed over after the commit; a rollback drops it)

@@ -328,7 +328,15 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             db.wake(claimable(db, g, lane_ready)?)?;
         }
         None if flat_ready > 0 => {
-            ring_step_flat(db)?;
+            // a consumer of this process parked offering a claim may take the first as written
+            let ready: Vec<(&str, &[u8])> = rows
+                .iter()
+                .filter(|r| r.pending.is_some())
+                .map(|r| (r.id.as_str(), r.data))
+                .collect();
+            if (super::handoff::direct(db, &ready)? as i64) < flat_ready {
+                ring_step_flat(db)?;
+            }
             db.wake(flat_ready)?;
         }
         _ => {}

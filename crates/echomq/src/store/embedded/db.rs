@@ -153,6 +153,8 @@ pub(crate) struct Db<'a> {
     pub(crate) woke: Cell<bool>,
     /// Wake tokens pushed by this transaction (the store hands them to parks in this process).
     pub(crate) tokens: Cell<i64>,
+    /// The offers of this process's parked consumers an enqueue may serve as it writes.
+    pub(crate) direct: super::handoff::Direct,
 }
 
 type R<T> = Result<T>;
@@ -184,7 +186,14 @@ impl<'a> Db<'a> {
             now: Cell::new(None),
             woke: Cell::new(false),
             tokens: Cell::new(0),
+            direct: super::handoff::Direct::default(),
         }
+    }
+
+    /// This transaction may serve `direct`'s offers as it writes ([`super::handoff::direct`]).
+    pub(crate) fn offering(mut self, direct: super::handoff::Direct) -> Self {
+        self.direct = direct;
+        self
     }
 
     fn e(&self, e: rusqlite::Error) -> crate::Error {
@@ -254,8 +263,13 @@ impl<'a> Db<'a> {
         if n <= 0 {
             return Ok(());
         }
-        let have = self.kv_get("wakes")?.unwrap_or(0);
-        self.kv_set("wakes", (have + n).min(WAKES_MAX))?;
+        self.tx
+            .prepare_cached(
+                "INSERT INTO emq_kv (queue, key, value) VALUES (?1, 'wakes', min(?2, ?3)) \
+                 ON CONFLICT (queue, key) DO UPDATE SET value = min(value + excluded.value, ?3)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, n, WAKES_MAX]))
+            .map_err(|e| self.e(e))?;
         self.tokens.set(self.tokens.get() + n);
         self.woke.set(true);
         Ok(())

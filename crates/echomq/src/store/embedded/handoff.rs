@@ -4,15 +4,22 @@
 //! that woke it. The jobs are handed over once that transaction has committed; a rollback hands
 //! nothing and drops the offer. Same replies as a claim right after the commit, one durable
 //! transaction fewer.
+//!
+//! An enqueue goes further ([`direct`]): when nothing else of its queue is claimable, the first
+//! parked offer takes the new jobs as they are written — each row's one update of the claim, with
+//! no ring, pending or claim bookkeeping written only to be undone in the same transaction.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::Transaction;
 
 use super::db::Db;
-use super::{claim, settle_args, Wake};
+use super::{claim, settle_args, Wake, Wakes};
+use crate::error::Result;
 use crate::job::ClaimedJob;
+use crate::keyspace::JobId;
 use crate::store::{ClaimRequest, Handoff, BATCH_MAX};
 
 /// One parked consumer's offer.
@@ -53,6 +60,68 @@ pub(super) fn register(wake: Arc<Wake>, claim: ClaimRequest, handoff: Handoff) -
     Registered { wake, id }
 }
 
+/// What one transaction may serve as it writes: its queue's offers, when a consumer of this
+/// process parked offering a claim, and the offer an enqueue served ([`direct`]).
+#[derive(Default)]
+pub(crate) struct Direct {
+    wake: Option<Arc<Wake>>,
+    served: RefCell<Option<(Offer, Vec<ClaimedJob>)>>,
+}
+
+impl Direct {
+    /// The offers of `queue` in this process, if any are registered now.
+    pub(super) fn of(wakes: &Wakes, queue: &str) -> Self {
+        let wakes = wakes.lock().unwrap_or_else(PoisonError::into_inner);
+        let wake = wakes.get(queue).filter(|w| !w.offers.is_empty()).cloned();
+        Direct {
+            wake,
+            served: RefCell::default(),
+        }
+    }
+}
+
+impl Offers {
+    fn is_empty(&self) -> bool {
+        self.list.lock().unwrap_or_else(PoisonError::into_inner).is_empty()
+    }
+}
+
+/// An enqueue's hand-off as it writes: `ready` are its new ready flat jobs (id, payload) in the
+/// order a claim takes them, their rows just written as pending. When a consumer of this process
+/// parked offering a claim, the queue is not paused and its ring is empty (so nothing else is
+/// claimable: these jobs are what a claim right after the commit would take first), the first
+/// offer takes the first of them: each goes active under the offer's lease at attempt 1, the
+/// claim's one row update. Returns how many; the store hands them over after the commit.
+pub(crate) fn direct(db: &Db, ready: &[(&str, &[u8])]) -> Result<usize> {
+    let Some(wake) = &db.direct.wake else {
+        return Ok(0);
+    };
+    if ready.is_empty() || wake.offers.is_empty() || db.exists_flag("paused")? || db.lnonempty("ring")? {
+        return Ok(0);
+    }
+    let offer = {
+        let mut list = wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner);
+        if list.is_empty() {
+            return Ok(0);
+        }
+        list.remove(0)
+    };
+    let n = (offer.claim.n as usize).min(BATCH_MAX).min(ready.len());
+    let deadline = db.now() + offer.claim.lease.as_millis() as i64;
+    let mut jobs = Vec::with_capacity(n);
+    for (id, payload) in &ready[..n] {
+        db.set_active(id, 1, deadline)?;
+        jobs.push(ClaimedJob {
+            id: JobId::from_store(id.to_string()),
+            payload: payload.to_vec(),
+            attempts: 1,
+            group: None,
+        });
+    }
+    *db.direct.served.borrow_mut() = Some((offer, jobs));
+    Ok(n)
+}
+
 /// Jobs claimed in a transaction for the offers it took, handed over after its commit.
 #[derive(Default)]
 pub(super) struct Handed(Vec<(Handoff, Vec<ClaimedJob>)>);
@@ -77,8 +146,16 @@ impl Handed {
 /// Errs only when a failed claim could not be rolled back to its savepoint: the transaction must
 /// then fail whole rather than commit a claim nobody is handed.
 pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<Handed> {
-    let taken = std::mem::take(&mut *wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner));
     let mut handed = Handed::default();
+    if let Some((offer, jobs)) = db.direct.served.borrow_mut().take() {
+        // an enqueue served the first offer as it wrote; short: it took every claimable job
+        let short = jobs.len() < (offer.claim.n as usize).min(BATCH_MAX);
+        handed.0.push((offer.handoff, jobs));
+        if short {
+            return Ok(handed);
+        }
+    }
+    let taken = std::mem::take(&mut *wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner));
     for offer in taken {
         let n = (offer.claim.n as usize).min(BATCH_MAX) as i64;
         let (keep, recmax) = settle_args(offer.claim.settle);
