@@ -4,7 +4,10 @@
 //!
 //! Verbs: enqueue, genqueue, claim (1–8, short or long lease), complete, complete_many,
 //! complete_cancelled, update_data, retry (at once or much later), discard, reap and sweep_stalled after the short leases lapsed, remove
-//! (forced or not), redrive, cancel, promote_job and set_group_limit (a group's or the default).
+//! (forced or not), redrive, cancel, promote_job and set_group_limit (a group's or the default),
+//! and an enqueue or genqueue while a consumer is parked offering a claim: it must be handed what a
+//! claim right after that enqueue returns when the enqueue woke the queue, else nothing (the
+//! embedded store serves the offer in the enqueue's transaction; Redis runs that claim).
 //! Every store reply must equal the model's. After every step, on each store:
 //!
 //! * each job is in exactly one place (pending / a lane / scheduled / active / dead / gone) and its
@@ -58,6 +61,8 @@ const DISCARD_ERROR: &str = "thrown away";
 const LAST_ATTEMPT: &str = "lease expired on the last attempt";
 const STALLED: &str = "stalled";
 const FLAT: &str = "~";
+/// The attempt budget of a parked consumer's offer.
+const HANDED_MAX_ATTEMPTS: u32 = 3;
 
 // ---------------------------------------------------------------------------------------------
 // The operations, as generated (state-free: a pick is resolved against the model when it runs)
@@ -141,6 +146,12 @@ enum Op {
         group: Option<u8>,
         limit: u32,
     },
+    /// An enqueue (a genqueue into `group`) while a consumer is parked offering a claim of `n`.
+    Handed {
+        n: u32,
+        group: Option<u8>,
+        specs: Vec<Spec>,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,6 +199,17 @@ enum Step {
     Cancel(String),
     PromoteJob(String),
     SetGroupLimit(Option<String>, u32),
+    /// `enqueue` (an Enqueue or Genqueue step) while a consumer parks offering a claim of `n`
+    /// under a long lease ordered by `index`. It gets what a claim right after the enqueue would
+    /// when the enqueue `woke` the queue, else nothing: the embedded store serves the offer in the
+    /// enqueue's transaction, the Redis store (no hand-off) runs the claim after it.
+    Handed {
+        enqueue: Box<Step>,
+        n: u32,
+        index: u64,
+        lease_ms: u64,
+        woke: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +228,8 @@ enum Reply {
     Redriven(Redriven),
     Cancelled(Cancelled),
     PromotedJob(PromotedJob),
+    /// An enqueue's reply and the jobs handed over (as `Claimed`).
+    Handed(Vec<Enqueued>, Vec<(String, Vec<u8>, u64, Option<String>)>),
     Unit,
 }
 
@@ -342,6 +366,23 @@ impl Model {
                 .collect()
         };
         match op {
+            Op::Handed { n, group, specs } => {
+                let g = group.map(|g| GROUPS[g as usize % GROUPS.len()].to_string());
+                let specs = new_specs(specs);
+                let woke = self.wakes(g.as_deref(), &specs);
+                let enqueue = Box::new(match g {
+                    Some(g) => Step::Genqueue(g, specs),
+                    None => Step::Enqueue(specs),
+                });
+                self.claims += 1;
+                Step::Handed {
+                    enqueue,
+                    n: *n,
+                    index: self.claims,
+                    lease_ms: LONG_LEASE_MS + self.claims,
+                    woke,
+                }
+            }
             Op::Enqueue(specs) => Step::Enqueue(new_specs(specs)),
             Op::Genqueue(g, specs) => Step::Genqueue(GROUPS[*g as usize % GROUPS.len()].to_string(), new_specs(specs)),
             Op::Claim { n, short, max_attempts } => {
@@ -408,6 +449,27 @@ impl Model {
 
     fn row(&mut self, id: &str) -> &mut Row {
         self.rows.get_mut(id).expect("model: a row the step needs")
+    }
+
+    /// Whether an enqueue of `specs` (into g's lane) pushes a wake: it makes a job claimable.
+    fn wakes(&self, g: Option<&str>, specs: &[NewSpec]) -> bool {
+        let mut seen = BTreeSet::new();
+        let ready = specs
+            .iter()
+            .filter(|s| {
+                let dup =
+                    s.id.as_ref()
+                        .is_some_and(|id| seen.contains(id) || self.rows.contains_key(id) || !seen.insert(id.clone()));
+                !dup && s.delay_ms.is_none()
+            })
+            .count();
+        match g {
+            None => ready > 0,
+            Some(g) => {
+                let (active, limit) = self.slots(g);
+                ready > 0 && (self.lane_len(g) as u64) < limit.saturating_sub(active)
+            }
+        }
     }
 
     fn lane(&mut self, g: &str) -> &mut VecDeque<String> {
@@ -528,6 +590,23 @@ impl Model {
 
     fn apply(&mut self, step: &Step) -> Reply {
         match step {
+            Step::Handed {
+                enqueue,
+                n,
+                index,
+                woke,
+                ..
+            } => {
+                let Reply::Enqueued(enqueued) = self.apply(enqueue) else {
+                    unreachable!("an enqueue replies Enqueued")
+                };
+                let handed = if *woke {
+                    self.claim(*n as usize, (true, *index), HANDED_MAX_ATTEMPTS as u64)
+                } else {
+                    Vec::new()
+                };
+                Reply::Handed(enqueued, handed)
+            }
             Step::Enqueue(specs) => Reply::Enqueued(self.new_jobs(None, specs)),
             Step::Genqueue(g, specs) => Reply::Enqueued(self.new_jobs(Some(g), specs)),
             Step::Claim {
@@ -1115,9 +1194,70 @@ fn new_jobs(specs: &[NewSpec]) -> Vec<NewJob> {
         .collect()
 }
 
-async fn run_step(store: &dyn Store, q: &QueueName, step: &Step) -> echomq::Result<Reply> {
+/// Claimed jobs as a reply shows them.
+fn claim_reply(jobs: Vec<echomq::ClaimedJob>) -> Vec<(String, Vec<u8>, u64, Option<String>)> {
+    jobs.into_iter()
+        .map(|j| (j.id.to_string(), j.payload, j.attempts, j.group.map(|g| g.to_string())))
+        .collect()
+}
+
+/// A [`Step::Handed`] on a store that serves parked offers (`serves_offers`: the embedded store):
+/// the wake tokens this process holds taken first, so the park registers its offer; then the
+/// enqueue, by whose reply the jobs were handed over. Elsewhere: the enqueue, then a claim when
+/// it woke the queue.
+async fn run_handed(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: bool) -> echomq::Result<Reply> {
+    let Step::Handed {
+        enqueue,
+        n,
+        lease_ms,
+        woke,
+        ..
+    } = step
+    else {
+        unreachable!("a Handed step")
+    };
+    let lease = Duration::from_millis(*lease_ms);
+    let so = SettleOptions::default();
+    let enqueued = |r: Reply| match r {
+        Reply::Enqueued(e) => e,
+        other => panic!("an enqueue replied {other:?}"),
+    };
+    if !serves_offers {
+        let e = enqueued(Box::pin(run_step(store, q, enqueue, false)).await?);
+        let jobs = if *woke {
+            store.claim(q, *n, lease, HANDED_MAX_ATTEMPTS, so).await?
+        } else {
+            Vec::new()
+        };
+        return Ok(Reply::Handed(e, claim_reply(jobs)));
+    }
+    while store.park(q, Duration::from_millis(1)).await? {}
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let handoff: echomq::store::Handoff = Box::new(move |jobs| {
+        let _ = tx.send(jobs);
+    });
+    let offer = echomq::store::ClaimRequest {
+        n: *n,
+        lease,
+        max_attempts: HANDED_MAX_ATTEMPTS,
+        settle: so,
+    };
+    let park = store.park_with_handoff(q, Duration::from_secs(30), offer, handoff);
+    tokio::pin!(park);
+    assert!(
+        futures::poll!(park.as_mut()).is_pending(),
+        "parked, its offer registered"
+    );
+    let e = enqueued(Box::pin(run_step(store, q, enqueue, true)).await?);
+    // handed over (or the offer dropped) before the enqueue replied; the park's end withdraws it
+    let jobs = rx.try_recv().unwrap_or_default();
+    Ok(Reply::Handed(e, claim_reply(jobs)))
+}
+
+async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: bool) -> echomq::Result<Reply> {
     let so = SettleOptions::default();
     Ok(match step {
+        Step::Handed { .. } => run_handed(store, q, step, serves_offers).await?,
         Step::Enqueue(specs) => Reply::Enqueued(store.enqueue(q, &new_jobs(specs)).await?),
         Step::Genqueue(g, specs) => {
             let g = GroupName::new(g.clone()).expect("a group");
@@ -1132,11 +1272,7 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step) -> echomq::Resu
             let jobs = store
                 .claim(q, *n, Duration::from_millis(*lease_ms), *max_attempts, so)
                 .await?;
-            Reply::Claimed(
-                jobs.into_iter()
-                    .map(|j| (j.id.to_string(), j.payload, j.attempts, j.group.map(|g| g.to_string())))
-                    .collect(),
-            )
+            Reply::Claimed(claim_reply(jobs))
         }
         Step::Complete(id, token) => Reply::Settled(store.complete(q, &jid(id), *token, None, so).await?),
         Step::CompleteCancelled(id, token) => {
@@ -1498,7 +1634,7 @@ async fn run_async(ops: &[Op]) -> Result<Vec<Reply>, String> {
             let want = model.apply(&step);
             let mut got = Vec::new();
             for side in &sides {
-                got.push(run_step(side.store.as_ref(), &q, &step).await);
+                got.push(run_step(side.store.as_ref(), &q, &step, side.name == "embedded").await);
             }
             if let Step::Claim {
                 long: false, lease_ms, ..
@@ -1585,6 +1721,8 @@ fn recovery_limit() -> impl Strategy<Value = u32> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => specs().prop_map(Op::Enqueue),
+        3 => (1u32..=8, prop::option::weighted(0.4, 0u8..3), specs())
+            .prop_map(|(n, group, specs)| Op::Handed { n, group, specs }),
         6 => (0u8..3, specs()).prop_map(|(g, s)| Op::Genqueue(g, s)),
         8 => (1u32..=8, prop::bool::weighted(0.6), prop_oneof![1 => Just(1u32), 1 => Just(2u32), 4 => Just(3u32)])
             .prop_map(|(n, short, max_attempts)| Op::Claim { n, short, max_attempts }),
