@@ -112,7 +112,7 @@ impl Beat {
         match round.claimed {
             Ok(jobs) => {
                 empty = jobs.len() < want;
-                self.launch(jobs);
+                self.launch_first(jobs).await;
             }
             Err(e) => degraded = Some(e),
         }
@@ -187,8 +187,8 @@ impl Beat {
             {
                 Ok(jobs) => {
                     empty = jobs.len() < free;
-                    self.launch(jobs);
                     self.launch_handed();
+                    self.launch_first(jobs).await;
                 }
                 Err(e) if e.is_unreachable() => return Leg::Degraded(e),
                 Err(e) => return Leg::Degraded(e),
@@ -239,10 +239,25 @@ impl Beat {
         };
         self.launch_handed();
         if self.handlers.len() > running {
-            // the handlers just started run before this loop's next round trip
-            tokio::task::yield_now().await;
+            Self::handlers_first().await;
         }
         leg
+    }
+
+    /// Lets the handlers just started run before this loop goes on to its next round trip (they
+    /// wait on the worker thread this loop holds until it yields), so a job starts as soon as it
+    /// arrives.
+    async fn handlers_first() {
+        tokio::task::yield_now().await;
+    }
+
+    /// [`Self::launch`], then [`Self::handlers_first`] when any job started.
+    async fn launch_first(&mut self, jobs: Vec<ClaimedJob>) {
+        if jobs.is_empty() {
+            return;
+        }
+        self.launch(jobs);
+        Self::handlers_first().await;
     }
 
     /// Launches the jobs handed over so far, each on a slot reserved for it.
