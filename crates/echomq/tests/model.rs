@@ -1389,6 +1389,8 @@ impl Probe {
 struct Side {
     name: &'static str,
     store: Box<dyn Store>,
+    /// Whether its store serves a parked consumer's offer (`park_with_handoff`) itself.
+    serves_offers: bool,
     probe: Probe,
     /// The attempts each living row last showed.
     attempts: BTreeMap<String, u64>,
@@ -1608,12 +1610,14 @@ async fn run_async(ops: &[Op]) -> Result<Vec<Reply>, String> {
         Side {
             name: "redis",
             store: Box::new(redis),
+            serves_offers: false,
             probe: Probe::Redis(conn, QueueKeys::new(&q)),
             attempts: BTreeMap::new(),
         },
         Side {
             name: "embedded",
             store: Box::new(embedded),
+            serves_offers: true,
             probe: Probe::Sqlite(sqlite),
             attempts: BTreeMap::new(),
         },
@@ -1634,7 +1638,7 @@ async fn run_async(ops: &[Op]) -> Result<Vec<Reply>, String> {
             let want = model.apply(&step);
             let mut got = Vec::new();
             for side in &sides {
-                got.push(run_step(side.store.as_ref(), &q, &step, side.name == "embedded").await);
+                got.push(run_step(side.store.as_ref(), &q, &step, side.serves_offers).await);
             }
             if let Step::Claim {
                 long: false, lease_ms, ..
