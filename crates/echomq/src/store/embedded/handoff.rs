@@ -91,7 +91,9 @@ impl Offers {
 /// parked offering a claim, the queue is not paused and its ring is empty (so nothing else is
 /// claimable: these jobs are what a claim right after the commit would take first), the first
 /// offer takes the first of them: each goes active under the offer's lease at attempt 1, the
-/// claim's one row update. Returns how many; the store hands them over after the commit.
+/// claim's one row update. Returns how many; the store hands them over after the commit. Unlike
+/// [`serve`]'s claims it runs without a savepoint: a failed update fails the enqueue with it (its
+/// own rows, written by the statement before, are no safer), and the rollback drops the offer.
 pub(crate) fn direct(db: &Db, ready: &[(&str, &[u8])]) -> Result<usize> {
     let Some(wake) = &db.direct.wake else {
         return Ok(0);
