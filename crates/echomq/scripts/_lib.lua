@@ -196,20 +196,26 @@ local function emq_publish_ready(base, g, ready)
   end
 end
 
--- a function giving the decimal text of a sequence value, with a number-to-text printf once per
--- ten values instead of once per value (each printf costs about a tenth of a bulk enqueue's job)
-local function emq_seq_texts()
+-- the decimal texts of the n sequence values after seq, in order, built in one go — a number-to-text
+-- printf once per ten values instead of once per value (each printf costs about a tenth of a bulk
+-- enqueue's job), no function call per value — into `into`, each once, or twice in a row when
+-- `copies` is 2 (the score/member pairs of a ZADD)
+local function emq_seq_texts(seq, n, into, copies)
   local digits = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
-  local tens, prefix = -1, ''
-  return function(seq)
-    local d = seq % 10
-    local t = (seq - d) / 10
+  local tens, prefix, k = -1, '', 0
+  for v = seq + 1, seq + n do
+    local d = v % 10
+    local t = (v - d) / 10
     if t ~= tens then
       tens = t
       if t == 0 then prefix = '' else prefix = tostring(t) end
     end
-    return prefix .. digits[d]
+    local text = prefix .. digits[d]
+    into[k + 1] = text
+    if copies == 2 then into[k + 2] = text end
+    k = k + copies
   end
+  return into
 end
 
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
@@ -229,19 +235,17 @@ local function emq_new_jobs(verb, base, o, g)
   end
   if plain then
     local seq = redis.call('INCRBY', base .. 'id', n) - n
-    local first, ready, text = seq + 1, {}, emq_seq_texts()
+    -- one text per job, reused for key, score and member: a lane's ids, or the flat set's pairs
+    local copies = g and 1 or 2
+    local first, ready = seq + 1, emq_seq_texts(seq, n, {}, copies)
+    local call, jobs = redis.call, base .. 'job:'
     for i = 1, n do
-      seq = seq + 1
-      -- one text per job, reused for key, score and member
-      local id = text(seq)
+      local id = ready[copies * i]
       if g then
-        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[o + i], 'state', 'pending', 'group', g)
-        ready[i] = id
+        call('HSET', jobs .. id, 'data', ARGV[o + i], 'state', 'pending', 'group', g)
       else
         -- exactly the two fields of a waiting flat row
-        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[o + i], 'state', 'pending')
-        ready[2 * i - 1] = id
-        ready[2 * i] = id
+        call('HSET', jobs .. id, 'data', ARGV[o + i], 'state', 'pending')
       end
     end
     emq_publish_ready(base, g, ready)
@@ -272,15 +276,15 @@ local function emq_new_jobs(verb, base, o, g)
   local reply, ready, sched = {}, {}, {}
   local now = 0
   local seq = 0
-  local text = emq_seq_texts()
   if fresh > 0 then seq = redis.call('INCRBY', base .. 'id', fresh) - fresh end
   reply[1] = seq + 1
+  local texts, k = emq_seq_texts(seq, fresh, {}, 1), 0
   for i = 1, n do
     if dup[i] then
       reply[#reply + 1] = i
     else
-      seq = seq + 1
-      local seqtext = text(seq)
+      k = k + 1
+      local seqtext = texts[k]
       local a = o + 4 * (i - 1)
       local id, delay, maxa = ARGV[a + 1], delays[i], ARGV[a + 3]
       if id == '' then id = seqtext end
