@@ -44,13 +44,14 @@ local nout, nleased = 0, 0
 local got, failed, cancelled = 0, 0, 0
 -- attempts counts as text: the common small ones without a number-to-text printf per job
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
+local call = redis.call
 
 -- one popped job: hand it out, or settle it here. True when handed out.
 local function take(id, g)
   local jk = base .. 'job:' .. id
   -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
   -- field the guard needs would read 5 (most absent) — the cheaper call on the hottest path
-  local all = redis.call('HGETALL', jk)
+  local all = call('HGETALL', jk)
   if #all == 0 then return false end -- a missing row: dropped
   -- the fields picked out as they come (no table built per job; Lua compares interned strings
   -- by address)
@@ -84,7 +85,7 @@ local function take(id, g)
     failed = failed + 1
     return false
   end
-  redis.call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
+  call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
   nleased = nleased + 1
   leased[nleased] = id
   out[nout + 1] = id

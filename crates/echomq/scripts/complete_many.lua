@@ -15,28 +15,28 @@ local n, keep, recmax = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if not n or n < 1 or n > 1000 or #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
 if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
 local ids = {}
-for i = 1, n do ids[i] = ARGV[2 + 3 * i] end
 -- every row fenced first (reads only: nothing that can raise comes after the first write)
-local reply, fenced, groups, seen, rows = {}, {}, {}, {}, {}
+local jobs, call = base .. 'job:', redis.call
+local reply, fenced, groups, rows = {}, {}, {}, {}
 for i = 1, n do
-  rows[i] = base .. 'job:' .. ids[i]
+  local id = ARGV[2 + 3 * i]
+  ids[i] = id
+  rows[i] = jobs .. id
   local refused, row = emq_fence(rows[i], ARGV[3 + 3 * i])
   if refused then
     reply[i] = refused
-  elseif seen[ids[i]] then
-    reply[i] = 0 -- a repeated entry: stale after its first settle
   else
-    seen[ids[i]] = true
     fenced[#fenced + 1] = i
     groups[i] = row[3]
   end
 end
 -- then each fenced entry's membership, which is the reply of the ZREM its settle needs anyway
--- (DESIGN §1; ZREMs of distinct ids do not touch one another) — cheaper than one ZMSCORE for the
--- batch, whose scores come back as formatted doubles nobody reads
+-- (DESIGN §1) — cheaper than one ZMSCORE for the batch, whose scores come back as formatted
+-- doubles nobody reads; an entry repeated in the batch passed the fence too, and its second ZREM
+-- answers 0: stale after its first settle
 local done, lanes = {}, {}
 for _, i in ipairs(fenced) do
-  if redis.call('ZREM', active, ids[i]) == 1 then
+  if call('ZREM', active, ids[i]) == 1 then
     reply[i] = 1
     done[#done + 1] = i
     if groups[i] then lanes[#lanes + 1] = groups[i] end
