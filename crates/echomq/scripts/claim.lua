@@ -44,11 +44,11 @@ local nout, nleased = 0, 0
 local got, failed, cancelled = 0, 0, 0
 -- attempts counts as text: the common small ones without a number-to-text printf per job
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
-local call = redis.call
+local call, jobs = redis.call, base .. 'job:'
 
 -- one popped job: hand it out, or settle it here. True when handed out.
 local function take(id, g)
-  local jk = base .. 'job:' .. id
+  local jk = jobs .. id
   -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
   -- field the guard needs would read 5 (most absent) — the cheaper call on the hottest path
   local all = call('HGETALL', jk)

@@ -34,11 +34,13 @@ end
 -- (DESIGN §1) — cheaper than one ZMSCORE for the batch, whose scores come back as formatted
 -- doubles nobody reads; an entry repeated in the batch passed the fence too, and its second ZREM
 -- answers 0: stale after its first settle
-local done, lanes = {}, {}
+-- done: the entries settled; gone: their rows, when not retained
+local done, gone, lanes = {}, {}, {}
 for _, i in ipairs(fenced) do
   if call('ZREM', active, ids[i]) == 1 then
     reply[i] = 1
     done[#done + 1] = i
+    if keep <= 0 then gone[#gone + 1] = rows[i] end
     if groups[i] then lanes[#lanes + 1] = groups[i] end
   else
     reply[i] = 0
@@ -47,11 +49,7 @@ end
 if #done == 0 then return reply end
 local now = 0
 if keep > 0 or recmax > 0 then now = emq_now() end
-if keep <= 0 then
-  local dead_rows = {}
-  for k, i in ipairs(done) do dead_rows[k] = rows[i] end
-  redis.call('DEL', unpack(dead_rows))
-end
+if keep <= 0 then call('DEL', unpack(gone)) end
 if keep > 0 or recmax > 0 then
   for _, i in ipairs(done) do
     local output = emq_opt(ARGV[4 + 3 * i])
