@@ -270,8 +270,10 @@ impl EmbeddedStore {
             reason: format!("cannot open {path}: {e}"),
         })?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sql_error("open", e))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| sql_error("open", e))?;
+        // a new file's switch to WAL takes an exclusive lock, and of two connections switching at
+        // once SQLite answers one busy at once, without its busy handler (they would deadlock):
+        // wait that out as the busy timeout would
+        until_not_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(|e| sql_error("open", e))?;
         let sync = match durability {
             Durability::Normal => "NORMAL",
             Durability::Full => "FULL",
@@ -443,6 +445,25 @@ impl EmbeddedStore {
             verb,
             reason: "the store thread dropped the request".into(),
         })?
+    }
+}
+
+/// Runs `f` again while it answers busy, for up to [`BUSY_TIMEOUT`], with short sleeps: for the
+/// statements SQLite answers busy without calling its busy handler. Blocks the calling thread (the
+/// store's own).
+fn until_not_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let began = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && began.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 
@@ -929,5 +950,51 @@ mod tests {
         let conn = Connection::open(path).unwrap();
         let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, SCHEMA_VERSION + 1, "the newer file was not touched");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_file_opened_by_several_at_once_opens_for_each() {
+        // several processes may create one file at once: switching a new file to WAL takes an
+        // exclusive lock, and SQLite answers busy at once (no busy handler) to one of two
+        // connections that would otherwise deadlock; the open waits that out like any other lock
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("new.db").to_str().unwrap().to_string();
+            let opens: Vec<_> = (0..6)
+                .map(|_| {
+                    let path = path.clone();
+                    tokio::spawn(async move { EmbeddedStore::open(&path).await })
+                })
+                .collect();
+            for open in opens {
+                if let Err(e) = open.await.unwrap() {
+                    panic!("round {round}: {e}");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_current_file_opens_while_another_process_holds_the_write_lock() {
+        // three `emq work` processes on one file: one opening while the others write must not
+        // queue for the write lock (a steady stream of verbs can starve it past the busy timeout)
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let path = path.to_str().unwrap();
+        drop(EmbeddedStore::open(path).await.unwrap());
+        let mut writer = Connection::open(path).unwrap();
+        let held = writer
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .unwrap();
+        let started = std::time::Instant::now();
+        let store = EmbeddedStore::open(path).await.unwrap();
+        assert!(
+            started.elapsed() < BUSY_TIMEOUT / 2,
+            "opened in {:?}, not after waiting for the lock",
+            started.elapsed()
+        );
+        held.rollback().unwrap();
+        let q = QueueName::new("q").unwrap();
+        assert_eq!(store.counts(&q).await.unwrap().pending, 0);
     }
 }

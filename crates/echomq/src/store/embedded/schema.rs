@@ -88,12 +88,36 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ",
 ];
 
-/// Brings the file to [`SCHEMA_VERSION`], or refuses a newer one.
+/// Brings the file to [`SCHEMA_VERSION`], or refuses a newer one. A file already current takes a
+/// read only: an open never queues for the write lock behind other processes' verbs (under a
+/// steady stream of them it could wait out the busy timeout and fail). Only a migration takes
+/// `BEGIN IMMEDIATE`, and reads the version again under it (another process may have migrated
+/// the file meanwhile).
 pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
+    if current(conn, path)? {
+        return Ok(());
+    }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| super::sql_error("open", e))?;
-    let version: i64 = tx
+    let version = version(&tx, path)?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(sql).map_err(|e| super::sql_error("open", e))?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)
+            .map_err(|e| super::sql_error("open", e))?;
+    }
+    tx.commit().map_err(|e| super::sql_error("open", e))
+}
+
+/// Whether the file is at [`SCHEMA_VERSION`] already.
+fn current(conn: &Connection, path: &str) -> Result<bool> {
+    Ok(version(conn, path)? == SCHEMA_VERSION)
+}
+
+/// The file's schema version (`PRAGMA user_version`); a version newer than this build's is an
+/// error, and the file is not touched.
+fn version(conn: &Connection, path: &str) -> Result<i64> {
+    let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| super::sql_error("open", e))?;
     if version > SCHEMA_VERSION {
@@ -105,12 +129,7 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
             ),
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql).map_err(|e| super::sql_error("open", e))?;
-        tx.pragma_update(None, "user_version", i as i64 + 1)
-            .map_err(|e| super::sql_error("open", e))?;
-    }
-    tx.commit().map_err(|e| super::sql_error("open", e))
+    Ok(version)
 }
 
 #[cfg(test)]
