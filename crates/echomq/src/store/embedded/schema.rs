@@ -94,7 +94,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 /// `BEGIN IMMEDIATE`, and reads the version again under it (another process may have migrated
 /// the file meanwhile).
 pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
-    if current(conn, path)? {
+    if version(conn, path)? == SCHEMA_VERSION {
         return Ok(());
     }
     let tx = conn
@@ -107,11 +107,6 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
             .map_err(|e| super::sql_error("open", e))?;
     }
     tx.commit().map_err(|e| super::sql_error("open", e))
-}
-
-/// Whether the file is at [`SCHEMA_VERSION`] already.
-fn current(conn: &Connection, path: &str) -> Result<bool> {
-    Ok(version(conn, path)? == SCHEMA_VERSION)
 }
 
 /// The file's schema version (`PRAGMA user_version`); a version newer than this build's is an
