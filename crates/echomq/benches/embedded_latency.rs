@@ -11,6 +11,8 @@
 //!   enqueue's transaction), one clock for both ends.
 //!
 //!     cargo bench -p echomq --bench embedded_latency [-- --n 1000 --rate 200]
+//!
+//! Run by `cargo test --all-targets` (no `--bench`), it takes 50 samples of each, a smoke run.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -21,6 +23,10 @@
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod support {
+    pub mod args;
+}
 
 use echomq::store::embedded::EmbeddedStore;
 use echomq::{Consumer, ConsumerOptions, JobContext, NewJob, QueueName, Store, Verdict};
@@ -147,15 +153,11 @@ async fn enqueue_to_start(store: EmbeddedStore, q: &QueueName, n: usize, rate: u
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (n, rate) = (flag("--n", 1000) as usize, flag("--rate", 200));
+    let args = support::args::Args::read();
+    let (n, rate) = (
+        args.flag("--n", if args.smoke { 50 } else { 1000 }),
+        args.flag("--rate", 200),
+    );
     let dir = tempfile::tempdir().unwrap();
     let q = QueueName::new("bench").unwrap();
 

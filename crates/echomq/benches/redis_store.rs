@@ -19,6 +19,9 @@
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
+mod support {
+    pub mod args;
+}
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -246,26 +249,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str, default: usize| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    // `cargo bench` passes --bench; `cargo test --all-targets` does not: then one small smoke run
-    // proves the benchmark still works without spending minutes on it.
-    let smoke = !args.iter().any(|a| a == "--bench");
-    let runs = flag("--runs", if smoke { 1 } else { 3 });
-    let n = flag("--jobs", if smoke { 2_000 } else { 100_000 });
-    let workers = flag("--workers", 4);
+    let args = support::args::Args::read();
+    let runs = args.flag("--runs", if args.smoke { 1 } else { 3 });
+    let n = args.flag("--jobs", if args.smoke { 2_000 } else { 100_000 });
+    let workers = args.flag("--workers", 4);
     // --only TEXT: the workloads whose name holds TEXT (for profiling one)
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let only = args.text("--only").map(str::to_string);
     let url = redis_server::url_from_env_or_start("EMQ_BENCH_REDIS_URL");
     let store = Arc::new(RedisStore::open(&url).await.unwrap());
     // scripts cached before any window opens, so the memory figure holds jobs only
