@@ -315,15 +315,23 @@ async fn latency(
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let period = Duration::from_micros(1_000_000 / rate.max(1));
     let start = Instant::now();
-    let mut add_ms = Vec::with_capacity(count);
-    for i in 0..count {
-        let due = start + period * i as u32;
-        tokio::time::sleep_until(due.into()).await;
-        let t = Instant::now();
-        let sent = clock.elapsed().as_micros();
-        store.enqueue(q, &[NewJob::new(sent.to_string())]).await?;
-        add_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
+    // the producer is a task of the runtime, as an application's are (a request handler's, say)
+    let producer = {
+        let (store, q) = (store.clone(), q.clone());
+        tokio::spawn(async move {
+            let mut add_ms = Vec::with_capacity(count);
+            for i in 0..count {
+                let due = start + period * i as u32;
+                tokio::time::sleep_until(due.into()).await;
+                let t = Instant::now();
+                let sent = clock.elapsed().as_micros();
+                store.enqueue(&q, &[NewJob::new(sent.to_string())]).await?;
+                add_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            anyhow::Ok(add_ms)
+        })
+    };
+    let mut add_ms = producer.await??;
     let send_s = start.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(30);
     while lat.lock().map(|l| l.len()).unwrap_or(0) < count && Instant::now() < deadline {

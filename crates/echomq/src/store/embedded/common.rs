@@ -246,6 +246,7 @@ pub(crate) fn number(v: Option<&str>, default: i64) -> Option<i64> {
 /// job takes one sequence value, a generated id is its sequence; then the ring step and one wake
 /// per job made claimable. The twin of `emq_new_jobs`.
 pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) -> Result<Vec<crate::store::Enqueued>> {
+    use crate::job::ClaimedJob;
     use crate::keyspace::JobId;
     use crate::store::Enqueued;
     if db.exists_flag("obliterating")? {
@@ -264,6 +265,18 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         }
     }
     let fresh = dup.iter().filter(|d| !**d).count() as i64;
+    // a consumer of this process parked offering a claim may take the first ready flat jobs: their
+    // rows are written active, as its claim would leave them
+    let ready = jobs
+        .iter()
+        .zip(&dup)
+        .filter(|(j, d)| !**d && j.delay.is_none_or(|d| d.as_millis() == 0))
+        .count();
+    let mut direct = match g {
+        None => super::handoff::direct(db, ready)?,
+        Some(_) => None,
+    };
+    let mut handed = Vec::new();
     let mut seq = if fresh > 0 { db.kv_incr("id", fresh)? - fresh } else { 0 };
     let (mut flat_ready, mut lane_ready) = (0i64, 0i64);
     let mut out = Vec::with_capacity(jobs.len());
@@ -293,8 +306,25 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 max_attempts,
                 run_at: Some(due.to_string()),
                 pending: None,
+                lease: None,
             });
             members.push(("scheduled", due, id.clone()));
+        } else if let Some(taken) = direct.as_ref().filter(|t| handed.len() < t.n) {
+            handed.push(ClaimedJob {
+                id: JobId::from_store(id.clone()),
+                payload: job.payload.clone(),
+                attempts: 1,
+                group: None,
+            });
+            rows.push(NewRow {
+                id: id.clone(),
+                data: &job.payload,
+                state: "active",
+                max_attempts,
+                run_at: None,
+                pending: None,
+                lease: Some(taken.deadline),
+            });
         } else {
             // a ready flat job's place in `pending` is written with its row
             rows.push(NewRow {
@@ -304,6 +334,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 max_attempts,
                 run_at: None,
                 pending: g.is_none().then_some(seq),
+                lease: None,
             });
             match g {
                 Some(_) => {
@@ -316,6 +347,10 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         out.push(Enqueued::New(JobId::from_store(id)));
     }
     db.insert_rows(g, &rows)?;
+    if let Some(taken) = direct.take() {
+        // claimed, not claimable: no wake and no ring step of their own (not in flat_ready)
+        super::handoff::served(db, taken, handed);
+    }
     db.zadd_many(&members)?;
     if let Some(g) = g {
         for id in &tails {
@@ -328,15 +363,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             db.wake(claimable(db, g, lane_ready)?)?;
         }
         None if flat_ready > 0 => {
-            // a consumer of this process parked offering a claim may take the first as written
-            let ready: Vec<(&str, &[u8])> = rows
-                .iter()
-                .filter(|r| r.pending.is_some())
-                .map(|r| (r.id.as_str(), r.data))
-                .collect();
-            if (super::handoff::direct(db, &ready)? as i64) < flat_ready {
-                ring_step_flat(db)?;
-            }
+            ring_step_flat(db)?;
             db.wake(flat_ready)?;
         }
         _ => {}

@@ -37,6 +37,15 @@ pub(crate) struct NewRow<'a> {
     pub(crate) run_at: Option<String>,
     /// Its score in `pending` (a ready flat job's sequence), or none.
     pub(crate) pending: Option<i64>,
+    /// Its lease deadline in `active`, for a row written claimed (a hand-off's): at attempt 1.
+    pub(crate) lease: Option<i64>,
+}
+
+impl NewRow<'_> {
+    /// Its attempts field: 1 for a row written claimed, else absent.
+    fn attempts(&self) -> Option<&'static str> {
+        self.lease.map(|_| "1")
+    }
 }
 
 /// The sorted set `active`, kept on the rows (see [`RowSet`]).
@@ -57,9 +66,10 @@ pub(crate) use fields;
 macro_rules! new_row_conflict {
     () => {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
-         grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, attempts = NULL, \
-         stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL, \
-         pending = coalesce(excluded.pending, emq_jobs.pending)"
+         grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, \
+         attempts = excluded.attempts, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
+         finished_at = NULL, pending = coalesce(excluded.pending, emq_jobs.pending), \
+         lease = coalesce(excluded.lease, emq_jobs.lease)"
     };
 }
 
@@ -239,11 +249,12 @@ impl<'a> Db<'a> {
     }
 
     /// INCRBY: the new value.
+    /// INCRBY: a read, then a write of the known sum (an upsert with `RETURNING` builds a table
+    /// for its one row, and costs as much as both statements together).
     pub(crate) fn kv_incr(&self, key: &str, by: i64) -> R<i64> {
-        self.tx
-            .prepare_cached("INSERT INTO emq_kv (queue, key, value) VALUES (?1, ?2, ?3) ON CONFLICT (queue, key) DO UPDATE SET value = value + excluded.value RETURNING value")
-            .and_then(|mut s| s.query_row(params![self.q, key, by], |r| r.get(0)))
-            .map_err(|e| self.e(e))
+        let value = self.kv_get(key)?.unwrap_or(0) + by;
+        self.kv_set(key, value)?;
+        Ok(value)
     }
 
     pub(crate) fn exists_flag(&self, key: &str) -> R<bool> {
@@ -398,18 +409,21 @@ impl<'a> Db<'a> {
         static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let sql = SQL.get_or_init(|| {
             multi_sql(
-                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending) VALUES",
-                6,
+                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, lease) \
+                 VALUES",
+                8,
                 3,
                 |p| {
                     format!(
-                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{})",
+                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{}, ?{}, ?{})",
                         p,
                         p + 1,
                         p + 2,
                         p + 3,
                         p + 4,
-                        p + 5
+                        p + 5,
+                        p + 6,
+                        p + 7
                     )
                 },
                 new_row_conflict!(),
@@ -421,21 +435,23 @@ impl<'a> Db<'a> {
             stmt.raw_bind_parameter(1, self.q).map_err(|e| self.e(e))?;
             stmt.raw_bind_parameter(2, group).map_err(|e| self.e(e))?;
             for (i, r) in chunk.iter().enumerate() {
-                let p = 3 + i * 6;
+                let p = 3 + i * 8;
                 stmt.raw_bind_parameter(p, &r.id).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 1, r.data).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 2, r.state).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 3, &r.max_attempts).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 4, &r.run_at).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 5, r.pending).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 6, r.attempts()).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 7, r.lease).map_err(|e| self.e(e))?;
             }
             stmt.raw_execute().map_err(|e| self.e(e))?;
         }
         for r in chunks.remainder() {
             self.tx
                 .prepare_cached(concat!(
-                    "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, \
+                         lease) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                     new_row_conflict!()
                 ))
                 .and_then(|mut s| {
@@ -447,7 +463,9 @@ impl<'a> Db<'a> {
                         group,
                         r.max_attempts,
                         r.run_at,
-                        r.pending
+                        r.pending,
+                        r.attempts(),
+                        r.lease
                     ])
                 })
                 .map_err(|e| self.e(e))?;

@@ -19,7 +19,6 @@ use super::db::Db;
 use super::{claim, settle_args, Wake, Wakes};
 use crate::error::Result;
 use crate::job::ClaimedJob;
-use crate::keyspace::JobId;
 use crate::store::{ClaimRequest, Handoff, BATCH_MAX};
 
 /// One parked consumer's offer.
@@ -86,57 +85,73 @@ impl Offers {
     }
 }
 
-/// An enqueue's hand-off as it writes: `ready` are its new ready flat jobs (id, payload) in the
-/// order a claim takes them, their rows just written as pending. When a consumer of this process
-/// parked offering a claim, the queue is not paused and its ring is empty (so nothing else is
-/// claimable: these jobs are what a claim right after the commit would take first), the first
-/// offer takes the first of them: each goes active under the offer's lease at attempt 1, the
-/// claim's one row update. Returns how many; the store hands them over after the commit. Unlike
-/// [`serve`]'s claims it runs without a savepoint: a failed update fails the enqueue with it (its
-/// own rows, written by the statement before, are no safer), and the rollback drops the offer.
-pub(crate) fn direct(db: &Db, ready: &[(&str, &[u8])]) -> Result<usize> {
+/// The offer an enqueue serves as it writes ([`direct`]): how many of its first ready flat jobs
+/// the offer takes, and their lease deadline.
+pub(crate) struct Taken {
+    offer: Offer,
+    /// How many jobs it takes.
+    pub(crate) n: usize,
+    /// The lease deadline their rows are written with.
+    pub(crate) deadline: i64,
+}
+
+/// An enqueue's hand-off as it writes, asked before its rows are written: `ready` is how many new
+/// ready flat jobs it holds. When a consumer of this process parked offering a claim, the queue is
+/// not paused and its ring is empty (so nothing else is claimable: these jobs are what a claim
+/// right after the commit would take first), the first offer takes the first of them: the enqueue
+/// writes each row active under the offer's lease at attempt 1, as the claim would leave it, and
+/// reports them with [`served`]; the store hands them over after the commit. Unlike [`serve`]'s
+/// claims it runs without a savepoint: it writes nothing the enqueue's own rows do not, and a
+/// rollback drops the offer.
+pub(crate) fn direct(db: &Db, ready: usize) -> Result<Option<Taken>> {
     let Some(wake) = &db.direct.wake else {
-        return Ok(0);
+        return Ok(None);
     };
-    if ready.is_empty() || wake.offers.is_empty() || db.exists_flag("paused")? || db.lnonempty("ring")? {
-        return Ok(0);
+    if ready == 0 || wake.offers.is_empty() || db.exists_flag("paused")? || db.lnonempty("ring")? {
+        return Ok(None);
     }
     let offer = {
         let mut list = wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner);
         if list.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         list.remove(0)
     };
-    let n = (offer.claim.n as usize).min(BATCH_MAX).min(ready.len());
+    let n = (offer.claim.n as usize).min(BATCH_MAX).min(ready);
     let deadline = db.now() + offer.claim.lease.as_millis() as i64;
-    let mut jobs = Vec::with_capacity(n);
-    for (id, payload) in &ready[..n] {
-        db.set_active(id, 1, deadline)?;
-        jobs.push(ClaimedJob {
-            id: JobId::from_store(id.to_string()),
-            payload: payload.to_vec(),
-            attempts: 1,
-            group: None,
-        });
-    }
-    *db.direct.served.borrow_mut() = Some((offer, jobs));
-    Ok(n)
+    Ok(Some(Taken { offer, n, deadline }))
+}
+
+/// The jobs an enqueue wrote for the offer it took ([`direct`]): handed over after the commit, and
+/// the transaction then wakes the queue (which serves the other offers when jobs are left).
+pub(crate) fn served(db: &Db, taken: Taken, jobs: Vec<ClaimedJob>) {
+    *db.direct.served.borrow_mut() = Some((taken.offer, jobs));
+    db.woke.set(true);
 }
 
 /// Jobs claimed in a transaction for the offers it took, handed over after its commit.
 #[derive(Default)]
-pub(super) struct Handed(Vec<(Handoff, Vec<ClaimedJob>)>);
+pub(super) struct Handed {
+    list: Vec<(Handoff, Vec<ClaimedJob>)>,
+    /// How many of them an enqueue wrote already claimed ([`direct`]): they took no wake token.
+    direct: i64,
+}
 
 impl Handed {
-    /// How many jobs: the wake tokens they need no longer.
+    /// How many jobs.
     pub(super) fn jobs(&self) -> i64 {
-        self.0.iter().map(|(_, jobs)| jobs.len() as i64).sum()
+        self.list.iter().map(|(_, jobs)| jobs.len() as i64).sum()
+    }
+
+    /// How many wake tokens the transaction pushed for jobs it then handed over: the parks need
+    /// them no longer.
+    pub(super) fn tokens(&self) -> i64 {
+        self.jobs() - self.direct
     }
 
     /// Hands each consumer its jobs. Only after the commit.
     pub(super) fn deliver(self) {
-        for (handoff, jobs) in self.0 {
+        for (handoff, jobs) in self.list {
             handoff(jobs);
         }
     }
@@ -152,7 +167,8 @@ pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<
     if let Some((offer, jobs)) = db.direct.served.borrow_mut().take() {
         // an enqueue served the first offer as it wrote; short: it took every claimable job
         let short = jobs.len() < (offer.claim.n as usize).min(BATCH_MAX);
-        handed.0.push((offer.handoff, jobs));
+        handed.direct = jobs.len() as i64;
+        handed.list.push((offer.handoff, jobs));
         if short {
             return Ok(handed);
         }
@@ -181,7 +197,7 @@ pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<
                 }
                 let short = (jobs.len() as i64) < n;
                 if !jobs.is_empty() {
-                    handed.0.push((offer.handoff, jobs));
+                    handed.list.push((offer.handoff, jobs));
                 }
                 if short {
                     break;
