@@ -541,7 +541,9 @@ async fn records_are_written_by_the_settles_when_asked() {
 async fn three_lease_job(locks: bool) -> Vec<u64> {
     let db = Db::new();
     let (store, q) = (db.store().await, q());
-    let lease = Duration::from_millis(300);
+    // renewed a third of a lease before it lapses: 1 s leaves a renewal 660 ms of slack on a
+    // loaded machine (with 300 ms, a clean-clone CI run once saw the job reaped under renewal)
+    let lease = Duration::from_secs(1);
     let runs = Arc::new(Mutex::new(Vec::new()));
     let handler = {
         let runs = runs.clone();

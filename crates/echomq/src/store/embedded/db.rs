@@ -62,13 +62,15 @@ pub(crate) use fields;
 
 /// A new row over one already there (only a row with no field, keeping a lease, gets here: the
 /// callers refuse live ids): every field as written, its sets kept (a ready job's new place in
-/// `pending` written), as HSET leaves the sets be and ZADD moves the score.
+/// `pending` written), as HSET leaves the sets be and ZADD moves the score; a row written claimed
+/// (a hand-off's) is out of `pending` and in `active` at its own lease, as the claim leaves it.
 macro_rules! new_row_conflict {
     () => {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
          grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, \
          attempts = excluded.attempts, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
-         finished_at = NULL, pending = coalesce(excluded.pending, emq_jobs.pending), \
+         finished_at = NULL, \
+         pending = CASE WHEN excluded.lease IS NULL THEN coalesce(excluded.pending, emq_jobs.pending) END, \
          lease = coalesce(excluded.lease, emq_jobs.lease)"
     };
 }
