@@ -185,11 +185,6 @@ async fn main() {
     drop(store);
     let path = dir.path().join("start.db");
     let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
-    report(
-        "enqueue_to_start",
-        rate,
-        tokio::spawn(async move { enqueue_to_start(store, &q, n, rate).await })
-            .await
-            .unwrap(),
-    );
+    let starts = tokio::spawn(async move { enqueue_to_start(store, &q, n, rate).await });
+    report("enqueue_to_start", rate, starts.await.unwrap());
 }
