@@ -151,12 +151,16 @@ struct Worker {
 /// The in-process wake of each queue.
 type Wakes = Arc<Mutex<HashMap<String, Arc<Wake>>>>;
 
-/// A queue's in-process wake: the signal its parked consumers and cancel streams wait on, and the
+/// A queue's in-process wake: the signals its parked consumers and its cancel streams wait on, the
 /// wake tokens this process pushed that no park has taken yet (the wake list's twin in memory,
 /// capped as the list is, so a park of this process never needs a transaction to take one).
 #[derive(Default)]
 struct Wake {
+    /// Parked consumers: a commit that made work claimable (or handed some over).
     signal: Notify,
+    /// Cancel streams: a commit that published a cancel request. Apart from `signal`, so an
+    /// enqueue does not send every cancel stream to read the requests table.
+    cancels: Notify,
     tokens: AtomicI64,
     /// Parked consumers' claim requests, served by the next transaction that wakes the queue.
     offers: handoff::Offers,
@@ -427,8 +431,8 @@ impl EmbeddedStore {
     /// Runs `f` as one `BEGIN IMMEDIATE` transaction: with [`On::CallerFirst`] on the caller's
     /// thread when the connection is free and no other writer holds the file ([`Self::run_here`]),
     /// else on the store's thread. A twin that errs rolls back: nothing of it is written. A commit
-    /// that pushed wake tokens or published a cancel request notifies this process's parked
-    /// consumers and cancel streams at once.
+    /// that pushed wake tokens notifies this process's parked consumers at once; one that
+    /// published a cancel request, its cancel streams.
     async fn run<T, F>(&self, queue: &str, verb: &'static str, on: On, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -518,7 +522,7 @@ fn transact<T>(
     verb: &'static str,
     f: impl FnOnce(&Db) -> Result<T>,
 ) -> Result<T> {
-    let (out, woken, tokens, handed) = {
+    let (out, woken, tokens, handed, cancels) = {
         let db = Db::new(&t, q, verb).offering(handoff::Direct::of(wakes, q));
         let out = f(&db)?;
         // a parked consumer of this process that offered a claim gets it in this very
@@ -528,7 +532,7 @@ fn transact<T>(
             Some(wake) => handoff::serve(&db, &t, wake).map_err(|e| sql_error(verb, e))?,
             None => handoff::Handed::default(),
         };
-        (out, woken, db.tokens.get(), handed)
+        (out, woken, db.tokens.get(), handed, db.cancels.get())
     };
     let now = data_version(&t).map_err(|e| sql_error(verb, e))?;
     t.commit().map_err(|e| sql_error(verb, e))?;
@@ -539,6 +543,9 @@ fn transact<T>(
         wake.handed.fetch_add(handed.jobs() as u64, Ordering::Relaxed);
         handed.deliver();
         wake.signal.notify_waiters();
+    }
+    if cancels {
+        wake_of(wakes, q).cancels.notify_waiters();
     }
     Ok(out)
 }
@@ -983,7 +990,7 @@ impl Store for EmbeddedStore {
                     if let Some(req) = buf.pop() {
                         return Some((req, (store, q, last, signal, buf)));
                     }
-                    let notified = signal.signal.notified();
+                    let notified = signal.cancels.notified();
                     tokio::pin!(notified);
                     notified.as_mut().enable();
                     let after = last;
@@ -1027,6 +1034,7 @@ fn obliterating(e: Error, queue: &QueueName) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
 
     #[tokio::test]
     async fn a_new_file_gets_the_schema_and_a_newer_one_is_refused_untouched() {
@@ -1147,6 +1155,38 @@ mod tests {
             store.counts(&q).await.unwrap().pending,
             1,
             "enqueued once the lock was free"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_published_cancel_request_wakes_the_cancel_streams_and_an_enqueue_does_not() {
+        // an enqueue must not send every cancel stream of its queue to read the requests table;
+        // a cancel request must reach them at once, not at their next poll
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
+        let claimed = store
+            .claim(&q, 1, Duration::from_secs(30), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        let wake = store.wake(q.as_str());
+        let notified = wake.cancels.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        store.enqueue(&q, &[NewJob::new("b")]).await.unwrap();
+        assert!(
+            (&mut notified).now_or_never().is_none(),
+            "an enqueue woke the cancel streams"
+        );
+        store
+            .cancel(&q, &claimed[0].id, Some("operator"), SettleOptions::default())
+            .await
+            .unwrap();
+        assert!(
+            (&mut notified).now_or_never().is_some(),
+            "a cancel request of an active job did not wake the cancel streams"
         );
     }
 }

@@ -160,9 +160,12 @@ pub(crate) struct Db<'a> {
     q: &'a str,
     verb: &'static str,
     now: Cell<Option<i64>>,
-    /// Whether this transaction signals the queue's parked consumers and cancel streams (the store
-    /// notifies them after commit).
+    /// Whether this transaction signals the queue's parked consumers (the store notifies them
+    /// after commit).
     pub(crate) woke: Cell<bool>,
+    /// Whether this transaction published a cancel request (the store notifies the queue's cancel
+    /// streams after commit).
+    pub(crate) cancels: Cell<bool>,
     /// Wake tokens pushed by this transaction (the store hands them to parks in this process).
     pub(crate) tokens: Cell<i64>,
     /// The offers of this process's parked consumers an enqueue may serve as it writes.
@@ -197,6 +200,7 @@ impl<'a> Db<'a> {
             verb,
             now: Cell::new(None),
             woke: Cell::new(false),
+            cancels: Cell::new(false),
             tokens: Cell::new(0),
             direct: super::handoff::Direct::default(),
         }
@@ -830,7 +834,7 @@ impl<'a> Db<'a> {
             .and_then(|mut s| s.execute(params![self.q, id, reason]))
             .map(drop)
             .map_err(|e| self.e(e))?;
-        self.woke.set(true);
+        self.cancels.set(true);
         Ok(())
     }
 
