@@ -245,16 +245,58 @@ pub(crate) fn number(v: Option<&str>, default: i64) -> Option<i64> {
 /// New jobs for enqueue (g = None) and genqueue: duplicates found first, then written; every new
 /// job takes one sequence value, a generated id is its sequence; then the ring step and one wake
 /// per job made claimable. The twin of `emq_new_jobs`.
+/// What new jobs' transaction reads before it writes, in one statement (one look where four
+/// statements would each take their own turn through SQLite).
+struct Look {
+    /// The queue is being obliterated: new jobs are refused.
+    obliterating: bool,
+    /// The queue is paused (no hand-off).
+    paused: bool,
+    /// The id sequence's value (0 before the first job).
+    id: i64,
+    /// The queue is in `emq:queues` already.
+    registered: bool,
+    /// The ring holds a member: something else is claimable (no hand-off).
+    ring: bool,
+}
+
+fn look(db: &Db) -> Result<Look> {
+    db.sql()
+        .prepare_cached(
+            "SELECT \
+               EXISTS (SELECT 1 FROM emq_kv WHERE queue = ?1 AND key = 'obliterating'), \
+               EXISTS (SELECT 1 FROM emq_kv WHERE queue = ?1 AND key = 'paused'), \
+               coalesce((SELECT value FROM emq_kv WHERE queue = ?1 AND key = 'id'), 0), \
+               EXISTS (SELECT 1 FROM emq_queues WHERE queue = ?1), \
+               EXISTS (SELECT 1 FROM emq_lists WHERE queue = ?1 AND list = 'ring')",
+        )
+        .and_then(|mut s| {
+            s.query_row([db.queue()], |r| {
+                Ok(Look {
+                    obliterating: r.get(0)?,
+                    paused: r.get(1)?,
+                    id: r.get(2)?,
+                    registered: r.get(3)?,
+                    ring: r.get(4)?,
+                })
+            })
+        })
+        .map_err(|e| db.err(e))
+}
+
 pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) -> Result<Vec<crate::store::Enqueued>> {
     use crate::job::ClaimedJob;
     use crate::keyspace::JobId;
     use crate::store::Enqueued;
-    if db.exists_flag("obliterating")? {
+    let look = look(db)?;
+    if look.obliterating {
         return Err(crate::Error::Obliterating {
             queue: db.queue().to_string(),
         });
     }
-    db.register()?;
+    if !look.registered {
+        db.register()?;
+    }
     let mut seen = std::collections::HashSet::new();
     let mut dup = vec![false; jobs.len()];
     for (i, job) in jobs.iter().enumerate() {
@@ -273,11 +315,14 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         .filter(|(j, d)| !**d && j.delay.is_none_or(|d| d.as_millis() == 0))
         .count();
     let mut direct = match g {
-        None => super::handoff::direct(db, ready)?,
+        None => super::handoff::direct(db, ready, !look.paused && !look.ring),
         Some(_) => None,
     };
     let mut handed = Vec::new();
-    let mut seq = if fresh > 0 { db.kv_incr("id", fresh)? - fresh } else { 0 };
+    let mut seq = look.id;
+    if fresh > 0 {
+        db.kv_set("id", seq + fresh)?;
+    }
     let (mut flat_ready, mut lane_ready) = (0i64, 0i64);
     let mut out = Vec::with_capacity(jobs.len());
     // the writes in the order the script makes them, table by table (each table's writes keep

@@ -17,7 +17,6 @@ use rusqlite::Transaction;
 
 use super::db::Db;
 use super::{claim, settle_args, Wake, Wakes};
-use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::store::{ClaimRequest, Handoff, BATCH_MAX};
 
@@ -96,30 +95,29 @@ pub(crate) struct Taken {
 }
 
 /// An enqueue's hand-off as it writes, asked before its rows are written: `ready` is how many new
-/// ready flat jobs it holds. When a consumer of this process parked offering a claim, the queue is
-/// not paused and its ring is empty (so nothing else is claimable: these jobs are what a claim
-/// right after the commit would take first), the first offer takes the first of them: the enqueue
+/// ready flat jobs it holds, `idle` whether the queue is not paused and its ring is empty (read by
+/// the enqueue with its other checks). When a consumer of this process parked offering a claim and
+/// the queue is idle (so nothing else is claimable: these jobs are what a claim right after the
+/// commit would take first), the first offer takes the first of them: the enqueue
 /// writes each row active under the offer's lease at attempt 1, as the claim would leave it, and
 /// reports them with [`served`]; the store hands them over after the commit. Unlike [`serve`]'s
 /// claims it runs without a savepoint: it writes nothing the enqueue's own rows do not, and a
 /// rollback drops the offer.
-pub(crate) fn direct(db: &Db, ready: usize) -> Result<Option<Taken>> {
-    let Some(wake) = &db.direct.wake else {
-        return Ok(None);
-    };
-    if ready == 0 || wake.offers.is_empty() || db.exists_flag("paused")? || db.lnonempty("ring")? {
-        return Ok(None);
+pub(crate) fn direct(db: &Db, ready: usize, idle: bool) -> Option<Taken> {
+    let wake = db.direct.wake.as_ref()?;
+    if ready == 0 || !idle || wake.offers.is_empty() {
+        return None;
     }
     let offer = {
         let mut list = wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner);
         if list.is_empty() {
-            return Ok(None);
+            return None;
         }
         list.remove(0)
     };
     let n = (offer.claim.n as usize).min(BATCH_MAX).min(ready);
     let deadline = db.now() + offer.claim.lease.as_millis() as i64;
-    Ok(Some(Taken { offer, n, deadline }))
+    Some(Taken { offer, n, deadline })
 }
 
 /// The jobs an enqueue wrote for the offer it took ([`direct`]): handed over after the commit, and
