@@ -1,6 +1,8 @@
 //! The store benchmark on Redis (issue 2's figures): batch enqueue, claim + complete_many, single
 //! completes, and the same for grouped jobs; then `c_floor_row_calls`, the Redis CPU per job of the
-//! three row calls claim + complete cannot do without, bare (this Redis's floor, to judge ours by).
+//! three row calls claim + complete cannot do without, bare (this Redis's floor, to judge ours by),
+//! and `c_floor_enqueue`, the same for a bulk enqueue's row and set writes (with the enqueue rate
+//! this Redis's CPU allows at that cost, `ceiling_jobs_per_s`).
 //! Prints one JSON line per run and a median line per
 //! workload. Redis counts come from `INFO commandstats` / `INFO cpu` / `INFO memory` deltas around
 //! the measured part, so commands run inside scripts are counted.
@@ -175,7 +177,54 @@ const WORKLOADS: &[(&str, usize, bool)] = &[
     ("b_claim_complete_many_grouped", 1000, true),
     ("b_claim_complete_single_grouped", 1000, false),
     ("c_floor_row_calls", 0, false),
+    ("c_floor_enqueue", 0, false),
 ];
+
+/// Per job of a call: the waiting row's `HSET` (its two fields) and its pair in one bulk `ZADD`,
+/// from the plain layout's arguments (ARGV[1] the call's id prefix, then one payload per job; ids
+/// built without a number-to-text printf, as enqueue builds them) — an enqueue with no checks, no
+/// id counter, no ring step and no wake.
+const FLOOR_ENQUEUE: &str = "
+local d, ids = { '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }, {}
+for a = 1, 10 do for b = 1, 10 do for c = 1, 10 do ids[#ids + 1] = ARGV[1] .. d[a] .. d[b] .. d[c] end end end
+local pairs = {}
+for i = 2, #ARGV do
+  local id = ids[i - 1]
+  redis.call('HSET', KEYS[1] .. id, 'data', ARGV[i], 'state', 'pending')
+  pairs[#pairs + 1] = id
+  pairs[#pairs + 1] = id
+end
+for i = 1, #pairs, 1000 do
+  redis.call('ZADD', KEYS[2], unpack(pairs, i, math.min(i + 999, #pairs)))
+end
+return 1";
+
+/// The floor under a bulk enqueue on this Redis, this hour: the Redis CPU per job of
+/// [`FLOOR_ENQUEUE`] run in calls of 1,000 jobs, as `a_enqueue_bulk` runs. Its rows and set are
+/// deleted after the window.
+async fn floor_enqueue(server: &Server, n: usize) -> Delta {
+    let script = redis::Script::new(FLOOR_ENQUEUE);
+    let (rows, set) = ("emq:{bench}:floor:e:", "emq:{bench}:floor:pending");
+    let payloads: Vec<String> = (0..n).map(|i| format!("{{\"n\":{i}}}")).collect();
+    let mut conn = server.conn.clone();
+    let d = measure(server, || async {
+        for (c, chunk) in payloads.chunks(1000).enumerate() {
+            let mut call = script.key(rows);
+            call.key(set).arg(c);
+            for p in chunk {
+                call.arg(p);
+            }
+            let _: i64 = call.invoke_async(&mut conn).await.unwrap();
+        }
+    })
+    .await;
+    let keys: Vec<String> = (0..n).map(|i| format!("{rows}{}{:03}", i / 1000, i % 1000)).collect();
+    for chunk in keys.chunks(1000) {
+        let _: i64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await.unwrap();
+    }
+    let _: i64 = redis::cmd("DEL").arg(set).query_async(&mut conn).await.unwrap();
+    d
+}
 
 /// Per job: create and delete a waiting row (`HSET` + `DEL`), nothing else.
 const FLOOR_BASE: &str = "
@@ -282,6 +331,11 @@ async fn main() {
                     "mem_bytes_per_waiting_job": d.mem as f64 / n as f64,
                     "redis_cmds_per_job": d.cmds as f64 / n as f64, "redis_cpu_s": d.cpu_s,
                     "redis_cpu_us_per_job": d.cpu_s * 1e6 / n as f64})
+            } else if *name == "c_floor_enqueue" {
+                let d = floor_enqueue(&server, n).await;
+                json!({"n": n, "secs": d.secs, "redis_cmds_per_job": d.cmds as f64 / n as f64,
+                    "redis_cpu_us_per_job": d.cpu_s * 1e6 / n as f64,
+                    "ceiling_jobs_per_s": n as f64 / d.cpu_s})
             } else if *name == "c_floor_row_calls" {
                 let d = floor_row_calls(&server, n, workers).await;
                 json!({"n": n, "redis_cmds_per_job": d.cmds as f64 / n as f64,
@@ -319,6 +373,7 @@ async fn main() {
             "redis_cmds_per_job",
             "redis_cpu_us_per_job",
             "mem_bytes_per_waiting_job",
+            "ceiling_jobs_per_s",
             "secs",
         ] {
             let vals: Vec<f64> = lines.iter().filter_map(|l| l.get(field)?.as_f64()).collect();
