@@ -658,3 +658,56 @@ async fn the_stalled_sweep_recovers_a_vanished_consumers_job_then_dead_letters_i
     );
     assert_eq!(store.counts(&again).await.unwrap().stalled, 1);
 }
+
+#[tokio::test]
+async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind() {
+    // the claim leg fails after it has popped the ring and taken a flat job (a write of the
+    // file refused, as a full disk would refuse it): it must be undone whole, as a script that
+    // errs before its first write leaves Redis, while the other legs commit
+    let db = Db::new();
+    let (store, q) = (db.open().await, q());
+    let g = GroupName::new("g").unwrap();
+    store.enqueue(&q, &[NewJob::new("f1")]).await.unwrap();
+    store
+        .genqueue(&q, &g, &[NewJob::new("g1"), NewJob::new("g2")])
+        .await
+        .unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse AFTER UPDATE OF state ON emq_jobs \
+         WHEN new.state = 'active' AND new.data = CAST('g1' AS BLOB) \
+         BEGIN SELECT RAISE(ABORT, 'disk refused the write'); END",
+    )
+    .unwrap();
+    let claim = ClaimRequest {
+        n: 5,
+        lease: Duration::from_secs(30),
+        max_attempts: 3,
+        settle: SettleOptions::default(),
+    };
+    let round = store
+        .recover_promote_claim(&q, Recovery::Reap, 10, claim)
+        .await
+        .unwrap();
+    assert!(round.claimed.is_err(), "the claim leg failed: {:?}", round.claimed);
+    assert!(round.recovered.is_ok() && round.promoted.is_ok());
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!(
+        (counts.pending, counts.active),
+        (3, 0),
+        "nothing of the failed claim stayed"
+    );
+    conn.execute_batch("DROP TRIGGER refuse").unwrap();
+    // the ring and the group's flag are as they were: every job is claimable again
+    let round = store
+        .recover_promote_claim(&q, Recovery::Reap, 10, claim)
+        .await
+        .unwrap();
+    let mut got: Vec<Vec<u8>> = round.claimed.unwrap().into_iter().map(|j| j.payload).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![b"f1".to_vec(), b"g1".to_vec()],
+        "the flat job and the lane's head"
+    );
+}

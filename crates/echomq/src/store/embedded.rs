@@ -934,18 +934,19 @@ impl Store for EmbeddedStore {
         let lease = claim.lease.as_millis() as i64;
         let n = (claim.n as usize).min(BATCH_MAX) as i64;
         let max_attempts = claim.max_attempts as i64;
-        // the round trip's twin: one transaction, each leg's reply its own
+        // the round trip's twin: one transaction, each leg's reply its own; a leg that errs
+        // leaves nothing of itself behind (as the scripts of the Redis round are each atomic)
         self.run(queue.as_str(), "recover_promote_claim", On::Thread, move |db| {
-            let recovered = match recovery {
+            let recovered = db.leg(|| match recovery {
                 Recovery::Off => Ok(()),
                 Recovery::Reap => reap::reap(db, crate::consumer::REAP_LIMIT as i64).map(drop),
                 Recovery::Stalled(p) => {
                     sweep_stalled::sweep_stalled(db, p.max_stalled as i64, p.limit as i64).map(drop)
                 }
-            };
-            let promoted = promote::promote(db, pump as i64);
+            })?;
+            let promoted = db.leg(|| promote::promote(db, pump as i64))?;
             let claimed = if n > 0 {
-                claim::claim(db, n, lease, max_attempts, keep, recmax)
+                db.leg(|| claim::claim(db, n, lease, max_attempts, keep, recmax))?
             } else {
                 Ok(Vec::new())
             };

@@ -216,6 +216,24 @@ impl<'a> Db<'a> {
         sql_error(self.verb, e)
     }
 
+    /// Runs `f` under a savepoint, for one leg of a transaction that runs several (the consumer's
+    /// round): when `f` errs, what it wrote is undone (and the wakes it counted forgotten) and its
+    /// error comes back inside `Ok`, so the other legs still commit. Errs itself only when the
+    /// savepoint cannot be opened or rolled back: the transaction must then fail whole.
+    pub(crate) fn leg<T>(&self, f: impl FnOnce() -> R<T>) -> R<R<T>> {
+        let (woke, cancels, tokens) = (self.woke.get(), self.cancels.get(), self.tokens.get());
+        self.tx.execute_batch("SAVEPOINT emq_leg").map_err(|e| self.e(e))?;
+        let out = f();
+        if out.is_err() {
+            self.tx.execute_batch("ROLLBACK TO emq_leg").map_err(|e| self.e(e))?;
+            self.woke.set(woke);
+            self.cancels.set(cancels);
+            self.tokens.set(tokens);
+        }
+        self.tx.execute_batch("RELEASE emq_leg").map_err(|e| self.e(e))?;
+        Ok(out)
+    }
+
     /// The store's clock in ms, read once per transaction (as a script reads TIME once).
     pub(crate) fn now(&self) -> i64 {
         if let Some(t) = self.now.get() {
