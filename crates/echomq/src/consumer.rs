@@ -49,20 +49,35 @@ pub(crate) struct Shared {
     /// Fired by `stop`: no new claims; in-flight jobs finish and settle.
     pub(crate) stop: CancellationToken,
     pub(crate) inflight: Mutex<HashMap<JobId, Tracked>>,
-    /// Cancel requests that arrived for a job not (yet) tracked here, newest last, bounded: a job
-    /// tracked right after its request arrived is still cancelled.
-    pub(crate) early_cancels: Mutex<Vec<(JobId, Option<String>)>>,
+    /// Cancel requests that arrived for a job not (yet) tracked here, newest last, bounded and
+    /// kept for [`EARLY_CANCEL_TTL`]: a job tracked right after its request arrived is still
+    /// cancelled; a later job that reuses the id is not.
+    pub(crate) early_cancels: Mutex<Vec<(JobId, Option<String>, std::time::Instant)>>,
 }
+
+/// How long a cancel request for a job not tracked here is remembered: the race it covers (a
+/// request published between a claim and the tracking of its job) lasts milliseconds.
+pub(crate) const EARLY_CANCEL_TTL: Duration = Duration::from_secs(5);
 
 impl Shared {
     pub(crate) fn track(&self, id: &JobId, token: u64) -> CancelToken {
         let cancel = CancelToken::new();
         let early = {
             let mut early = lock(&self.early_cancels);
-            early.iter().position(|(e, _)| e == id).map(|i| early.remove(i).1)
+            early.retain(|(_, _, at)| at.elapsed() < EARLY_CANCEL_TTL);
+            early.iter().position(|(e, _, _)| e == id).map(|i| early.remove(i).1)
         };
         if let Some(reason) = early {
-            cancel.cancel(reason);
+            // the request may be older than this job (its id reused once an earlier job ended):
+            // the row's durable cancel field says whether it stands for the job running now
+            let (store, queue, id, token) = (self.store.clone(), self.queue.clone(), id.clone(), cancel.clone());
+            tokio::spawn(async move {
+                match store.get(&queue, &id).await {
+                    Ok(Some(job)) if job.cancel.is_some() => token.cancel(reason),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(%queue, %id, error = %e, "checking an early cancel request failed"),
+                }
+            });
         }
         lock(&self.inflight).insert(
             id.clone(),
@@ -74,8 +89,13 @@ impl Shared {
         cancel
     }
 
-    pub(crate) fn untrack(&self, id: &JobId) {
-        lock(&self.inflight).remove(id);
+    /// Forgets attempt `token` of job `id`, unless a later attempt of the same job (claimed again
+    /// by this consumer after the lease lapsed) is the one tracked now.
+    pub(crate) fn untrack(&self, id: &JobId, token: u64) {
+        let mut inflight = lock(&self.inflight);
+        if inflight.get(id).is_some_and(|t| t.token == token) {
+            inflight.remove(id);
+        }
     }
 }
 

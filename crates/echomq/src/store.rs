@@ -517,8 +517,25 @@ pub(crate) fn check_payload(len: usize, limit: usize) -> Result<()> {
 /// writes anything.
 /// A claim's lease and default attempt budget: each at least 1 (ms, attempts).
 pub(crate) fn check_claim(lease: Duration, max_attempts: u32) -> Result<()> {
-    positive("lease", lease.as_millis() as u64)?;
+    positive("lease", millis("lease", lease)?)?;
     positive("max_attempts", max_attempts as u64)
+}
+
+/// The longest duration a verb takes (a lease, a delay), in ms: 2^53, the largest a script's
+/// numbers hold exactly (the Redis scripts refuse a lease from there on).
+pub const DURATION_MAX_MS: u64 = 1 << 53;
+
+/// A duration in ms, refused from [`DURATION_MAX_MS`] on, naming the option: a deadline or due
+/// time computed from a longer one would overflow, or lose its precision in a script.
+pub(crate) fn millis(field: &'static str, d: Duration) -> Result<u64> {
+    match u64::try_from(d.as_millis()) {
+        Ok(ms) if ms < DURATION_MAX_MS => Ok(ms),
+        _ => Err(Error::InvalidOption {
+            field,
+            value: format!("{d:?}"),
+            reason: "must be below 2^53 ms",
+        }),
+    }
 }
 
 pub(crate) fn positive(field: &'static str, v: u64) -> Result<()> {
@@ -538,6 +555,9 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
         check_payload(job.payload.len(), payload_limit)?;
         if let Some(m) = job.max_attempts {
             positive("max_attempts", m as u64)?;
+        }
+        if let Some(d) = job.delay {
+            millis("delay", d)?;
         }
     }
     Ok(())

@@ -711,3 +711,213 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind() {
         "the flat job and the lane's head"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked() {
+    // attempt 1 outlives its lease and this consumer claims attempt 2; attempt 1's settle (stale)
+    // must not untrack attempt 2, which would then get no lease renewal and no cancel
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let id = echomq::JobId::new("job-x").unwrap();
+    store
+        .enqueue(&q, &[NewJob::new("x").with_id(id.clone())])
+        .await
+        .unwrap();
+    let (second, cancelled) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s, c) = (second.clone(), cancelled.clone());
+    let consumer = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |job: JobContext| {
+            let (s, c) = (s.clone(), c.clone());
+            async move {
+                if job.attempts == 1 {
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    return Verdict::Done;
+                }
+                job.extend_lock(Duration::from_secs(30)).await.unwrap();
+                s.store(1, Ordering::SeqCst);
+                tokio::select! {
+                    _ = job.cancel.cancelled() => {
+                        c.store(1, Ordering::SeqCst);
+                        Verdict::Cancel("cancelled".into())
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => Verdict::Done,
+                }
+            }
+        },
+        fast()
+            .with_beat(Duration::from_millis(50))
+            .with_lease(Duration::from_millis(100))
+            .with_concurrency(2)
+            .with_cancel(true),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(5), "attempt 2 running", || async {
+        second.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // attempt 1 ends 400 ms after it began; its settle comes back stale
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(consumer.in_flight(), 1, "attempt 2 is still tracked");
+    assert_eq!(
+        store
+            .cancel(&q, &id, Some("op"), SettleOptions::default())
+            .await
+            .unwrap(),
+        Cancelled::Requested
+    );
+    wait_until(Duration::from_secs(5), "attempt 2 sees the cancel", || async {
+        cancelled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    consumer.stop(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(store.counts(&q).await.unwrap().cancelled, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_refused_completion_fails_only_its_own_job() {
+    // one output over the store's limit must not sink the group commit it shares with others
+    let db = Db::new();
+    let store: Arc<dyn Store> = Arc::new(db.open().await.with_payload_limit(1000));
+    let q = q();
+    let jobs: Vec<NewJob> = (0..20)
+        .map(|i| NewJob::new(if i == 0 { "big" } else { "small" }))
+        .collect();
+    store.enqueue(&q, &jobs).await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let consumer = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |job: JobContext| {
+            let r = r.clone();
+            async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                // all twenty finish together: their completions go in one group commit
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                match job.payload.as_slice() {
+                    b"big" => Verdict::DoneWith(vec![0; 5000]),
+                    _ => Verdict::DoneWith(b"ok".to_vec()),
+                }
+            }
+        },
+        fast().with_concurrency(20).with_max_attempts(1),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(10), "every job settled", || async {
+        let c = store.counts(&q).await.unwrap();
+        c.completed + c.dead == 20
+    })
+    .await;
+    consumer.stop(Duration::from_secs(5)).await.unwrap();
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.completed, counts.dead), (19, 1));
+    assert_eq!(runs.load(Ordering::SeqCst), 20, "no job ran twice");
+    let dead = store.list(&q, JobState::Dead, 0, 10).await.unwrap();
+    let row = store.get(&q, &dead[0]).await.unwrap().unwrap();
+    let why = row.last_error.unwrap_or_default();
+    assert!(why.contains("completion refused") && why.contains("5000"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_for_an_earlier_job_spares_a_new_job_with_the_same_id() {
+    // a cancel request for a job this consumer does not hold is remembered briefly (it may be
+    // about to track it); a later job that reuses the id is not the one it was meant for
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let id = echomq::JobId::new("job-a").unwrap();
+    store
+        .enqueue(&q, &[NewJob::new("old").with_id(id.clone())])
+        .await
+        .unwrap();
+    let held = store
+        .claim(&q, 1, Duration::from_secs(30), 3, SettleOptions::default())
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let consumer = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |job: JobContext| {
+            let s = s.clone();
+            async move {
+                // long enough for a wrongly remembered request to arrive
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                s.lock().unwrap().push((job.payload.clone(), job.cancel.is_cancelled()));
+                Verdict::Done
+            }
+        },
+        fast().with_cancel(true),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    store
+        .cancel(&q, &id, Some("stop the old one"), SettleOptions::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    store
+        .complete(&q, &id, held[0].attempts, None, SettleOptions::default())
+        .await
+        .unwrap();
+    store
+        .enqueue(&q, &[NewJob::new("new").with_id(id.clone())])
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(5), "the new job ran", || async {
+        !seen.lock().unwrap().is_empty()
+    })
+    .await;
+    consumer.stop(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![(b"new".to_vec(), false)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_free_slot_below_the_claim_threshold_takes_new_work_at_once() {
+    // concurrency 8 with 7 long jobs running: the one free slot is below a batch (8 / 4 = 2), but
+    // the claim before parking still takes a new job for it
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    store
+        .enqueue(&q, &(0..7).map(|_| NewJob::new("long")).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let (running, short) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(None)));
+    let (r, s) = (running.clone(), short.clone());
+    let consumer = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |job: JobContext| {
+            let (r, s) = (r.clone(), s.clone());
+            async move {
+                if job.payload == b"short" {
+                    *s.lock().unwrap() = Some(Instant::now());
+                    return Verdict::Done;
+                }
+                r.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Verdict::Done
+            }
+        },
+        fast().with_concurrency(8),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(5), "seven long jobs running", || async {
+        running.load(Ordering::SeqCst) == 7
+    })
+    .await;
+    let enqueued = Instant::now();
+    store.enqueue(&q, &[NewJob::new("short")]).await.unwrap();
+    wait_until(Duration::from_secs(10), "the short job ran", || async {
+        short.lock().unwrap().is_some()
+    })
+    .await;
+    let waited = short.lock().unwrap().unwrap() - enqueued;
+    consumer.stop(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the short job waited {waited:?}, for a long job to end, not for the free slot"
+    );
+}

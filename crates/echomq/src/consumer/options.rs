@@ -43,7 +43,7 @@ pub struct ConsumerOptions {
     pub max_attempts: u32,
     /// Fixed wait before a failed job runs again ([`RETRY_DELAY_DEFAULT`]).
     pub retry_delay: Duration,
-    /// Handlers at once ([`CONCURRENCY_DEFAULT`]).
+    /// Handlers at once ([`CONCURRENCY_DEFAULT`]; at most [`CONCURRENCY_MAX`]).
     pub concurrency: usize,
     /// Exit cleanly at the first settle boundary after this long (none by default).
     pub ttl: Option<Duration>,
@@ -114,6 +114,9 @@ setters! {
     with_cancel: cancel: bool;
 }
 
+/// The most handlers one consumer runs at once.
+pub const CONCURRENCY_MAX: usize = 100_000;
+
 fn refuse(field: &'static str, value: impl std::fmt::Debug, reason: &'static str) -> Error {
     Error::InvalidOption {
         field,
@@ -131,8 +134,10 @@ impl ConsumerOptions {
         if self.lease.as_millis() == 0 {
             return Err(refuse("lease", self.lease, "must be at least 1 ms"));
         }
-        if self.concurrency == 0 {
-            return Err(refuse("concurrency", self.concurrency, "must be at least 1"));
+        crate::store::millis("lease", self.lease)?;
+        crate::store::millis("retry_delay", self.retry_delay)?;
+        if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
+            return Err(refuse("concurrency", self.concurrency, "must be 1..=100000"));
         }
         if self.pump_batch == 0 {
             return Err(refuse("pump_batch", self.pump_batch, "must be at least 1"));
@@ -181,11 +186,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn zero_beat_lease_or_concurrency_is_refused_by_name() {
+    fn zero_or_oversized_beat_lease_delay_or_concurrency_is_refused_by_name() {
         for (opts, field) in [
             (ConsumerOptions::default().with_beat(Duration::ZERO), "beat"),
             (ConsumerOptions::default().with_lease(Duration::ZERO), "lease"),
+            (ConsumerOptions::default().with_lease(Duration::MAX), "lease"),
+            (
+                ConsumerOptions::default().with_retry_delay(Duration::MAX),
+                "retry_delay",
+            ),
             (ConsumerOptions::default().with_concurrency(0), "concurrency"),
+            (ConsumerOptions::default().with_concurrency(usize::MAX), "concurrency"),
         ] {
             let err = opts.validate().unwrap_err();
             assert!(

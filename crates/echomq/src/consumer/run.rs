@@ -13,7 +13,7 @@ use super::settle::Finished;
 use super::{lock, JobContext, Shared, Verdict};
 use crate::error::Error;
 use crate::job::ClaimedJob;
-use crate::store::ClaimRequest;
+use crate::store::{ClaimRequest, BATCH_MAX};
 
 /// Jobs a store handed to a park of this consumer, with the slots reserved for them.
 type Handed = (Vec<ClaimedJob>, Vec<OwnedSemaphorePermit>);
@@ -93,8 +93,8 @@ impl Beat {
         }
         let shared = self.shared.clone();
         let opts = &shared.opts;
-        let free = self.slots.available_permits();
-        let want = if free >= opts.claim_threshold() { free } else { 0 };
+        // the claim before parking (DESIGN §4): any free slot, not only a batch of them
+        let want = self.slots.available_permits().min(BATCH_MAX);
         let round = self
             .shared
             .store
@@ -177,7 +177,7 @@ impl Beat {
                     _ = self.shared.stop.cancelled() => return Leg::Exit,
                 }
             }
-            let free = self.slots.available_permits();
+            let free = self.slots.available_permits().min(BATCH_MAX);
             let req = self.claim(free);
             match self
                 .shared
@@ -205,10 +205,12 @@ impl Beat {
         let timeout = next_due.map_or(beat, |d| d.min(beat)).max(Duration::from_millis(1));
         let shared = self.shared.clone();
         let free = self.slots.available_permits();
+        // every free slot is offered (the claim before parking), at most a claim's worth
         let mut reserved = Vec::new();
-        if free >= shared.opts.claim_threshold() {
-            while let Ok(permit) = self.slots.clone().try_acquire_owned() {
-                reserved.push(permit);
+        while reserved.len() < BATCH_MAX {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(permit) => reserved.push(permit),
+                Err(_) => break,
             }
         }
         let claim = self.claim(reserved.len());
@@ -394,7 +396,7 @@ fn fire(shared: &Shared, id: &crate::keyspace::JobId, reason: Option<String>) {
             if early.len() >= EARLY_CANCELS_MAX {
                 early.remove(0);
             }
-            early.push((id.clone(), reason));
+            early.push((id.clone(), reason, Instant::now()));
         }
     }
 }

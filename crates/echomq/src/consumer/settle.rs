@@ -3,6 +3,7 @@
 //! commit), so settles never wait behind claims or parks and one round trip settles many.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -10,7 +11,7 @@ use tokio::task::JoinHandle;
 use super::{Shared, Verdict};
 use crate::error::Result;
 use crate::keyspace::JobId;
-use crate::store::{Completion, Settled, BATCH_MAX};
+use crate::store::{Completion, Settled, BATCH_MAX, DURATION_MAX_MS};
 
 /// A job whose handler returned.
 #[derive(Debug)]
@@ -55,6 +56,15 @@ async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
                 report(shared, f, Ok(r));
             }
         }
+        // one entry refused the whole call before it wrote (an output over the store's limit,
+        // say): each settles alone, so only that one fails
+        Err(e) if !e.is_unreachable() && done.len() > 1 => {
+            tracing::debug!(queue = %shared.queue, error = %e, "complete_many refused; settling one by one");
+            for f in &done {
+                let r = complete_alone(shared, f).await;
+                report(shared, f, r.map_err(|e| e.to_string()));
+            }
+        }
         Err(e) => {
             for f in &done {
                 report(shared, f, Err(e.to_string()));
@@ -66,7 +76,7 @@ async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
     }
     // untrack even when the settle failed: the lease will lapse and recovery return the job
     for f in done.iter().chain(other.iter()) {
-        shared.untrack(&f.id);
+        shared.untrack(&f.id, f.token);
     }
 }
 
@@ -74,17 +84,7 @@ async fn complete_all(shared: &Shared, done: &[Finished]) -> Result<Vec<Settled>
     let settle = shared.opts.settle_options();
     match done {
         [] => Ok(Vec::new()),
-        [one] => {
-            let output = match &one.verdict {
-                Verdict::DoneWith(o) => Some(o.as_slice()),
-                _ => None,
-            };
-            let r = shared
-                .store
-                .complete(&shared.queue, &one.id, one.token, output, settle)
-                .await?;
-            Ok(vec![r])
-        }
+        [one] => Ok(vec![complete_alone(shared, one).await?]),
         many => {
             let jobs: Vec<Completion> = many
                 .iter()
@@ -99,6 +99,29 @@ async fn complete_all(shared: &Shared, done: &[Finished]) -> Result<Vec<Settled>
                 .collect();
             shared.store.complete_many(&shared.queue, &jobs, settle).await
         }
+    }
+}
+
+/// One completion. When the store refuses it outright (an output over its limit, say), the
+/// attempt fails instead, naming the refusal: the job is retried or goes dead with that error
+/// rather than lapsing unexplained and running again with the same outcome.
+async fn complete_alone(shared: &Shared, f: &Finished) -> Result<Settled> {
+    let (store, q, opts) = (&shared.store, &shared.queue, &shared.opts);
+    let output = match &f.verdict {
+        Verdict::DoneWith(o) => Some(o.as_slice()),
+        _ => None,
+    };
+    match store.complete(q, &f.id, f.token, output, opts.settle_options()).await {
+        Err(e) if !e.is_unreachable() => {
+            tracing::warn!(queue = %q, id = %f.id, attempt = f.token, error = %e, "completion refused; failing the attempt");
+            let failed = Finished {
+                id: f.id.clone(),
+                token: f.token,
+                verdict: Verdict::Error(format!("completion refused: {e}")),
+            };
+            settle_one(shared, &failed).await
+        }
+        r => r,
     }
 }
 
@@ -122,11 +145,15 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
                 .retry(q, &f.id, f.token, opts.retry_delay, opts.max_attempts, e, settle)
                 .await?,
         ),
-        Verdict::RetryAfter(delay) => retried(
-            store
-                .retry(q, &f.id, f.token, *delay, opts.max_attempts, "retry requested", settle)
-                .await?,
-        ),
+        Verdict::RetryAfter(delay) => {
+            // the longest delay a store takes: a handler's "after forever" is as late as it goes
+            let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));
+            retried(
+                store
+                    .retry(q, &f.id, f.token, delay, opts.max_attempts, "retry requested", settle)
+                    .await?,
+            )
+        }
         Verdict::Discard(reason) => match store.discard(q, &f.id, f.token, reason, settle).await? {
             Discarded::Dead => Settled::Ok,
             Discarded::Stale => Settled::Stale,

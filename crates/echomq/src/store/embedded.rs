@@ -81,7 +81,7 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
-    check_claim, check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest,
+    check_claim, check_jobs, check_list_limit, check_payload, millis, positive, CancelRequest, Cancelled, ClaimRequest,
     Completion, Counts, Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob,
     Recovery, Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX,
     CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
@@ -717,6 +717,7 @@ impl Store for EmbeddedStore {
         settle: SettleOptions,
     ) -> Result<Retried> {
         positive("max_attempts", max_attempts as u64)?;
+        millis("delay", delay)?;
         let (_, recmax) = settle_args(settle);
         let (id, error) = (id.to_string(), error.to_string());
         let delay = delay.as_millis() as i64;
@@ -768,7 +769,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {
-        positive("lease", lease.as_millis() as u64)?;
+        positive("lease", millis("lease", lease)?)?;
         let id = id.to_string();
         let lease = lease.as_millis() as i64;
         self.run(queue.as_str(), "extend_lock", On::Thread, move |db| {

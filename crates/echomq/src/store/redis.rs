@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName, QUEUES_KEY};
 use crate::store::{
-    check_claim, check_jobs, check_list_limit, check_payload, positive, CancelRequest, Cancelled, ClaimRequest,
+    check_claim, check_jobs, check_list_limit, check_payload, millis, positive, CancelRequest, Cancelled, ClaimRequest,
     Completion, Counts, Discarded, Enqueued, Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery,
     Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT,
     PAYLOAD_LIMIT_DEFAULT,
@@ -723,6 +723,7 @@ impl Store for RedisStore {
         settle: SettleOptions,
     ) -> Result<Retried> {
         positive("max_attempts", max_attempts as u64)?;
+        millis("delay", delay)?;
         let k = QueueKeys::new(queue);
         let [_, recmax] = Self::settle_args(settle);
         let v = self
@@ -851,7 +852,7 @@ impl Store for RedisStore {
     }
 
     async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {
-        positive("lease", lease.as_millis() as u64)?;
+        positive("lease", millis("lease", lease)?)?;
         let k = QueueKeys::new(queue);
         let cmd = Self::evalsha(
             &self.scripts.extend_lock,

@@ -253,6 +253,42 @@ pub async fn retry_refuses_max_attempts_zero(ctx: &Ctx) {
     );
 }
 
+pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx) {
+    // a deadline or due time computed from a longer one would overflow (or, in a script, lose its
+    // precision): a lease of Duration::MAX must not come out as a deadline already past
+    let too_long = [Duration::from_millis(1 << 53), Duration::MAX];
+    let field = |err: Error| match err {
+        Error::InvalidOption { field, .. } => field,
+        other => panic!("expected InvalidOption, got {other:?}"),
+    };
+    ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
+    let c = ctx.store.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
+    let before = snapshot(ctx).await;
+    for d in too_long {
+        let late = [NewJob::new("a"), NewJob::new("b").with_delay(d)];
+        assert_eq!(field(ctx.store.enqueue(&ctx.q, &late).await.unwrap_err()), "delay");
+        let err = ctx.store.genqueue(&ctx.q, &group("g"), &late).await.unwrap_err();
+        assert_eq!(field(err), "delay");
+        assert_eq!(
+            field(ctx.store.claim(&ctx.q, 1, d, 3, PLAIN).await.unwrap_err()),
+            "lease"
+        );
+        let err = ctx.store.extend_lock(&ctx.q, &c.id, c.attempts, d).await.unwrap_err();
+        assert_eq!(field(err), "lease");
+        let err = ctx
+            .store
+            .retry(&ctx.q, &c.id, c.attempts, d, 3, "e", PLAIN)
+            .await
+            .unwrap_err();
+        assert_eq!(field(err), "delay");
+    }
+    assert_eq!(snapshot(ctx).await, before, "nothing written");
+    // just below the bound: a job due in some 285,000 years, scheduled
+    let far = NewJob::new("far").with_delay(Duration::from_millis((1 << 53) - 1));
+    ctx.store.enqueue(&ctx.q, &[far]).await.unwrap();
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().scheduled, 1);
+}
+
 pub async fn list_refuses_a_zero_limit(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     for state in [JobState::Pending, JobState::Dead] {
@@ -330,6 +366,7 @@ crate::conformance!(
     claim_refuses_n_zero_a_zero_lease_and_max_attempts_zero,
     extend_lock_refuses_a_zero_lease,
     retry_refuses_max_attempts_zero,
+    durations_from_2_pow_53_ms_are_refused_and_write_nothing,
     list_refuses_a_zero_limit,
     set_group_limit_refuses_zero,
     redrive_refuses_zero_extra_attempts,
