@@ -269,7 +269,12 @@ impl EmbeddedStore {
                 let _ = ready_tx.send(Ok(worker.clone()));
                 // the thread ends when every store handle is gone
                 while let Ok(work) = rx.recv() {
-                    work(&mut worker.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+                    let mut w = worker.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // a verb that panics (a defect) fails alone: its transaction rolls back as it
+                    // unwinds, its caller gets an error, and the thread serves the next verb
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut w))).is_err() {
+                        tracing::error!("an embedded store verb panicked; its caller gets an error");
+                    }
                 }
             })
             .map_err(|e| Error::Store {
@@ -469,8 +474,14 @@ impl EmbeddedStore {
     where
         F: FnOnce(&Db) -> Result<T>,
     {
-        let Ok(mut guard) = self.shared.try_lock() else {
-            return Err(f);
+        let mut guard = match self.shared.try_lock() {
+            Ok(guard) => guard,
+            // a verb that panicked here unwound through the lock: its transaction rolled back
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                self.shared.clear_poison();
+                p.into_inner()
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return Err(f),
         };
         let Worker {
             conn,
@@ -483,7 +494,16 @@ impl EmbeddedStore {
         if let Ok(t) = conn.transaction_with_behavior(TransactionBehavior::Immediate) {
             // the twin's statements never wait: this connection holds the write lock now
             return Ok(match t.busy_timeout(BUSY_TIMEOUT) {
-                Ok(()) => transact(t, wakes, data_version, queue, verb, f),
+                Ok(()) => {
+                    let run = std::panic::AssertUnwindSafe(|| transact(t, wakes, data_version, queue, verb, f));
+                    std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                        tracing::error!(verb, "an embedded store verb panicked; its caller gets an error");
+                        Err(Error::Store {
+                            verb,
+                            reason: "the verb panicked (a defect); nothing of it was written".into(),
+                        })
+                    })
+                }
                 Err(e) => Err(sql_error(verb, e)),
             });
         }
@@ -1190,5 +1210,35 @@ mod tests {
             (&mut notified).now_or_never().is_some(),
             "a cancel request of an active job did not wake the cancel streams"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_verb_that_panics_fails_alone_and_the_store_serves_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        // on the store's thread, and on the caller's
+        let err = store
+            .run("q", "test", On::Thread, |db| -> Result<()> {
+                db.kv_set("id", 41)?;
+                panic!("a defect")
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        let err = store
+            .run("q", "test", On::CallerFirst, |db| -> Result<()> {
+                db.kv_set("id", 41)?;
+                panic!("a defect")
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        assert!(!store.shared.is_poisoned(), "the caller's path is open again");
+        // nothing of either was written, and both paths serve the next verbs
+        let ids = store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
+        assert_eq!(ids[0].id().as_str(), "1");
+        assert_eq!(store.counts(&q).await.unwrap().pending, 1);
     }
 }
