@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine of this kind (Debian, Rust toolchain present):
-#   1. installs redis-server with apt-get when it is missing,
-#   2. starts it on a free loopback port (no persistence, bounded to 30 minutes),
+#   1. installs redis-server (and procps, for kill) with apt-get when missing,
+#   2. starts it on a free loopback port (no persistence, bounded to 60 minutes),
 #   3. runs formatting and lint checks, then every test of the workspace against it,
 #   4. stops the server it started, by its own PID, whatever the outcome.
 # CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "tools/test.sh: redis-server is missing; installing Debian's redis-server" >&2
+# installs a Debian package (refreshing the package lists only when the first try fails)
+install() {
+  echo "tools/test.sh: $2 is missing; installing Debian's $1" >&2
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get install -y -qq redis-server >/dev/null 2>&1 \
-    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq redis-server; }
-fi
+  $sudo apt-get install -y -qq "$1" >/dev/null 2>&1 \
+    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq "$1"; }
+}
+command -v redis-server >/dev/null 2>&1 || install redis-server redis-server
+# the signal tests run the kill program (not the shell's builtin); minimal images lack it
+[ -x /usr/bin/kill ] || [ -x /bin/kill ] || install procps kill
 
 # a free loopback port: nothing answers on it
 port=""
@@ -26,7 +30,7 @@ done
 [ -n "$port" ] || { echo "tools/test.sh: no free loopback port found" >&2; exit 1; }
 
 dir=$(mktemp -d)
-timeout 1800 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+timeout 3600 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
   --daemonize no >"$dir/redis.log" 2>&1 &
 redis_pid=$!
 cleanup() {

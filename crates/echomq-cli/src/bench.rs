@@ -168,12 +168,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
         .min(sorted.len() as f64 - 1.0) as usize]
 }
 
-#[allow(clippy::print_stdout)] // the JSON line is the command's output
 fn emit(test: &str, mut fields: Value) {
     fields["lib"] = json!("echomq");
     fields["version"] = json!(env!("CARGO_PKG_VERSION"));
     fields["test"] = json!(test);
-    println!("{fields}");
+    out!("{fields}");
 }
 
 fn payloads(n: usize) -> Vec<NewJob> {

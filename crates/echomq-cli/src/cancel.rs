@@ -35,7 +35,6 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-#[allow(clippy::print_stdout)] // the outcome is the command's result
 fn print(outcome: &str) {
-    println!("{outcome}");
+    out!("{outcome}");
 }

@@ -45,12 +45,13 @@ struct Seen {
     waits: BTreeMap<String, Vec<f64>>,
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)] // the demo talks to its user
+#[allow(clippy::print_stderr)] // the demo talks to its user
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     anyhow::ensure!(args.jobs > 0, "--jobs must be at least 1");
     let store = crate::open(url).await?;
     let q = QueueName::new(QUEUE)?;
-    eprintln!("emq demo: queue '{QUEUE}' on {url} — emptied first; no other queue is touched");
+    let at = echomq::store::redact_url(url);
+    eprintln!("emq demo: queue '{QUEUE}' on {at} — emptied first; no other queue is touched");
     store.obliterate(&q, true).await?;
     store.set_group_limit(&q, &LimitTarget::Default, GROUP_LIMIT).await?;
 
@@ -150,32 +151,34 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             .copied()
             .unwrap_or(0.0)
     };
-    println!(
+    out!(
         "processed {} jobs in {secs:.2} s: {:.0} jobs/s",
         args.jobs,
         args.jobs as f64 / secs
     );
-    println!(
+    out!(
         "enqueue → start (first attempt, includes delayed jobs' wait and the backlog): p50 {:.1} ms, p99 {:.1} ms",
         pct(&all, 50.0),
         pct(&all, 99.0)
     );
-    println!(
+    out!(
         "completed {}, retried {}, dead {} (poison jobs, 2 attempts each)",
-        counts.completed, counts.retried, counts.dead
+        counts.completed,
+        counts.retried,
+        counts.dead
     );
-    println!("per-lane fairness (jobs started, median wait):");
+    out!("per-lane fairness (jobs started, median wait):");
     for (lane, waits) in seen.waits.iter() {
         let mut w = waits.clone();
         w.sort_by(f64::total_cmp);
-        println!("  {lane:<10} {:>6} jobs  p50 wait {:>8.1} ms", w.len(), pct(&w, 50.0));
+        out!("  {lane:<10} {:>6} jobs  p50 wait {:>8.1} ms", w.len(), pct(&w, 50.0));
     }
-    println!();
-    println!("look further:");
-    println!("  emq stats {QUEUE}                      sizes and counters");
-    println!("  emq list {QUEUE} --state dead          the jobs that ended dead");
-    println!("  emq job {QUEUE} <id> --json            one job, every field");
-    println!("  emq retry {QUEUE} --all-dead           run the dead ones again");
-    println!("  emq work {QUEUE} --exec 'cat'          a worker in any language: the payload on stdin");
+    out!();
+    out!("look further:");
+    out!("  emq stats {QUEUE}                      sizes and counters");
+    out!("  emq list {QUEUE} --state dead          the jobs that ended dead");
+    out!("  emq job {QUEUE} <id> --json            one job, every field");
+    out!("  emq retry {QUEUE} --all-dead           run the dead ones again");
+    out!("  emq work {QUEUE} --exec 'cat'          a worker in any language: the payload on stdin");
     Ok(0)
 }

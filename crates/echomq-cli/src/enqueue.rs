@@ -15,7 +15,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 
 /// Enqueue one job and print its id, or enqueue one job per line of a file.
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["payload", "file"])))]
+#[command(
+    group(clap::ArgGroup::new("input").required(true).args(["payload", "file"])),
+    override_usage = "emq enqueue [OPTIONS] <QUEUE> <PAYLOAD | --file FILE>"
+)]
 pub struct Args {
     /// The queue.
     pub queue: String,
@@ -112,13 +115,13 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     }
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)] // the id is the command's result; `duplicate` its note
+#[allow(clippy::print_stderr)] // the id is the command's result; `duplicate` its note
 async fn one(target: &Target, job: NewJob) -> anyhow::Result<i32> {
     let replies = target.enqueue(std::slice::from_ref(&job)).await?;
     match replies.first() {
-        Some(Enqueued::New(id)) => println!("{id}"),
+        Some(Enqueued::New(id)) => out!("{id}"),
         Some(Enqueued::Duplicate(id)) => {
-            println!("{id}");
+            out!("{id}");
             eprintln!(
                 "duplicate: job {id} already exists in queue {}; nothing enqueued",
                 target.queue

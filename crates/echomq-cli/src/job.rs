@@ -37,9 +37,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-#[allow(clippy::print_stdout)] // the row is the command's result
 fn print(text: &str) {
-    println!("{text}");
+    out!("{text}");
 }
 
 /// The error of every per-job verb when the row does not exist.

@@ -93,9 +93,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     }
 }
 
-#[allow(clippy::print_stdout)] // the ids or rows are the command's result
 fn print(lines: &[String]) {
     for line in lines {
-        println!("{line}");
+        out!("{line}");
     }
 }

@@ -3,6 +3,17 @@
 //! Machine-readable output goes to stdout only; progress, rates and logs go to stderr. Exit status:
 //! 0 success, 2 a usage error found while parsing, 1 every other error (one `error: …` line).
 
+/// `println!` for the tool's output: a reader that went away (`emq list q | head -1`) ends the
+/// program quietly, as a closed pipe ends any Unix tool, instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::output_failed(e)
+        }
+    }};
+}
+
 mod bench;
 mod cancel;
 mod demo;
@@ -128,6 +139,14 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => fail(e),
     }
+}
+
+/// Ends the program after stdout failed: quietly when its reader closed the pipe.
+fn output_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0)
+    }
+    fail(anyhow::anyhow!("cannot write the output: {e}"))
 }
 
 #[allow(clippy::print_stderr)] // the one place errors reach the user

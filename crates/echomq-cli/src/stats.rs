@@ -72,21 +72,20 @@ fn json_line(queue: &QueueName, c: &Counts) -> String {
     )
 }
 
-#[allow(clippy::print_stdout)] // the NDJSON lines are the command's result
 fn print_json(rows: &[(QueueName, Counts)]) {
     for (q, c) in rows {
-        println!("{}", json_line(q, c));
+        out!("{}", json_line(q, c));
     }
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)] // the table is the command's result
+#[allow(clippy::print_stderr)] // the table is the command's result
 fn print_table(rows: &[(QueueName, Counts)]) {
     if rows.is_empty() {
         eprintln!("no queues yet");
         return;
     }
     for line in table(rows, None) {
-        println!("{line}");
+        out!("{line}");
     }
 }
 

@@ -350,3 +350,21 @@ fn kill_9_mid_flight_loses_no_acknowledged_enqueue_or_settle_and_the_file_stays_
         });
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// output
+
+#[test]
+fn output_to_a_reader_that_went_away_ends_quietly() {
+    // `emq list q --state pending | head -1`: the reader closes the pipe; the tool stops as any
+    // Unix tool does, with no panic and no backtrace
+    let b = Backend::embedded();
+    for i in 0..3 {
+        assert_ok(&b.emq(&["enqueue", "q", &format!("p{i}")]), "enqueue");
+    }
+    let mut child = b.cmd(&["list", "q", "--state", "pending"]).spawn().unwrap();
+    drop(child.stdout.take()); // the only reader, closed before the tool writes
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
+}

@@ -1,9 +1,10 @@
 //! EchoMQ: a background-job queue for Rust.
 //!
-//! Jobs live in a [`Store`](store::Store) — Redis/Valkey, where every state transition is one Lua
-//! script and all keys of a queue share one Cluster hash tag (`emq:{q}:…`) — and consumers claim
-//! them under a lease fenced by the row's attempts count. See `docs/` for the keyspace and the
-//! state machine.
+//! Jobs live in a [`Store`](store::Store) — Redis/Valkey for production and many machines, where
+//! every state transition is one Lua script and all keys of a queue share one Cluster hash tag
+//! (`emq:{q}:…`), or the embedded durable store (SQLite, one file; the default when no Redis URL
+//! is given), with the same verbs and replies — and consumers claim them under a lease fenced by
+//! the row's attempts count. See `docs/` for the keyspace and the state machine.
 #![warn(missing_docs)]
 #![doc = ""]
 #![doc = include_str!("../../../README.md")]

@@ -64,7 +64,12 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
             Leg::Degraded(e) => {
                 beat.streak += 1;
                 let sleep = shared.opts.degraded_sleep(beat.streak);
-                tracing::warn!(queue = %shared.queue, error = %e, streak = beat.streak, ?sleep, "store unreachable; backing off");
+                let what = if e.is_unreachable() {
+                    "store unreachable; backing off"
+                } else {
+                    "store refused the consumer's round; backing off (a lasting refusal needs an operator)"
+                };
+                tracing::warn!(queue = %shared.queue, error = %e, streak = beat.streak, ?sleep, "{what}");
                 tokio::select! {
                     _ = tokio::time::sleep(sleep) => {}
                     _ = shared.stop.cancelled() => break,
@@ -190,7 +195,6 @@ impl Beat {
                     self.launch_handed();
                     self.launch_first(jobs).await;
                 }
-                Err(e) if e.is_unreachable() => return Leg::Degraded(e),
                 Err(e) => return Leg::Degraded(e),
             }
         }
