@@ -98,3 +98,51 @@ async fn consumer_rides_out_redis_killed_for_3s_and_restarted_from_its_aof() {
     assert_eq!((counts.dead, counts.scheduled), (0, 0));
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_made_while_redis_is_down_lands_once_it_is_back() {
+    // the handler finishes during an outage: its completion is tried again until Redis answers,
+    // not lost to a lease lapse (30 s here) and a second run
+    let mut server = OwnedServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
+    let q = QueueName::new("replay").unwrap();
+    store.enqueue(&q, &[NewJob::new("x")]).await.unwrap();
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |_j: JobContext| {
+            let (started, mut go) = (started_tx.clone(), go_rx.clone());
+            async move {
+                let _ = started.send(());
+                let _ = go.wait_for(|g| *g).await;
+                Verdict::Done
+            }
+        },
+        ConsumerOptions::default().with_lease(Duration::from_secs(30)),
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), started_rx.recv())
+        .await
+        .expect("the job started");
+    server.kill9();
+    go_tx.send(true).unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.restart();
+    let began = Instant::now();
+    loop {
+        if let Ok(counts) = store.counts(&q).await {
+            if counts.completed == 1 {
+                break;
+            }
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the completion made during the outage never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started_rx.try_recv().is_err(), "the job ran once");
+    c.stop(Duration::from_secs(5)).await.unwrap();
+}

@@ -47,8 +47,8 @@ async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
     let (done, other): (Vec<Finished>, Vec<Finished>) = batch
         .into_iter()
         .partition(|f| matches!(f.verdict, Verdict::Done | Verdict::DoneWith(_)));
-    let completes = complete_all(shared, &done);
-    let others = futures::future::join_all(other.iter().map(|f| settle_one(shared, f)));
+    let completes = replayed(shared, || complete_all(shared, &done));
+    let others = futures::future::join_all(other.iter().map(|f| replayed(shared, || settle_one(shared, f))));
     let (completed, others) = tokio::join!(completes, others);
     match completed {
         Ok(replies) => {
@@ -77,6 +77,29 @@ async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
     // untrack even when the settle failed: the lease will lapse and recovery return the job
     for f in done.iter().chain(other.iter()) {
         shared.untrack(&f.id, f.token);
+    }
+}
+
+/// Runs a settle again while the store is unreachable, with a doubling pause (50 ms up to 1 s),
+/// for as long as half a lease: a connection reset must not cost a finished job its settle and a
+/// second run. The token fences a replay: one whose first try landed answers stale or gone.
+async fn replayed<T, F, Fut>(shared: &Shared, mut settle: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let began = tokio::time::Instant::now();
+    let within = shared.opts.lease / 2;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match settle().await {
+            Err(e) if e.is_unreachable() && began.elapsed() + pause < within => {
+                tracing::debug!(queue = %shared.queue, error = %e, ?pause, "settle: store unreachable; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            r => return r,
+        }
     }
 }
 
@@ -166,7 +189,7 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
 fn report(shared: &Shared, f: &Finished, r: std::result::Result<Settled, String>) {
     match r {
         Ok(Settled::Ok) => {}
-        // after a lost lease or a replayed request this is expected, not a failure
+        // after a lost lease or a replayed settle this is expected, not a failure
         Ok(why) => tracing::debug!(
             queue = %shared.queue, id = %f.id, attempt = f.token, reply = ?why,
             "settle refused: this consumer no longer holds the job"
