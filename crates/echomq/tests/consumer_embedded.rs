@@ -921,3 +921,54 @@ async fn a_free_slot_below_the_claim_threshold_takes_new_work_at_once() {
         "the short job waited {waited:?}, for a long job to end, not for the free slot"
     );
 }
+
+#[tokio::test]
+async fn a_field_of_an_unexpected_storage_class_is_read_as_text_and_judged_as_redis_would() {
+    // SQLite lets a hand store a number or a blob where the store writes text (or text where it
+    // writes a blob); Redis holds every field as bytes. Such a row must neither fail the claim for
+    // the jobs around it nor block `get`: it reads as its bytes, and a malformed one goes dead
+    let db = Db::new();
+    let (store, q) = (db.open().await, q());
+    store
+        .enqueue(&q, &[NewJob::new("a"), NewJob::new("b"), NewJob::new("c")])
+        .await
+        .unwrap();
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute_batch(
+        "UPDATE emq_jobs SET data = 'text payload' WHERE id = '1'; \
+         UPDATE emq_jobs SET state = x'7070' WHERE id = '2';",
+    )
+    .unwrap();
+    let row = store
+        .get(&q, &echomq::JobId::parse("1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.payload, b"text payload".to_vec());
+    // a state no job can be in: `get` names the field and the job, as it does on Redis
+    let err = store.get(&q, &echomq::JobId::parse("2").unwrap()).await.unwrap_err();
+    assert!(
+        err.to_string().contains("state") && err.to_string().contains("job 2"),
+        "{err}"
+    );
+    let claimed = store
+        .claim(&q, 3, Duration::from_secs(30), 3, SettleOptions::default())
+        .await
+        .unwrap();
+    let got: Vec<(String, Vec<u8>)> = claimed.into_iter().map(|j| (j.id.to_string(), j.payload)).collect();
+    assert_eq!(
+        got,
+        vec![("1".into(), b"text payload".to_vec()), ("3".into(), b"c".to_vec())]
+    );
+    let dead = store
+        .get(&q, &echomq::JobId::parse("2").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(dead.state, JobState::Dead);
+    assert!(
+        dead.last_error.as_deref().unwrap_or_default().contains("state pp"),
+        "{:?}",
+        dead.last_error
+    );
+}

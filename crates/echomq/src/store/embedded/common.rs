@@ -1,7 +1,7 @@
 //! The twin of `scripts/_lib.lua`: the steps the verbs share, one function per Lua helper, with the
 //! same name less the `emq_` prefix.
 
-use super::db::{Db, Field, NewRow, ACTIVE};
+use super::db::{text, Db, Field, NewRow, ACTIVE};
 use crate::error::Result;
 use crate::store::Settled;
 
@@ -95,7 +95,7 @@ pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::R
         .prepare_cached("SELECT state, attempts, grp, lease IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
             s.query_row(rusqlite::params![db.queue(), id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?, r.get(3)?))
             })
             .optional()
         })

@@ -88,12 +88,36 @@ fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String
 /// The fields a claim reads (data, state, attempts, max_attempts, cancel), from column `at` on.
 fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
     Ok(Row {
-        data: r.get(at)?,
-        state: r.get(at + 1)?,
-        attempts: r.get(at + 2)?,
-        max_attempts: r.get(at + 3)?,
-        cancel: r.get(at + 4)?,
+        data: bytes(r, at)?,
+        state: text(r, at + 1)?,
+        attempts: text(r, at + 2)?,
+        max_attempts: text(r, at + 3)?,
+        cancel: text(r, at + 4)?,
         ..Row::default()
+    })
+}
+
+/// A row's field as text, whatever its storage class. Redis keeps every field as bytes, so a value
+/// stored as a number or a blob (by hand, or by another tool) reads as its text, and the guard
+/// that finds it malformed names it (a claim buries the job): the read itself never fails.
+pub(crate) fn text(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(n) => Some(n.to_string()),
+        ValueRef::Real(f) => Some(f.to_string()),
+        ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
+    })
+}
+
+/// A row's byte field (data, output), whatever its storage class (as [`text`]).
+pub(crate) fn bytes(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(n) => Some(n.to_string().into_bytes()),
+        ValueRef::Real(f) => Some(f.to_string().into_bytes()),
+        ValueRef::Text(t) | ValueRef::Blob(t) => Some(t.to_vec()),
     })
 }
 
@@ -322,17 +346,17 @@ impl<'a> Db<'a> {
             .and_then(|mut s| {
                 s.query_row(params![self.q, id], |r| {
                     Ok(Row {
-                        data: r.get(0)?,
-                        state: r.get(1)?,
-                        attempts: r.get(2)?,
-                        group: r.get(3)?,
-                        max_attempts: r.get(4)?,
-                        run_at: r.get(5)?,
-                        stalled: r.get(6)?,
-                        last_error: r.get(7)?,
-                        cancel: r.get(8)?,
-                        output: r.get(9)?,
-                        finished_at: r.get(10)?,
+                        data: bytes(r, 0)?,
+                        state: text(r, 1)?,
+                        attempts: text(r, 2)?,
+                        group: text(r, 3)?,
+                        max_attempts: text(r, 4)?,
+                        run_at: text(r, 5)?,
+                        stalled: text(r, 6)?,
+                        last_error: text(r, 7)?,
+                        cancel: text(r, 8)?,
+                        output: bytes(r, 9)?,
+                        finished_at: text(r, 10)?,
                     })
                 })
                 .optional()

@@ -4,7 +4,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::db::Db;
+use super::db::{text, Db};
 use crate::error::{Error, Result};
 use crate::store::Extended;
 
@@ -35,7 +35,7 @@ fn state_attempts(db: &Db, id: &str) -> Result<(Option<String>, Option<String>)>
     db.sql()
         .prepare_cached("SELECT state, attempts FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((r.get(0)?, r.get(1)?)))
+            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?)))
                 .optional()
         })
         .map(Option::unwrap_or_default)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rusqlite::{params, OptionalExtension};
 
 use super::common::{bury, claimable, ready, ring_step, ring_step_flat};
-use super::db::{Col, Db};
+use super::db::{text, Col, Db};
 use crate::error::{Error, Result};
 use crate::store::Promoted;
 
@@ -84,7 +84,7 @@ fn state_group_data(db: &Db, id: &str) -> Result<(Option<String>, Option<String>
     db.sql()
         .prepare_cached("SELECT state, grp, data IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?, r.get(2)?)))
                 .optional()
         })
         .map(Option::unwrap_or_default)

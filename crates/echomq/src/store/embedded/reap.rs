@@ -7,7 +7,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::common::{bury, free_slot, lane, ring_step, ring_step_flat};
-use super::db::{Db, Field};
+use super::db::{text, Db, Field};
 use crate::error::{Error, Result};
 
 pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
@@ -77,7 +77,7 @@ fn state_group(db: &Db, id: &str) -> Result<(Option<String>, Option<String>)> {
     db.sql()
         .prepare_cached("SELECT state, grp FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((r.get(0)?, r.get(1)?)))
+            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?)))
                 .optional()
         })
         .map(Option::unwrap_or_default)

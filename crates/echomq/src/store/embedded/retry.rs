@@ -6,7 +6,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::common::{bury, fence, leave_lane, ready, ring_step_flat};
-use super::db::{Db, Field};
+use super::db::{text, Db, Field};
 use crate::error::{Error, Result};
 use crate::store::{Retried, Settled};
 
@@ -75,7 +75,7 @@ fn lua_number(s: &str) -> Option<f64> {
 fn hget_max_attempts(db: &Db, id: &str) -> Result<Option<String>> {
     db.sql()
         .prepare_cached("SELECT max_attempts FROM emq_jobs WHERE queue = ?1 AND id = ?2")
-        .and_then(|mut s| s.query_row(params![db.queue(), id], |r| r.get(0)).optional())
+        .and_then(|mut s| s.query_row(params![db.queue(), id], |r| text(r, 0)).optional())
         .map(Option::flatten)
         .map_err(|e| db.err(e))
 }

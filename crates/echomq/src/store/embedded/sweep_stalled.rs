@@ -7,7 +7,7 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::common::{free_slot, lane, number, ring_step, ring_step_flat};
-use super::db::{Db, Field};
+use super::db::{text, Db, Field};
 use crate::error::{Error, Result};
 use crate::keyspace::JobId;
 use crate::store::Swept;
@@ -91,7 +91,7 @@ fn state_group_stalled(db: &Db, id: &str) -> Result<(Option<String>, Option<Stri
     db.sql()
         .prepare_cached("SELECT state, grp, stalled FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?)))
                 .optional()
         })
         .map(Option::unwrap_or_default)
