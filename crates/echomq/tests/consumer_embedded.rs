@@ -972,3 +972,34 @@ async fn a_field_of_an_unexpected_storage_class_is_read_as_text_and_judged_as_re
         dead.last_error
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_wake_token_wakes_one_parked_consumer_of_the_process() {
+    // as BLPOP hands a token to one client: two parks, one single-job enqueue, one park ends;
+    // the other stays parked (no round trip for nothing) until a second enqueue
+    let db = Db::new();
+    let (store, q) = (Arc::new(db.open().await), q());
+    let ended = Arc::new(AtomicUsize::new(0));
+    let parks: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, q, ended) = (store.clone(), q.clone(), ended.clone());
+            tokio::spawn(async move {
+                let woken = store.park(&q, Duration::from_secs(20)).await.unwrap();
+                ended.fetch_add(1, Ordering::SeqCst);
+                woken
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
+    wait_until(Duration::from_secs(5), "one park woken", || async {
+        ended.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ended.load(Ordering::SeqCst), 1, "the other park stays parked");
+    store.enqueue(&q, &[NewJob::new("b")]).await.unwrap();
+    for p in parks {
+        assert!(p.await.unwrap(), "each park was woken by a token");
+    }
+}

@@ -399,26 +399,35 @@ impl EmbeddedStore {
             handoff::register(wake.clone(), claim, handoff)
         });
         let seen = self.data_version.load(Ordering::Acquire);
-        tokio::select! {
-            // woken in this process: go at once, taking the token that woke it (none when the
-            // wake handed this park its jobs)
-            _ = &mut notified => {
-                if !served.load(Ordering::Acquire) {
-                    wake.take();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            tokio::select! {
+                // woken in this process: go at once when the wake handed this park its jobs or
+                // left a token for it (taken, as BLPOP takes one); a wake whose work went to
+                // other parks leaves this one parked, as BLPOP wakes one consumer per token
+                _ = &mut notified => {
+                    if served.load(Ordering::Acquire) || wake.take() {
+                        return Ok(true);
+                    }
+                    notified.set(wake.signal.notified());
+                    notified.as_mut().enable();
+                    // a token pushed between the look and the re-arm
+                    if wake.take() {
+                        return Ok(true);
+                    }
                 }
-                Ok(true)
-            }
-            _ = tokio::time::sleep(timeout) => {
-                // another process's (or handle's) commit since the store's last transaction: it
-                // may have pushed a wake this process cannot see, so report a wake
-                let now = self
-                    .on_thread("park", |w: &mut Worker| {
-                        let v = data_version(&w.conn).map_err(|e| sql_error("park", e))?;
-                        w.data_version.store(v, Ordering::Release);
-                        Ok(v)
-                    })
-                    .await?;
-                Ok(now != seen || served.load(Ordering::Acquire))
+                _ = tokio::time::sleep_until(deadline) => {
+                    // another process's (or handle's) commit since the store's last transaction:
+                    // it may have pushed a wake this process cannot see, so report a wake
+                    let now = self
+                        .on_thread("park", |w: &mut Worker| {
+                            let v = data_version(&w.conn).map_err(|e| sql_error("park", e))?;
+                            w.data_version.store(v, Ordering::Release);
+                            Ok(v)
+                        })
+                        .await?;
+                    return Ok(now != seen || served.load(Ordering::Acquire));
+                }
             }
         }
     }
