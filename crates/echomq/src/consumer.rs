@@ -48,6 +48,9 @@ pub(crate) struct Shared {
     pub(crate) opts: ConsumerOptions,
     /// Fired by `stop`: no new claims; in-flight jobs finish and settle.
     pub(crate) stop: CancellationToken,
+    /// Fired when the loop has ended (every job it took settled): the forwarder and the locks
+    /// plane end with it.
+    pub(crate) ended: CancellationToken,
     pub(crate) inflight: Mutex<HashMap<JobId, Tracked>>,
     /// Cancel requests that arrived for a job not (yet) tracked here, newest last, bounded and
     /// kept for [`EARLY_CANCEL_TTL`]: a job tracked right after its request arrived is still
@@ -105,8 +108,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A running consumer. Dropping it leaves the loop running; call [`stop`](Self::stop) or
-/// [`abort`](Self::abort).
+/// A running consumer. Dropping it stops it as [`stop`](Self::stop) does, without waiting for the
+/// end: no new claims, and the jobs in flight finish and settle in the background. To wait for
+/// that end, call `stop`; to end at once, [`abort`](Self::abort).
 pub struct Consumer {
     shared: Arc<Shared>,
     /// True once the loop has ended. A watch (not the join handle) so that a wait dropped halfway,
@@ -138,6 +142,7 @@ impl Consumer {
             handler: Arc::new(handler),
             opts,
             stop: CancellationToken::new(),
+            ended: CancellationToken::new(),
             inflight: Mutex::new(HashMap::new()),
             early_cancels: Mutex::new(Vec::new()),
         });

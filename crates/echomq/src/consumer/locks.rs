@@ -13,15 +13,11 @@ pub(crate) async fn renew(shared: Arc<Shared>) {
     let lease = shared.opts.lease;
     let every = (lease / 3).max(Duration::from_millis(5));
     loop {
+        // in-flight jobs still finish after a stop (and jobs still handed over start): the leases
+        // are kept until the loop has ended
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = shared.stop.cancelled() => {
-                // in-flight jobs still finish after a stop: keep their leases until none is left
-                if lock(&shared.inflight).is_empty() {
-                    return;
-                }
-                tokio::time::sleep(every).await;
-            }
+            _ = shared.ended.cancelled() => return,
         }
         let jobs: Vec<_> = lock(&shared.inflight)
             .iter()

@@ -55,8 +55,6 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
         handed_tx,
         handed_rx,
     };
-    let span = tracing::info_span!("emq.consumer", queue = %shared.queue);
-    let _ = span; // fields are logged on each event below
     loop {
         match beat.once().await {
             Leg::Healthy => beat.streak = 0,
@@ -83,6 +81,9 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
     while beat.handlers.join_next().await.is_some() {}
     drop(beat.settle_tx);
     let _ = settler.await;
+    // the forwarder and the locks plane end with the loop (after a stop, or its ttl)
+    shared.stop.cancel();
+    shared.ended.cancel();
 }
 
 impl Beat {
@@ -352,7 +353,7 @@ const EARLY_CANCELS_MAX: usize = 1024;
 /// subscription was down is still on the row.
 pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
     let mut streak = 0;
-    while !shared.stop.is_cancelled() {
+    while !shared.ended.is_cancelled() {
         let mut requests = match shared.store.cancel_requests(&shared.queue).await {
             Ok(s) => s,
             Err(e) => {
@@ -361,7 +362,7 @@ pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
                 tracing::warn!(queue = %shared.queue, error = %e, ?sleep, "cancel subscription failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(sleep) => continue,
-                    _ = shared.stop.cancelled() => return,
+                    _ = shared.ended.cancelled() => return,
                 }
             }
         };
@@ -380,12 +381,8 @@ pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
                     Some(req) => fire(&shared, &req.id, req.reason),
                     None => break, // the subscription dropped: subscribe again
                 },
-                _ = shared.stop.cancelled() => {
-                    if lock(&shared.inflight).is_empty() {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                // requests still reach the jobs finishing after a stop, until the loop has ended
+                _ = shared.ended.cancelled() => return,
             }
         }
     }
