@@ -1003,3 +1003,35 @@ async fn one_wake_token_wakes_one_parked_consumer_of_the_process() {
         assert!(p.await.unwrap(), "each park was woken by a token");
     }
 }
+
+#[tokio::test]
+async fn a_queue_keeps_its_newest_1000_cancel_requests() {
+    // the requests table is how cancels cross processes; streams read it within a poll, so only
+    // the newest requests need keeping: it must not grow with every cancel ever made
+    let db = Db::new();
+    let (store, q) = (db.open().await, q());
+    let jobs: Vec<NewJob> = (0..1005).map(|i| NewJob::new(format!("{i}"))).collect();
+    store.enqueue(&q, &jobs).await.unwrap();
+    let mut held = Vec::new();
+    while held.len() < jobs.len() {
+        let c = store
+            .claim(&q, 1000, Duration::from_secs(60), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        held.extend(c);
+    }
+    for j in &held {
+        let r = store.cancel(&q, &j.id, None, SettleOptions::default()).await.unwrap();
+        assert_eq!(r, Cancelled::Requested);
+    }
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    let (n, newest): (i64, String) = conn
+        .query_row(
+            "SELECT count(*), (SELECT id FROM emq_cancels ORDER BY seq DESC LIMIT 1) FROM emq_cancels",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(n, 1000);
+    assert_eq!(newest, held.last().unwrap().id.to_string());
+}

@@ -201,6 +201,9 @@ type R<T> = Result<T>;
 /// The wake list's length cap (the scripts' LTRIM).
 pub(crate) const WAKES_MAX: i64 = 16;
 
+/// The cancel requests a queue keeps (its newest).
+pub(crate) const CANCELS_KEPT: i64 = 1000;
+
 impl<'a> Db<'a> {
     /// The transaction, for a twin's own statement (its SQL stays in its file).
     pub(crate) fn sql(&self) -> &Transaction<'a> {
@@ -870,10 +873,20 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
+    /// PUBLISH emq:{q}:cancel: a durable request the queue's cancel streams read, in every process.
+    /// The queue keeps its newest [`CANCELS_KEPT`] (a stream reads them within a poll, 200 ms).
     pub(crate) fn publish_cancel(&self, id: &str, reason: Option<&str>) -> R<()> {
         self.tx
             .prepare_cached("INSERT INTO emq_cancels (queue, id, reason) VALUES (?1, ?2, ?3)")
             .and_then(|mut s| s.execute(params![self.q, id, reason]))
+            .map(drop)
+            .map_err(|e| self.e(e))?;
+        self.tx
+            .prepare_cached(
+                "DELETE FROM emq_cancels WHERE queue = ?1 AND seq < \
+                 (SELECT seq FROM emq_cancels WHERE queue = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, CANCELS_KEPT - 1]))
             .map(drop)
             .map_err(|e| self.e(e))?;
         self.cancels.set(true);
