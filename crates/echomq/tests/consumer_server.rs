@@ -1,6 +1,6 @@
-//! Consumer tests that need a Redis of their own: the idle command rate (counted by the server,
-//! commands inside scripts included) and an outage (the server SIGKILLed and restarted from its
-//! AOF).
+//! Tests that need a Redis of their own: the idle command rate (counted by the server, commands
+//! inside scripts included), an outage (the server SIGKILLed and restarted from its AOF), a settle
+//! made during one, and a refused password.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]
@@ -145,4 +145,23 @@ async fn a_settle_made_while_redis_is_down_lands_once_it_is_back() {
     }
     assert!(started_rx.try_recv().is_err(), "the job ran once");
     c.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_a_refusal_not_an_outage() {
+    // a consumer backs off and waits out an unreachable store; a refused password is not one
+    let server = OwnedServer::start(&["--appendonly", "no", "--requirepass", "s3cret"]);
+    let url = format!("redis://:wrong@127.0.0.1:{}", server.port);
+    let err = RedisStore::open(&url).await.unwrap_err();
+    assert!(!err.is_unreachable(), "{err:?}");
+    assert!(
+        matches!(err, echomq::Error::Store { .. }) && err.to_string().to_lowercase().contains("auth"),
+        "{err}"
+    );
+    assert!(
+        !err.to_string().contains("wrong"),
+        "the password stays out of the error: {err}"
+    );
+    let ok = format!("redis://:s3cret@127.0.0.1:{}", server.port);
+    assert!(RedisStore::open(&ok).await.is_ok());
 }

@@ -585,6 +585,10 @@ fn ms(d: Duration) -> Vec<u8> {
 }
 
 fn is_wire(e: &RedisError) -> bool {
+    // a refused password is the caller's to fix, not an outage to wait out
+    if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        return false;
+    }
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
