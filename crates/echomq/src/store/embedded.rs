@@ -298,10 +298,24 @@ impl EmbeddedStore {
     /// Opens and configures the connection; every refusal names the file.
     fn connect(path: &str, durability: Durability) -> Result<Connection> {
         Self::configure(path, durability).map_err(|e| match e {
-            Error::Store { verb, reason } if !reason.contains(path) => Error::Store {
-                verb,
-                reason: format!("{path}: {reason}"),
-            },
+            Error::Store { verb, reason } => {
+                // the usual cause of SQLite's bare "unable to open" and "readonly database"
+                let hint = if reason.contains("unable to open") || reason.contains("readonly database") {
+                    " (the store needs to create and write the file, its -wal and -shm beside it: \
+                     does the directory exist, and may this user write there?)"
+                } else {
+                    ""
+                };
+                let at = if reason.contains(path) {
+                    String::new()
+                } else {
+                    format!("{path}: ")
+                };
+                Error::Store {
+                    verb,
+                    reason: format!("{at}{reason}{hint}"),
+                }
+            }
             other => other,
         })
     }
@@ -1249,5 +1263,16 @@ mod tests {
         let ids = store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
         assert_eq!(ids[0].id().as_str(), "1");
         assert_eq!(store.counts(&q).await.unwrap().pending, 1);
+    }
+
+    #[tokio::test]
+    async fn a_file_that_cannot_be_opened_is_refused_saying_where_to_look() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no-such-dir").join("q.db");
+        let err = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, Error::Store { verb: "open", .. }), "{err:?}");
+        assert!(text.contains(path.to_str().unwrap()), "names the file: {text}");
+        assert!(text.contains("does the directory exist"), "says where to look: {text}");
     }
 }
