@@ -109,6 +109,8 @@ fn main() {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // colours for a terminal only: a log file or a pipe gets plain text
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EMQ_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
