@@ -202,7 +202,7 @@ impl Beat {
     }
 
     /// Parks on the wake list for the beat or until the next scheduled job is due, whichever is
-    /// sooner. A stop ends the park at once. With a batch of free slots the park offers a claim
+    /// sooner. A stop ends the park at once. With free slots the park offers a claim
     /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it hands the
     /// jobs over with the slots reserved here, and they are launched as the park ends.
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {

@@ -135,7 +135,8 @@ async fn complete_alone(shared: &Shared, f: &Finished) -> Result<Settled> {
         _ => None,
     };
     match store.complete(q, &f.id, f.token, output, opts.settle_options()).await {
-        Err(e) if !e.is_unreachable() => {
+        // refusals that would repeat on every try; any other error is left to the lease
+        Err(e @ (crate::Error::PayloadTooLarge { .. } | crate::Error::InvalidOption { .. })) => {
             tracing::warn!(queue = %q, id = %f.id, attempt = f.token, error = %e, "completion refused; failing the attempt");
             let failed = Finished {
                 id: f.id.clone(),
