@@ -572,7 +572,7 @@ fn transact<T>(
         // transaction (handed over after the commit; a rollback drops it)
         let woken = db.woke.get().then(|| wake_of(wakes, q));
         let handed = match &woken {
-            Some(wake) => handoff::serve(&db, &t, wake).map_err(|e| sql_error(verb, e))?,
+            Some(wake) => handoff::serve(&db, wake)?,
             None => handoff::Handed::default(),
         };
         (out, woken, db.tokens.get(), handed, db.cancels.get())
@@ -1242,22 +1242,16 @@ mod tests {
         let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
         let q = QueueName::new("q").unwrap();
         // on the store's thread, and on the caller's
-        let err = store
-            .run("q", "test", On::Thread, |db| -> Result<()> {
-                db.kv_set("id", 41)?;
-                panic!("a defect")
-            })
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::Store { .. }), "{err:?}");
-        let err = store
-            .run("q", "test", On::CallerFirst, |db| -> Result<()> {
-                db.kv_set("id", 41)?;
-                panic!("a defect")
-            })
-            .await
-            .unwrap_err();
-        assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        for on in [On::Thread, On::CallerFirst] {
+            let err = store
+                .run("q", "test", on, |db| -> Result<()> {
+                    db.kv_set("id", 41)?;
+                    panic!("a defect")
+                })
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        }
         assert!(!store.shared.is_poisoned(), "the caller's path is open again");
         // nothing of either was written, and both paths serve the next verbs
         let ids = store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();

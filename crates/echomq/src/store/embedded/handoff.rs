@@ -13,10 +13,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rusqlite::Transaction;
-
 use super::db::Db;
 use super::{claim, settle_args, Wake, Wakes};
+use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::store::{ClaimRequest, Handoff, BATCH_MAX};
 
@@ -155,12 +154,13 @@ impl Handed {
     }
 }
 
-/// Serves the offers of `db`'s queue inside its transaction `tx` (one that made work claimable),
-/// in the order their consumers parked, until a claim comes back short: nothing more to claim. The
-/// offers it took and did not serve are dropped (their consumers wake with the commit as ever).
-/// Errs only when a failed claim could not be rolled back to its savepoint: the transaction must
-/// then fail whole rather than commit a claim nobody is handed.
-pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<Handed> {
+/// Serves the offers of `db`'s queue inside its transaction (one that made work claimable), in the
+/// order their consumers parked, until a claim comes back short: nothing more to claim. Each claim
+/// is a leg of its own ([`Db::leg`]): a failing one is undone and ends the serving (its consumer
+/// claims itself after the commit). The offers it took and did not serve are dropped (their
+/// consumers wake with the commit as ever). Errs only when a failed claim could not be undone: the
+/// transaction must then fail whole rather than commit a claim nobody is handed.
+pub(super) fn serve(db: &Db, wake: &Wake) -> Result<Handed> {
     let mut handed = Handed::default();
     if let Some((offer, jobs)) = db.direct.served.borrow_mut().take() {
         // an enqueue served the first offer as it wrote; short: it took every claimable job
@@ -175,24 +175,9 @@ pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<
     for offer in taken {
         let n = (offer.claim.n as usize).min(BATCH_MAX) as i64;
         let (keep, recmax) = settle_args(offer.claim.settle);
-        if let Err(e) = tx.execute_batch("SAVEPOINT emq_handoff") {
-            tracing::warn!(error = %e, "hand-off: no savepoint; the parked consumers claim themselves");
-            break;
-        }
-        let claimed = claim::claim(
-            db,
-            n,
-            offer.claim.lease.as_millis() as i64,
-            offer.claim.max_attempts as i64,
-            keep,
-            recmax,
-        );
-        match claimed {
+        let (lease, max_attempts) = (offer.claim.lease.as_millis() as i64, offer.claim.max_attempts as i64);
+        match db.leg(|| claim::claim(db, n, lease, max_attempts, keep, recmax))? {
             Ok(jobs) => {
-                if let Err(e) = tx.execute_batch("RELEASE emq_handoff") {
-                    // the savepoint stays open inside the transaction: its claim commits with it
-                    tracing::warn!(error = %e, "hand-off: savepoint not released");
-                }
                 let short = (jobs.len() as i64) < n;
                 if !jobs.is_empty() {
                     handed.list.push((offer.handoff, jobs));
@@ -203,7 +188,6 @@ pub(super) fn serve(db: &Db, tx: &Transaction, wake: &Wake) -> rusqlite::Result<
             }
             Err(e) => {
                 tracing::warn!(error = %e, "hand-off claim failed; the parked consumers claim themselves");
-                tx.execute_batch("ROLLBACK TO emq_handoff; RELEASE emq_handoff")?;
                 break;
             }
         }
