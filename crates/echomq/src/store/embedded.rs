@@ -37,6 +37,7 @@ mod common;
 mod db;
 mod handoff;
 mod schema;
+mod txn;
 
 mod cancel;
 mod claim;
@@ -74,7 +75,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
@@ -480,9 +481,7 @@ impl EmbeddedStore {
                 wakes,
                 data_version,
             } = w;
-            let t = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| sql_error(verb, e))?;
+            let t = txn::Txn::begin(conn).map_err(|e| sql_error(verb, e))?;
             transact(t, wakes, data_version, &q, verb, f)
         })
         .await
@@ -514,7 +513,7 @@ impl EmbeddedStore {
         if conn.busy_timeout(Duration::ZERO).is_err() {
             return Err(f);
         }
-        if let Ok(t) = conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        if let Ok(t) = txn::Txn::begin(conn) {
             // the twin's statements never wait: this connection holds the write lock now
             return Ok(match t.busy_timeout(BUSY_TIMEOUT) {
                 Ok(()) => {
@@ -558,7 +557,7 @@ impl EmbeddedStore {
 /// The body of every verb's transaction `t`: the twin `f`, the hand-off of its claimable jobs to
 /// this process's parked offers, the commit, then the wakes. A twin that errs rolls back.
 fn transact<T>(
-    t: rusqlite::Transaction<'_>,
+    t: txn::Txn<'_>,
     wakes: &Wakes,
     version: &AtomicI64,
     q: &str,
@@ -1145,7 +1144,7 @@ mod tests {
         drop(EmbeddedStore::open(path).await.unwrap());
         let mut writer = Connection::open(path).unwrap();
         let held = writer
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .unwrap();
         let started = std::time::Instant::now();
         let store = EmbeddedStore::open(path).await.unwrap();
@@ -1171,7 +1170,9 @@ mod tests {
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let writer = std::thread::spawn(move || {
             let mut conn = Connection::open(&path).unwrap();
-            let held = conn.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+            let held = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .unwrap();
             held_tx.send(()).unwrap();
             std::thread::sleep(Duration::from_millis(300));
             held.commit().unwrap();

@@ -4,7 +4,9 @@
 
 use std::cell::Cell;
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, OptionalExtension};
+
+use super::txn::{self, Txn};
 
 use super::sql_error;
 
@@ -180,7 +182,7 @@ impl Col {
 
 /// One queue's keyspace inside one transaction.
 pub(crate) struct Db<'a> {
-    tx: &'a Transaction<'a>,
+    tx: &'a Txn<'a>,
     q: &'a str,
     verb: &'static str,
     now: Cell<Option<i64>>,
@@ -206,7 +208,7 @@ pub(crate) const CANCELS_KEPT: i64 = 1000;
 
 impl<'a> Db<'a> {
     /// The transaction, for a twin's own statement (its SQL stays in its file).
-    pub(crate) fn sql(&self) -> &Transaction<'a> {
+    pub(crate) fn sql(&self) -> &Txn<'a> {
         self.tx
     }
 
@@ -220,7 +222,7 @@ impl<'a> Db<'a> {
         sql_error(self.verb, e)
     }
 
-    pub(crate) fn new(tx: &'a Transaction<'a>, q: &'a str, verb: &'static str) -> Self {
+    pub(crate) fn new(tx: &'a Txn<'a>, q: &'a str, verb: &'static str) -> Self {
         Db {
             tx,
             q,
@@ -249,15 +251,15 @@ impl<'a> Db<'a> {
     /// savepoint cannot be opened or rolled back: the transaction must then fail whole.
     pub(crate) fn leg<T>(&self, f: impl FnOnce() -> R<T>) -> R<R<T>> {
         let (woke, cancels, tokens) = (self.woke.get(), self.cancels.get(), self.tokens.get());
-        self.tx.execute_batch("SAVEPOINT emq_leg").map_err(|e| self.e(e))?;
+        txn::run(self.tx, "SAVEPOINT emq_leg").map_err(|e| self.e(e))?;
         let out = f();
         if out.is_err() {
-            self.tx.execute_batch("ROLLBACK TO emq_leg").map_err(|e| self.e(e))?;
+            txn::run(self.tx, "ROLLBACK TO emq_leg").map_err(|e| self.e(e))?;
             self.woke.set(woke);
             self.cancels.set(cancels);
             self.tokens.set(tokens);
         }
-        self.tx.execute_batch("RELEASE emq_leg").map_err(|e| self.e(e))?;
+        txn::run(self.tx, "RELEASE emq_leg").map_err(|e| self.e(e))?;
         Ok(out)
     }
 
