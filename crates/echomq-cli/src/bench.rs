@@ -19,19 +19,23 @@ const QUEUE: &str = "bench";
 pub struct Args {
     #[command(subcommand)]
     workload: Workload,
-    /// Jobs for enqueue and process.
-    #[arg(long, global = true, default_value_t = 100_000)]
-    jobs: usize,
 }
 
 #[derive(clap::Subcommand, Debug)]
 enum Workload {
     /// a_enqueue_bulk: N jobs in batches of 1000.
-    Enqueue,
+    Enqueue {
+        /// Jobs (N).
+        #[arg(long, default_value_t = 100_000, value_parser = at_least_one::<usize>)]
+        jobs: usize,
+    },
     /// b_process: N waiting no-op jobs, one consumer in this process at concurrency C.
     Process {
         /// Concurrency.
         concurrency: usize,
+        /// Jobs (N).
+        #[arg(long, default_value_t = 100_000, value_parser = at_least_one::<usize>)]
+        jobs: usize,
     },
     /// c_latency: an idle consumer, 2000 enqueues at 200/s, enqueue → handler start (one clock).
     Latency {
@@ -39,18 +43,26 @@ enum Workload {
         #[arg(default_value_t = 1)]
         concurrency: usize,
         /// Enqueues.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, default_value_t = 2000, value_parser = at_least_one::<usize>)]
         count: usize,
         /// Enqueues per second.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 200, value_parser = at_least_one::<u64>)]
         rate: u64,
     },
     /// d_idle: an idle consumer (concurrency 10) for S seconds.
     Idle {
         /// Seconds.
-        #[arg(default_value_t = 10)]
+        #[arg(default_value_t = 10, value_parser = at_least_one::<u64>)]
         secs: u64,
     },
+}
+
+/// A count of at least 1: a workload of none measures nothing.
+fn at_least_one<T: std::str::FromStr + PartialOrd + From<u8>>(s: &str) -> Result<T, String> {
+    match s.parse::<T>() {
+        Ok(n) if n >= T::from(1) => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
 }
 
 /// A Redis INFO reader for the deltas; absent on stores that are not Redis.
@@ -192,8 +204,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     store.enqueue(&q, &payloads(1)).await?;
     reset(&store, &q).await?;
     match args.workload {
-        Workload::Enqueue => enqueue(&store, &q, &meter, args.jobs).await?,
-        Workload::Process { concurrency } => process(&store, &q, &meter, args.jobs, concurrency).await?,
+        Workload::Enqueue { jobs } => enqueue(&store, &q, &meter, jobs).await?,
+        Workload::Process { concurrency, jobs } => process(&store, &q, &meter, jobs, concurrency).await?,
         Workload::Latency {
             concurrency,
             count,

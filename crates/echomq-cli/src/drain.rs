@@ -16,6 +16,6 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let queue = QueueName::new(&args.queue)?;
     let store = crate::open(url).await?;
     let dropped = store.drain(&queue).await?;
-    eprintln!("drained {dropped} jobs from {queue}");
+    eprintln!("drained {} from {queue}", crate::count(dropped, "job"));
     Ok(0)
 }

@@ -152,7 +152,8 @@ async fn lines(
     let took = started.elapsed();
     let rate = total as f64 / took.as_secs_f64().max(1e-9);
     eprintln!(
-        "enqueued {total} jobs to queue {} in {:.3} s ({rate:.0} jobs/s)",
+        "enqueued {} to queue {} in {:.3} s ({rate:.0} jobs/s)",
+        crate::count(total, "job"),
         target.queue,
         took.as_secs_f64()
     );
@@ -262,10 +263,13 @@ async fn flush(target: &Target, batch: &mut Vec<NewJob>, done: u64) -> anyhow::R
         return Ok(0);
     }
     let n = batch.len() as u64;
-    target
-        .enqueue(batch)
-        .await
-        .with_context(|| format!("enqueued {done} jobs to queue {}, then failed", target.queue))?;
+    target.enqueue(batch).await.with_context(|| {
+        format!(
+            "enqueued {} to queue {}, then failed",
+            crate::count(done, "job"),
+            target.queue
+        )
+    })?;
     batch.clear();
     Ok(n)
 }

@@ -94,6 +94,14 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// `n` with its noun: "1 job", "3 jobs" (`what` is the singular; "dead job" gives "dead jobs").
+pub fn count(n: impl Into<u64>, what: &str) -> String {
+    match n.into() {
+        1 => format!("1 {what}"),
+        n => format!("{n} {what}s"),
+    }
+}
+
 /// Opens the store named by the URL, failing within 5 s when it cannot be reached.
 pub async fn open(url: &str) -> anyhow::Result<Arc<dyn Store>> {
     let store = tokio::time::timeout(Duration::from_secs(5), echomq::store::open(url))
@@ -155,4 +163,14 @@ fn output_failed(e: std::io::Error) -> ! {
 fn fail(e: anyhow::Error) -> ! {
     eprintln!("error: {e:#}");
     std::process::exit(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_count_of_one_is_singular_and_any_other_plural() {
+        assert_eq!(super::count(0u64, "job"), "0 jobs");
+        assert_eq!(super::count(1u64, "dead job"), "1 dead job");
+        assert_eq!(super::count(2u64, "job"), "2 jobs");
+    }
 }

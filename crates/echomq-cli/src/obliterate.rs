@@ -37,7 +37,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             return Err(active(&queue, c.active));
         }
         let question = format!(
-            "obliterate queue {queue}: {} pending, {} scheduled, {} active, {} dead jobs and its counters, limits \
+            "obliterate queue {queue}: its jobs ({} pending, {} scheduled, {} active, {} dead), counters, limits \
              and pause flag are deleted. Type the queue name to confirm: ",
             c.pending, c.scheduled, c.active, c.dead
         );
@@ -50,7 +50,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     }
     match store.obliterate(&queue, args.force).await? {
         Obliterated::Done { removed } => {
-            eprintln!("obliterated queue {queue}: {removed} jobs deleted");
+            eprintln!("obliterated queue {queue}: {} deleted", crate::count(removed, "job"));
             Ok(0)
         }
         Obliterated::Active { active: n } => Err(active(&queue, n)),

@@ -31,7 +31,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let Some(id) = id else {
         let n = store.redrive_all(&queue, args.extra).await?;
         eprintln!(
-            "re-drove {n} dead jobs of queue {queue} back to ready ({} more attempts each)",
+            "re-drove {} of queue {queue} back to ready ({} more attempts each)",
+            crate::count(n, "dead job"),
             args.extra
         );
         return Ok(0);

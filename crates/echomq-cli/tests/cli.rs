@@ -231,6 +231,13 @@ fn unknown_subcommands_flags_and_bad_values_exit_2(b: &Backend) {
     b.assert_usage_error(&["work", "q", "--exec", "true", "--concurrency", "many"]);
     b.assert_usage_error(&["work", "q", "--exec", "true", "--max-stalled", "2"]);
     b.assert_usage_error(&["enqueue", "q", "x", "--delay", "soon"]);
+    // a benchmark of nothing measures nothing; --jobs belongs to the workloads that take it
+    b.assert_usage_error(&["bench", "enqueue", "--jobs", "0"]);
+    b.assert_usage_error(&["bench", "process", "10", "--jobs", "0"]);
+    b.assert_usage_error(&["bench", "latency", "--count", "0"]);
+    b.assert_usage_error(&["bench", "latency", "--rate", "0"]);
+    b.assert_usage_error(&["bench", "idle", "0"]);
+    b.assert_usage_error(&["bench", "latency", "--jobs", "10"]);
 }
 
 fn values_the_library_refuses_exit_1_naming_the_option(b: &Backend) {
