@@ -17,7 +17,17 @@ install() {
   $sudo apt-get install -y -qq "$1" >/dev/null 2>&1 \
     || { $sudo apt-get update -qq && $sudo apt-get install -y -qq "$1"; }
 }
-command -v redis-server >/dev/null 2>&1 || install redis-server redis-server
+# the package's own service is not started: its server would outlive this script
+if ! command -v redis-server >/dev/null 2>&1; then
+  policy=/usr/sbin/policy-rc.d
+  if [ "$(id -u)" -eq 0 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+    install redis-server redis-server
+    rm -f "$policy"
+  else
+    install redis-server redis-server
+  fi
+fi
 # the signal tests run the kill program (not the shell's builtin); minimal images lack it
 [ -x /usr/bin/kill ] || [ -x /bin/kill ] || install procps kill
 
@@ -45,6 +55,14 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { cat "$dir/redis.log" >&2; echo "redis-server did not start" >&2; exit 1; }
+# the server answering is ours (a child of the timeout above), not another process's that took the
+# port first: ours would then have exited
+serving=$(redis-cli -p "$port" info server | tr -d '\r' | sed -n 's/^process_id://p')
+if ! kill -0 "$redis_pid" 2>/dev/null || [ "$(ps -o ppid= -p "$serving" | tr -d ' ')" != "$redis_pid" ]; then
+  cat "$dir/redis.log" >&2
+  echo "tools/test.sh: port $port is served by another process (pid $serving); run again" >&2
+  exit 1
+fi
 echo "tools/test.sh: redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on 127.0.0.1:$port (pid $redis_pid)" >&2
 
 export EMQ_TEST_REDIS_URL="redis://127.0.0.1:$port"
@@ -53,8 +71,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
 # the examples run, not only build: the no-server ones on the embedded store, then the Redis one
-# against the server started above
+# against the server started above. Built with the workspace's features, as the tests built them
+# (`cargo run -p echomq` would resolve fewer and compile tokio, redis and echomq once more).
+cargo build -q --locked --workspace --examples
+examples="${CARGO_TARGET_DIR:-target}/debug/examples"
 for ex in enqueue_and_consume groups delays_and_retries cancel graceful_stop; do
-  cargo run -q --locked -p echomq --example "$ex"
+  echo "tools/test.sh: example $ex" >&2
+  "$examples/$ex"
 done
-EMQ_URL="$EMQ_TEST_REDIS_URL" cargo run -q --locked -p echomq --example redis
+echo "tools/test.sh: example redis" >&2
+EMQ_URL="$EMQ_TEST_REDIS_URL" "$examples/redis"

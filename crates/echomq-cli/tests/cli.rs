@@ -646,10 +646,11 @@ fn leases_are_renewed_while_a_command_runs_longer_than_its_lease() {
     let q = queue("work-locks");
     let dir = scratch("work-locks");
     enqueue(&q, "x", &[]);
-    let exec = format!("echo run >> {}/runs; sleep 1.2", dir.display());
-    // a second worker would take the job over if its lease lapsed
-    let a = work(&q, &exec, &["--lease", "300ms"]);
-    let b = work(&q, &exec, &["--lease", "300ms"]);
+    let exec = format!("echo run >> {}/runs; sleep 3", dir.display());
+    // a second worker would take the job over if its lease lapsed (three leases long: a lease of
+    // 1 s leaves a loaded machine room for each renewal)
+    let a = work(&q, &exec, &["--lease", "1s"]);
+    let b = work(&q, &exec, &["--lease", "1s"]);
     let l = lib();
     wait_until(Duration::from_secs(10), "completed", || l.counts(&q).completed == 1);
     a.stop();

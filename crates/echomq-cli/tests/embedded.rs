@@ -44,7 +44,6 @@ const JOBS: u64 = 30_000;
 fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() {
     let b = Backend::embedded();
     let dir = scratch("three-workers");
-    let done = dir.join("done.txt");
     let input = dir.join("jobs.txt");
     let mut f = std::io::BufWriter::new(std::fs::File::create(&input).unwrap());
     for i in 0..JOBS {
@@ -56,9 +55,11 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
     // The workers start first, on a file none of them has created yet: they open it (and create
     // its schema) at once, then find the jobs as they arrive from another process.
     // `>>` appends with O_APPEND: each job's line is one write, never interleaved with another's.
-    let exec = format!("echo \"$EMQ_JOB_ID\" >> '{}'", done.display());
+    // each worker its own file, to show all three took part
+    let done_by = |w: usize| dir.join(format!("done-{w}.txt"));
     let workers: Vec<Worker> = (0..3)
-        .map(|_| {
+        .map(|w| {
+            let exec = format!("echo \"$EMQ_JOB_ID\" >> '{}'", done_by(w).display());
             let args = [
                 "work",
                 "q",
@@ -105,7 +106,12 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
 
     // every id exactly once: none lost, none run twice
     let mut seen = vec![0u32; JOBS as usize + 1];
-    let ran = std::fs::read_to_string(&done).unwrap();
+    let mut ran = String::new();
+    for w in 0..3 {
+        let mine = std::fs::read_to_string(done_by(w)).unwrap_or_default();
+        assert!(!mine.is_empty(), "worker {w} ran no job");
+        ran.push_str(&mine);
+    }
     for line in ran.lines() {
         let id: usize = line.parse().unwrap_or_else(|_| panic!("not an id: {line:?}"));
         assert!((1..=JOBS as usize).contains(&id), "an id outside 1..={JOBS}: {id}");
@@ -135,7 +141,10 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
 // crash safety
 
 /// Builds the `crash_child` example of the echomq crate (the same profile and target directory as
-/// this test) and returns its path.
+/// this test) and returns its path. Built for the whole workspace, with the features
+/// `cargo test --workspace` resolved: after that run it is already built (a build for the echomq
+/// package alone resolves fewer tokio features and would compile tokio, redis and echomq again,
+/// in the middle of the tests).
 fn crash_child() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // target/<profile>/deps/embedded-<hash>
@@ -146,15 +155,7 @@ fn crash_child() -> PathBuf {
     let mut build = Command::new(cargo);
     build
         .current_dir(&root)
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "echomq",
-            "--example",
-            "crash_child",
-            "--target-dir",
-        ])
+        .args(["build", "-q", "--workspace", "--example", "crash_child", "--target-dir"])
         .arg(target_dir);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");

@@ -854,7 +854,10 @@ fn stats_watch_json_prints_lines_every_second_with_rates_and_stops_on_ctrl_c() {
         if v["completed"] == 2 {
             break v;
         }
-        assert_eq!(v["completed_per_s"], 0.0, "{v}");
+        // the two completes are two calls: a draw may fall between them
+        if v["completed"] == 0 {
+            assert_eq!(v["completed_per_s"], 0.0, "{v}");
+        }
     };
     let rate = seen["completed_per_s"].as_f64().unwrap();
     assert!(rate > 0.5 && rate <= 2.5, "2 completions in about a second: {seen}");
@@ -893,7 +896,7 @@ fn stats_watch_on_a_terminal_redraws_in_place() {
     let mut line = String::from(env!("CARGO_BIN_EXE_emq"));
     line.push_str(&format!(" stats '{q}' --watch"));
     let child = Command::new("timeout")
-        .args(["-s", "INT", "2.5", "script", "-q", "-e", "-c", &line, "/dev/null"])
+        .args(["-s", "INT", "3.5", "script", "-q", "-e", "-c", &line, "/dev/null"])
         .env("EMQ_URL", url())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -903,8 +906,9 @@ fn stats_watch_on_a_terminal_redraws_in_place() {
     let o = child.wait_with_output().unwrap();
     let shown = String::from_utf8_lossy(&o.stdout);
     let draws = shown.matches("\x1b[H").count();
+    // 3.5 s, less the start of a debug build on a loaded machine: 2 to 4 draws
     assert!(
-        (2..=3).contains(&draws),
+        (2..=4).contains(&draws),
         "a draw a second, each from the top: {shown:?}"
     );
     assert_eq!(

@@ -724,15 +724,20 @@ async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked() 
         .await
         .unwrap();
     let (second, cancelled) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (s, c) = (second.clone(), cancelled.clone());
+    let first_returned = Arc::new(AtomicUsize::new(0));
+    let (s, c, f) = (second.clone(), cancelled.clone(), first_returned.clone());
     let consumer = Consumer::start(
         store.clone(),
         q.clone(),
         move |job: JobContext| {
-            let (s, c) = (s.clone(), c.clone());
+            let (s, c, f) = (s.clone(), c.clone(), f.clone());
             async move {
                 if job.attempts == 1 {
-                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    // outlives its lease: returns once attempt 2 runs
+                    while s.load(Ordering::SeqCst) == 0 {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    f.store(1, Ordering::SeqCst);
                     return Verdict::Done;
                 }
                 job.extend_lock(Duration::from_secs(30)).await.unwrap();
@@ -757,8 +762,12 @@ async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked() 
         second.load(Ordering::SeqCst) == 1
     })
     .await;
-    // attempt 1 ends 400 ms after it began; its settle comes back stale
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until(Duration::from_secs(5), "attempt 1 returned", || async {
+        first_returned.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // its settle, sent as it returned, comes back stale within this
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(consumer.in_flight(), 1, "attempt 2 is still tracked");
     assert_eq!(
         store
@@ -1018,6 +1027,11 @@ async fn a_queue_keeps_its_newest_1000_cancel_requests() {
             .claim(&q, 1000, Duration::from_secs(60), 3, SettleOptions::default())
             .await
             .unwrap();
+        assert!(
+            !c.is_empty(),
+            "a claim with {} jobs left took none",
+            jobs.len() - held.len()
+        );
         held.extend(c);
     }
     for j in &held {

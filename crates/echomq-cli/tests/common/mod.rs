@@ -342,16 +342,33 @@ pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// A running `emq work`; killed (SIGKILL) if the test ends without stopping it.
+/// A running `emq work`; killed (SIGKILL) if the test ends without stopping it. Its piped output
+/// is drained as it comes (a full pipe would stall a chatty worker), and handed back by
+/// [`Worker::wait`].
 pub struct Worker {
     child: Option<Child>,
+    drains: Vec<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
 }
 
 impl Worker {
     /// Starts `cmd` (an `emq work`, or any process the test must not leave behind).
     pub fn spawn(mut cmd: Command) -> Worker {
+        let mut child = cmd.spawn().unwrap();
+        let drains = vec![drain(child.stdout.take()), drain(child.stderr.take())];
         Worker {
-            child: Some(cmd.spawn().unwrap()),
+            child: Some(child),
+            drains,
         }
     }
 
@@ -367,11 +384,20 @@ impl Worker {
     pub fn wait(mut self, within: Duration) -> Output {
         let deadline = Instant::now() + within;
         let child = self.child.as_mut().unwrap();
-        while child.try_wait().unwrap().is_none() {
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
             assert!(Instant::now() < deadline, "emq work did not exit within {within:?}");
             std::thread::sleep(Duration::from_millis(10));
+        };
+        self.child = None;
+        let mut drains = std::mem::take(&mut self.drains).into_iter().map(|d| d.join().unwrap());
+        Output {
+            status,
+            stdout: drains.next().unwrap_or_default(),
+            stderr: drains.next().unwrap_or_default(),
         }
-        self.child.take().unwrap().wait_with_output().unwrap()
     }
 
     /// SIGTERM, then the exit status must be 0.

@@ -89,6 +89,11 @@ impl Probe {
         each_store!(self, p => p.clear_wakes().await)
     }
 
+    /// Shortens the wake list to its first `n` tokens, as consumers taking the others leave it.
+    pub async fn keep_wakes(&self, n: u64) {
+        each_store!(self, p => p.keep_wakes(n).await)
+    }
+
     /// The group slot counters a:<g>, by group.
     pub async fn slots(&self) -> HashMap<String, u64> {
         each_store!(self, p => p.slots().await)

@@ -139,6 +139,17 @@ impl EmbeddedProbe {
         .await
     }
 
+    pub async fn keep_wakes(&self, n: u64) {
+        self.with(move |c, q| {
+            c.execute(
+                "UPDATE emq_kv SET value = min(value, ?2) WHERE queue = ?1 AND key = 'wakes'",
+                params![q, n as i64],
+            )
+            .expect("keep wakes");
+        })
+        .await
+    }
+
     pub async fn slots(&self) -> std::collections::HashMap<String, u64> {
         self.with(|c, q| {
             let mut s = c

@@ -55,6 +55,15 @@ impl RedisProbe {
         let _: () = self.conn.clone().del(self.key("wake")).await.expect("DEL wake");
     }
 
+    pub async fn keep_wakes(&self, n: u64) {
+        let _: () = self
+            .conn
+            .clone()
+            .ltrim(self.key("wake"), 0, n as isize - 1)
+            .await
+            .expect("LTRIM wake");
+    }
+
     pub async fn slots(&self) -> HashMap<String, u64> {
         let all: HashMap<String, String> = self.conn.clone().hgetall(self.key("groups")).await.expect("HGETALL");
         all.into_iter()

@@ -300,7 +300,9 @@ pub async fn promote_pushes_at_most_16_wakes_and_trims_the_list_to_16(ctx: &Ctx)
     wait_until_due(ctx, &ids[10..]).await;
     assert_eq!(promote(ctx, 100).await.moved, 20);
     assert_eq!(ctx.probe.wakes().await, 16, "at most 16 per call");
-    // Ten more ready jobs on a full list: the list keeps its newest 16.
+    // four tokens taken by consumers, then ten more ready jobs: 12 + 10, trimmed to 16
+    ctx.probe.keep_wakes(12).await;
+    assert_eq!(ctx.probe.wakes().await, 12);
     let more: Vec<NewJob> = (0..10).map(|i| delayed(&format!("m{i}"), SOON)).collect();
     let more: Vec<JobId> = ctx
         .store
@@ -312,7 +314,7 @@ pub async fn promote_pushes_at_most_16_wakes_and_trims_the_list_to_16(ctx: &Ctx)
         .collect();
     wait_until_due(ctx, &more).await;
     assert_eq!(promote(ctx, 100).await.moved, 10);
-    assert_eq!(ctx.probe.wakes().await, 16, "trimmed to 16");
+    assert_eq!(ctx.probe.wakes().await, 16, "pushed ten, trimmed to 16");
 }
 
 pub async fn promote_of_a_lane_job_at_its_group_limit_pushes_no_wake(ctx: &Ctx) {

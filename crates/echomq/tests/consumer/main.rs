@@ -65,6 +65,7 @@ async fn consumer_processes_every_job_once_at_concurrency_8() {
     .await;
     c.stop(Duration::from_secs(5)).await.unwrap();
     let mut ids = seen.lock().unwrap().clone();
+    assert_eq!(ids.len(), 300, "300 handler runs");
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 300, "every job ran exactly once");
@@ -374,41 +375,59 @@ async fn consumer_never_runs_a_job_cancelled_while_no_consumer_listened() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn consumer_checkpoint_survives_a_lease_expiry() {
+    // attempt 1 checkpoints, then outlives its lease; attempt 2 resumes from the checkpoint. Each
+    // waits for the other (no sleeps to race): attempt 1 returns only once attempt 2 runs, and
+    // attempt 2 only once attempt 1's settle is over, so that stale settle meets a row attempt 2
+    // holds and the fence alone decides which completion counts
     let (store, q) = (store().await, queue("checkpoint"));
-    store.enqueue(&q, &[NewJob::new("step1")]).await.unwrap();
+    let id = store.enqueue(&q, &[NewJob::new("step1")]).await.unwrap()[0]
+        .id()
+        .clone();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
+    let second_running = Arc::new(tokio::sync::Notify::new());
+    let first_returned = Arc::new(tokio::sync::Notify::new());
+    let (s, second, first) = (seen.clone(), second_running.clone(), first_returned.clone());
+    let mut opts = fast().with_concurrency(2).with_lease(Duration::from_millis(100));
+    opts.retain = 10;
     let c = Consumer::start(
         store.clone(),
         q.clone(),
         move |job: JobContext| {
-            let s = s.clone();
+            let (s, second, first) = (s.clone(), second.clone(), first.clone());
             async move {
                 s.lock()
                     .unwrap()
                     .push(String::from_utf8_lossy(&job.payload).into_owned());
                 if job.attempts == 1 {
                     job.checkpoint("step2").await.unwrap();
-                    // outlive the lease: the reaper hands the job to the next attempt
-                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    // the reaper hands the job to attempt 2 once this lease lapses
+                    second.notified().await;
+                    first.notify_one();
+                    return Verdict::DoneWith(b"attempt 1".to_vec());
                 }
-                Verdict::Done
+                second.notify_one();
+                first.notified().await;
+                // attempt 1's verdict is settled (stale) by the time this one is
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Verdict::DoneWith(b"attempt 2".to_vec())
             }
         },
-        fast().with_concurrency(2).with_lease(Duration::from_millis(100)),
+        opts,
     )
     .unwrap();
-    wait_until(Duration::from_secs(10), "two attempts", || async {
-        seen.lock().unwrap().len() >= 2
+    wait_until(Duration::from_secs(10), "the job completed", || async {
+        completed(&store, &q).await == 1
     })
     .await;
-    assert_eq!(seen.lock().unwrap()[..2], ["step1".to_string(), "step2".to_string()]);
     c.stop(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), ["step1".to_string(), "step2".to_string()]);
+    let job = store.get(&q, &id).await.unwrap().expect("the row is retained");
     assert_eq!(
-        completed(&store, &q).await,
-        1,
+        (job.state, job.attempts, job.output.as_deref()),
+        (JobState::Completed, 2, Some(&b"attempt 2"[..])),
         "only the current holder's settle counts"
     );
+    assert_eq!(completed(&store, &q).await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -465,13 +484,15 @@ async fn consumer_locks_plane_keeps_a_handler_of_three_leases_alive() {
         move |_job: JobContext| {
             r.fetch_add(1, Ordering::SeqCst);
             async {
-                tokio::time::sleep(Duration::from_millis(450)).await;
+                // three leases: renewed (at a third of the lease) it is never reaped; a lease of
+                // 1 s leaves a loaded machine room for each renewal
+                tokio::time::sleep(Duration::from_secs(3)).await;
                 Verdict::Done
             }
         },
         fast()
             .with_concurrency(2)
-            .with_lease(Duration::from_millis(150))
+            .with_lease(Duration::from_secs(1))
             .with_locks(true),
     )
     .unwrap();

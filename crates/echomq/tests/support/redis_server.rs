@@ -3,7 +3,7 @@
 //! any case). Shared by the conformance harness and the benchmarks through `#[path]`.
 
 // test support: panicking is how it reports; each test binary uses a different part of it
-#![allow(clippy::panic, clippy::zombie_processes, dead_code)]
+#![allow(clippy::panic, clippy::print_stderr, clippy::zombie_processes, dead_code)]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +14,41 @@ pub fn url_from_env_or_start(env_var: &str) -> String {
     if let Ok(url) = std::env::var(env_var) {
         return url;
     }
+    require_redis_server(env_var);
+    // a port found free may be taken before the server binds it: then that server exits, and
+    // another port is tried (what answers there is some other process's server, never used)
+    for _ in 0..5 {
+        let port = free_port();
+        let me = std::process::id();
+        let dir = std::env::temp_dir().join(format!("emq-redis-{port}-{me}"));
+        std::fs::create_dir_all(&dir).expect("a directory for redis-server");
+        let pidfile = dir.join("redis.pid");
+        let script = format!(
+            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
+             --daemonize no >'{dir}/redis.log' 2>&1 & rpid=$!; echo $rpid > '{pidfile}'; \
+             end=$(( $(date +%s) + 1800 )); \
+             while kill -0 {me} 2>/dev/null && kill -0 $rpid 2>/dev/null && [ $(date +%s) -lt $end ]; do sleep 1; done; \
+             kill $rpid 2>/dev/null; wait $rpid 2>/dev/null; rm -rf '{dir}'",
+            dir = dir.display(),
+            pidfile = pidfile.display(),
+        );
+        // The watchdog outlives this call on purpose: it stops the server when this process is gone.
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn the redis-server watchdog");
+        match wait_until_serving(port, &pidfile) {
+            Ok(_) => return format!("redis://127.0.0.1:{port}"),
+            Err(why) => eprintln!("redis-server on port {port}: {why}; trying another port"),
+        }
+    }
+    panic!("redis-server did not start on any of 5 free loopback ports (see the messages above)");
+}
+
+/// Panics with how to get Redis when `redis-server` is not on PATH.
+fn require_redis_server(env_var: &str) {
     let found = Command::new("redis-server")
         .arg("--version")
         .stdout(Stdio::null())
@@ -26,37 +61,71 @@ pub fn url_from_env_or_start(env_var: &str) -> String {
              `bash tools/test.sh` installs and starts one for the test suite."
         );
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+}
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
-        .port();
-    let me = std::process::id();
-    let dir = std::env::temp_dir().join(format!("emq-redis-{port}"));
-    std::fs::create_dir_all(&dir).expect("a directory for redis-server");
-    let script = format!(
-        "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
-         --daemonize no >/dev/null 2>&1 & rpid=$!; \
-         end=$(( $(date +%s) + 1800 )); \
-         while kill -0 {me} 2>/dev/null && [ $(date +%s) -lt $end ]; do sleep 1; done; \
-         kill $rpid 2>/dev/null; rm -rf '{dir}'",
-        dir = dir.display()
-    );
-    // The watchdog outlives this call on purpose: it stops the server when this process is gone.
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn the redis-server watchdog");
+        .port()
+}
+
+/// Waits (10 s at most) until the server whose PID the watchdog wrote to `pidfile` answers on
+/// `port` as itself (`INFO server` names its `process_id`); returns that PID. Errs when it exited
+/// (the port was taken, or it failed: its log is in the error) or did not answer in time.
+fn wait_until_serving(port: u16, pidfile: &std::path::Path) -> Result<u32, String> {
+    let log = || {
+        let path = pidfile.with_file_name("redis.log");
+        std::fs::read_to_string(&path).unwrap_or_else(|e| format!("(no log at {}: {e})", path.display()))
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "redis-server did not start on port {port} within 10 s"
-        );
+    loop {
+        let pid = std::fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if serving_pid(port) == Some(pid) {
+                return Ok(pid);
+            }
+            if !alive(pid) {
+                return Err(format!("it exited: {}", log()));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("it did not answer within 10 s: {}", log()));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    format!("redis://127.0.0.1:{port}")
+}
+
+/// The `process_id` of the Redis answering on `port`, if one does.
+fn serving_pid(port: u16) -> Option<u32> {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    conn.write_all(b"INFO server\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&reply).contains("tcp_port:") {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&reply)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+}
+
+/// Whether a process with this PID exists (`kill -0`).
+fn alive(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A `redis-server` a test owns: started on `port` with `dir` as its working directory (so an AOF
@@ -72,10 +141,8 @@ pub struct OwnedServer {
 impl OwnedServer {
     /// Starts a server on a free port in a fresh directory, with `args` added to its command line.
     pub fn start(args: &[&str]) -> OwnedServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
+        require_redis_server("EMQ_TEST_REDIS_URL");
+        let port = free_port();
         let dir = std::env::temp_dir().join(format!("emq-owned-redis-{port}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
         let mut s = OwnedServer {
@@ -114,22 +181,9 @@ impl OwnedServer {
             .stdin(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(pid) = std::fs::read_to_string(&pidfile) {
-                if let Ok(pid) = pid.trim().parse() {
-                    if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                        self.pid = pid;
-                        return;
-                    }
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on port {} within 10 s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match wait_until_serving(self.port, &pidfile) {
+            Ok(pid) => self.pid = pid,
+            Err(why) => panic!("redis-server on port {}: {why}", self.port),
         }
     }
 
