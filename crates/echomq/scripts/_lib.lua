@@ -61,7 +61,8 @@ end
 
 -- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16
 local function emq_wake(base, n)
-  if n <= 0 then return end
+  -- a paused queue makes nothing claimable: resume pushes the wakes
+  if n <= 0 or redis.call('EXISTS', base .. 'paused') == 1 then return end
   if n > 16 then n = 16 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end

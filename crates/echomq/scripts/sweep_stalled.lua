@@ -79,7 +79,8 @@ if flat and redis.call('HEXISTS', groups, 'r:~') == 0 then -- the ring step for 
   redis.call('HSET', groups, 'r:~', 1)
 end
 local wakes = #recovered + freed
-if wakes > 0 then -- one wake per job made claimable, at most 16
+-- one wake per job made claimable, at most 16; none while paused (resume pushes them)
+if wakes > 0 and redis.call('EXISTS', p .. 'paused') == 0 then
   local tokens = {}
   for i = 1, math.min(wakes, 16) do tokens[i] = '1' end
   redis.call('RPUSH', p .. 'wake', unpack(tokens))

@@ -479,8 +479,9 @@ pub trait Store: Send + Sync {
         })
     }
 
-    /// park: wait up to `timeout` for a wake token of `queue`. True when woken, false on timeout.
-    /// Runs on a connection of the caller's own: a parked wait never stalls another caller.
+    /// park: wait up to `timeout` (at most [`PARK_TIMEOUT_MAX`]) for a wake token of `queue`.
+    /// True when woken, false on timeout. Runs on a connection of the caller's own: a parked wait
+    /// never stalls another caller.
     async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool>;
 
     /// park, offering `claim` to the transaction that makes work claimable while the caller waits.
@@ -549,9 +550,17 @@ pub(crate) fn positive(field: &'static str, v: u64) -> Result<()> {
     Ok(())
 }
 
-/// Checks a batch of new jobs: payload sizes, and no attempt budget of 0.
+/// Checks a batch of new jobs: payload sizes, no attempt budget of 0, and no caller id of digits
+/// only (those are the store's own: such an id would take the row of a job enqueued later).
 pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
     for job in jobs {
+        if let Some(id) = job.id.as_ref().filter(|id| id.is_generated()) {
+            return Err(Error::InvalidName {
+                kind: crate::error::NameKind::JobId,
+                value: id.to_string(),
+                reason: "digits-only ids are reserved for generated ids",
+            });
+        }
         check_payload(job.payload.len(), payload_limit)?;
         if let Some(m) = job.max_attempts {
             positive("max_attempts", m as u64)?;
@@ -562,6 +571,9 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// The longest one park waits: a longer timeout waits this long, and the caller parks again.
+pub const PARK_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 3600);
 
 /// The largest page `list` answers.
 pub const LIST_LIMIT_MAX: u32 = 10_000;

@@ -131,6 +131,7 @@ impl ConsumerOptions {
         if self.beat.is_zero() {
             return Err(refuse("beat", self.beat, "must be greater than zero"));
         }
+        crate::store::millis("beat", self.beat)?;
         if self.lease.as_millis() == 0 {
             return Err(refuse("lease", self.lease, "must be at least 1 ms"));
         }
@@ -189,6 +190,7 @@ mod tests {
     fn zero_or_oversized_beat_lease_delay_or_concurrency_is_refused_by_name() {
         for (opts, field) in [
             (ConsumerOptions::default().with_beat(Duration::ZERO), "beat"),
+            (ConsumerOptions::default().with_beat(Duration::MAX), "beat"),
             (ConsumerOptions::default().with_lease(Duration::ZERO), "lease"),
             (ConsumerOptions::default().with_lease(Duration::MAX), "lease"),
             (

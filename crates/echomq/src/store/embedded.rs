@@ -414,7 +414,7 @@ impl EmbeddedStore {
             handoff::register(wake.clone(), claim, handoff)
         });
         let seen = self.data_version.load(Ordering::Acquire);
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + timeout.min(crate::store::PARK_TIMEOUT_MAX);
         loop {
             tokio::select! {
                 // woken in this process: go at once when the wake handed this park its jobs or

@@ -605,6 +605,59 @@ pub async fn pause_pushes_no_wake(ctx: &Ctx) {
     assert_eq!(ctx.probe.wakes().await, 0);
 }
 
+pub async fn a_paused_queue_gets_no_wake_until_resume(ctx: &Ctx) {
+    // two running jobs on a short lease and a delayed job, then the pause: while paused, nothing
+    // is claimable, so no path pushes a wake (a parked consumer would wake to claim nothing)
+    ctx.store.enqueue(&ctx.q, &named(&["r1", "r2"])).await.unwrap();
+    let short = Duration::from_millis(20);
+    let held = ctx
+        .store
+        .claim(&ctx.q, 2, short, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 2);
+    let soon = NewJob::new("d").with_delay(short);
+    ctx.store.enqueue(&ctx.q, &[soon]).await.unwrap();
+    ctx.store.pause(&ctx.q).await.unwrap();
+    ctx.probe.clear_wakes().await;
+    // past the leases and the due time
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    ctx.store.enqueue(&ctx.q, &named(&["f1", "f2"])).await.unwrap();
+    ctx.store.genqueue(&ctx.q, &group("a"), &named(&["a1"])).await.unwrap();
+    assert_eq!(ctx.store.promote(&ctx.q, 100).await.unwrap().moved, 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 1).await.unwrap(), 1);
+    let policy = echomq::store::StalledPolicy {
+        max_stalled: 5,
+        limit: 100,
+    };
+    let swept = ctx.store.sweep_stalled(&ctx.q, policy).await.unwrap();
+    assert_eq!(swept.recovered.len(), 1);
+    assert_eq!(ctx.probe.wakes().await, 0, "no wake while paused");
+    ctx.store.resume(&ctx.q).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 6, "resume wakes for the six claimable jobs");
+    assert_eq!(claim(ctx, 10).await.len(), 6);
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn park_waits_for_a_wake_and_returns_false_on_timeout(ctx: &Ctx) {
+    // a verb first: the embedded store reports a commit of another connection it has not seen
+    // yet (the harness's setup) as a possible wake from another process
+    ctx.store.counts(&ctx.q).await.unwrap();
+    let parked = ctx.store.park(&ctx.q, Duration::from_millis(50)).await.unwrap();
+    assert!(!parked, "no wake: the park times out");
+    // the longest timeout there is waits for the wake (and must not overflow a deadline)
+    let (store, q) = (ctx.store.clone(), ctx.q.clone());
+    let parked = tokio::spawn(async move { store.park(&q, Duration::MAX).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!parked.is_finished(), "parked until a wake");
+    ctx.store.enqueue(&ctx.q, &named(&["f1"])).await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(5), parked)
+        .await
+        .expect("woken by the enqueue")
+        .unwrap();
+    assert!(woken.unwrap());
+}
+
 pub async fn resume_pushes_one_wake_per_claimable_job(ctx: &Ctx) {
     // 3 flat jobs, group a (limit 1) with 2 waiting, group b (limit 3) with 4 waiting and c with one
     // waiting behind one running (limit 1): 3 + 1 + 3 + 0 = 7 jobs claimable on resume.
@@ -681,6 +734,8 @@ crate::conformance!(
     pause_makes_claim_give_nothing_until_resume,
     pause_twice_and_resume_once_resumes,
     pause_pushes_no_wake,
+    a_paused_queue_gets_no_wake_until_resume,
+    park_waits_for_a_wake_and_returns_false_on_timeout,
     resume_pushes_one_wake_per_claimable_job,
     resume_pushes_at_most_16_wakes,
     resume_of_an_empty_or_running_queue_pushes_no_wake,

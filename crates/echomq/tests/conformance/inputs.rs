@@ -122,6 +122,25 @@ pub async fn enqueue_refuses_invalid_caller_ids(ctx: &Ctx) {
     assert!(queue_keys(ctx).await.is_empty());
 }
 
+pub async fn enqueue_refuses_a_digits_only_id_made_by_parse_and_writes_nothing(ctx: &Ctx) {
+    // `JobId::parse` takes digits (a reference to a generated id); as a new job's id it would take
+    // the row of the job generated with that number later
+    let taken = JobId::parse("2").unwrap();
+    let batch = [NewJob::new("a"), NewJob::new("b").with_id(taken.clone())];
+    let err = ctx.store.enqueue(&ctx.q, &batch).await.unwrap_err();
+    assert_invalid_name(&err, NameKind::JobId, "2");
+    let g = group("g");
+    let err = ctx.store.genqueue(&ctx.q, &g, &batch[1..]).await.unwrap_err();
+    assert_invalid_name(&err, NameKind::JobId, "2");
+    assert!(queue_keys(ctx).await.is_empty(), "nothing written");
+    let ids = ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
+    assert_eq!(ids[1].id(), &taken, "the generated id 2 is free");
+    assert_eq!(
+        ctx.store.get(&ctx.q, &taken).await.unwrap().unwrap().payload,
+        br#"{"n":1}"#
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // payloads
 
@@ -359,6 +378,7 @@ crate::conformance!(
     enqueue_refuses_invalid_queue_names,
     genqueue_refuses_invalid_group_names,
     enqueue_refuses_invalid_caller_ids,
+    enqueue_refuses_a_digits_only_id_made_by_parse_and_writes_nothing,
     enqueue_refuses_an_oversized_payload_and_writes_nothing,
     complete_refuses_an_oversized_output,
     update_data_refuses_an_oversized_payload,

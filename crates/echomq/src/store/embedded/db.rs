@@ -321,9 +321,10 @@ impl<'a> Db<'a> {
         Ok(())
     }
 
-    /// RPUSH of n wake tokens, trimmed to 16.
+    /// RPUSH of n wake tokens, trimmed to 16; none while the queue is paused (nothing is
+    /// claimable then: resume pushes them).
     pub(crate) fn wake(&self, n: i64) -> R<()> {
-        if n <= 0 {
+        if n <= 0 || self.exists_flag("paused")? {
             return Ok(());
         }
         self.tx
