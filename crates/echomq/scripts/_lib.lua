@@ -59,6 +59,12 @@ local function emq_claimable(base, g, added)
   return math.min(len, free) - math.min(before, free)
 end
 
+-- whether n is a whole number from least up to 2^53 (nil, NaN and the infinities are not: NaN and
+-- inf % 1 are NaN)
+local function emq_whole(n, least)
+  return n ~= nil and n >= least and n < 9007199254740992 and n % 1 == 0
+end
+
 -- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16
 local function emq_wake(base, n)
   -- a paused queue makes nothing claimable: resume pushes the wakes

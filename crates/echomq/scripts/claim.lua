@@ -69,8 +69,8 @@ local function take(id, g)
   local defect
   if not data then defect = 'malformed row: no data'
   elseif state ~= 'pending' then defect = 'malformed row: state ' .. tostring(state) .. ' in a ready set'
-  elseif not att then defect = 'malformed row: attempts ' .. attempts
-  elseif not maxa then defect = 'malformed row: max_attempts ' .. maxattempts
+  elseif not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
+  elseif not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. tostring(maxattempts or maxdef)
   end
   if not defect and cancel then
     emq_finish(base, id, 'cancelled', now, keep, 'last_error', cancel)

@@ -1,6 +1,7 @@
 -- redrive — a dead job back to ready (flat: pending at a fresh sequence; lane: its tail and the ring
 -- step), attempts kept (they never go down), its budget raised: max_attempts = attempts + extra;
--- its stall count cleared. One id, or the oldest dead jobs in a chunk (the client loops).
+-- its stall count and any cancel mark of an earlier run cleared. One id, or the oldest dead jobs in
+-- a chunk (the client loops).
 --
 -- KEYS[1] emq:{q}:dead        (zset, score = time of death)
 -- KEYS[2] emq:{q}:pending     (zset)
@@ -38,7 +39,8 @@ for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   if state == 'dead' then
     redis.call('HSET', base .. 'job:' .. id, 'max_attempts', att + extra)
-    redis.call('HDEL', base .. 'job:' .. id, 'stalled')
+    -- a cancel asked of an earlier run is spent: the operator asked for this one
+    redis.call('HDEL', base .. 'job:' .. id, 'stalled', 'cancel')
     emq_ready(base, id, g)
     if g then
       if not lanes[g] then order[#order + 1] = g end

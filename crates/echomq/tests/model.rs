@@ -993,6 +993,7 @@ impl Model {
         let row = self.row(id);
         row.max_attempts = Some(r.attempts + extra);
         row.stalled = 0;
+        row.cancel = None;
         self.ready(id);
         match &r.group {
             Some(g) => self.ring_step(g),

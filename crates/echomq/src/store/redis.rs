@@ -553,7 +553,7 @@ fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
         out.push(ClaimedJob {
             id: JobId::from_store(reply::string(verb, id)?),
             payload: reply::bytes(verb, payload)?,
-            attempts: reply::int(verb, &att)? as u64,
+            attempts: u64::try_from(reply::int(verb, &att)?).map_err(|_| reply::protocol(verb, &att))?,
             group: if group.is_empty() {
                 None
             } else {
@@ -1221,7 +1221,7 @@ impl Store for RedisStore {
         let mut names = Vec::new();
         for item in reply::array("queues", v)? {
             // A foreign member someone added by hand is skipped, not fatal to listing.
-            if let Ok(q) = QueueName::new(reply::string("queues", item)?) {
+            if let Some(q) = reply::string("queues", item).ok().and_then(|n| QueueName::new(n).ok()) {
                 names.push(q);
             }
         }

@@ -672,6 +672,28 @@ pub async fn redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget(ctx: 
     assert_eq!(old.unwrap(), Settled::Stale, "the token of the dead attempt is stale");
 }
 
+pub async fn redrive_runs_a_job_whose_earlier_run_was_asked_to_cancel(ctx: &Ctx) {
+    // a cancel asked of a running job that then failed its last attempt: the operator's redrive
+    // runs it again (the spent cancel mark would bury it as cancelled at the next claim)
+    ctx.store
+        .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(1)])
+        .await
+        .unwrap();
+    let c = claim(ctx, 1).await.remove(0);
+    let asked = ctx.store.cancel(&ctx.q, &c.id, Some("stop"), PLAIN).await.unwrap();
+    assert_eq!(asked, Cancelled::Requested);
+    let dead = ctx
+        .store
+        .retry(&ctx.q, &c.id, c.attempts, Duration::ZERO, MAX, "boom", PLAIN)
+        .await;
+    assert_eq!(dead.unwrap(), Retried::Dead);
+    assert_eq!(ctx.store.redrive(&ctx.q, &c.id, 1).await.unwrap(), Redriven::Redriven);
+    assert_eq!(ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap().cancel, None);
+    let again = claim(ctx, 1).await;
+    assert_eq!(ids(&again), ["1"], "handed out, not buried as cancelled");
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().cancelled, 0);
+}
+
 pub async fn redrive_returns_a_dead_lane_job_to_its_lane(ctx: &Ctx) {
     let g = group("g");
     ctx.store.genqueue(&ctx.q, &g, &jobs(2)).await.unwrap(); // 1 2
@@ -1273,6 +1295,7 @@ crate::conformance!(
     remove_of_an_unknown_id_is_gone,
     redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget,
     redrive_returns_a_dead_lane_job_to_its_lane,
+    redrive_runs_a_job_whose_earlier_run_was_asked_to_cancel,
     redrive_of_a_job_that_is_not_dead_is_refused,
     redrive_of_an_unknown_id_is_gone,
     redrive_all_moves_more_than_1000_dead_jobs,

@@ -524,6 +524,33 @@ pub async fn claim_buries_a_row_with_malformed_max_attempts(ctx: &Ctx) {
     .await;
 }
 
+pub async fn claim_buries_a_row_with_attempts_that_are_no_count(ctx: &Ctx) {
+    // numbers, but no attempt count: below zero, a fraction, the infinities, past 2^53
+    for bad in ["-3", "1.5", "inf", "-inf", "nan", "1e300"] {
+        let ids = ctx.store.enqueue(&ctx.q, &named(&[bad])).await.unwrap();
+        let id = ids[0].id().clone();
+        ctx.probe.set_row_field(&id, "attempts", bad).await;
+        assert!(claim(ctx, 1).await.is_empty(), "attempts {bad}: not handed out");
+        // (get refuses the row: its attempts field is no count)
+        let state = ctx.probe.row_field(&id, "state").await;
+        assert_eq!(state.as_deref(), Some("dead"), "attempts {bad}");
+        let err = ctx.probe.row_field(&id, "last_error").await.unwrap_or_default();
+        assert!(err.contains("malformed row: attempts"), "attempts {bad}: {err:?}");
+    }
+    for bad in ["0", "-1", "2.5"] {
+        let ids = ctx.store.enqueue(&ctx.q, &named(&["m"])).await.unwrap();
+        let id = ids[0].id().clone();
+        ctx.probe.set_row_field(&id, "max_attempts", bad).await;
+        assert!(claim(ctx, 1).await.is_empty(), "max_attempts {bad}: not handed out");
+        let err = ctx.probe.row_field(&id, "last_error").await.unwrap_or_default();
+        assert!(
+            err.contains("malformed row: max_attempts"),
+            "max_attempts {bad}: {err:?}"
+        );
+    }
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().dead, 9);
+}
+
 pub async fn claim_buries_a_row_without_data(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, None, "data", |id| async move {
         ctx.probe.del_row_field(&id, "data").await
@@ -726,6 +753,7 @@ crate::conformance!(
     claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_asked,
     claim_buries_a_row_with_malformed_attempts,
     claim_buries_a_row_with_malformed_max_attempts,
+    claim_buries_a_row_with_attempts_that_are_no_count,
     claim_buries_a_row_without_data,
     claim_buries_a_row_in_a_state_other_than_pending,
     claim_buries_a_malformed_lane_row_without_taking_a_slot,

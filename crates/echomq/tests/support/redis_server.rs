@@ -85,8 +85,17 @@ fn wait_until_serving(port: u16, pidfile: &std::path::Path) -> Result<u32, Strin
             .ok()
             .and_then(|p| p.trim().parse::<u32>().ok());
         if let Some(pid) = pid {
-            if serving_pid(port) == Some(pid) {
-                return Ok(pid);
+            match serving_pid(port) {
+                Serving::Pid(p) if p == pid => return Ok(pid),
+                // a server asking for a password: ours when it still runs once the port answers
+                // (one that found the port taken exits at once)
+                Serving::Locked if alive(pid) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if alive(pid) {
+                        return Ok(pid);
+                    }
+                }
+                _ => {}
             }
             if !alive(pid) {
                 return Err(format!("it exited: {}", log()));
@@ -99,15 +108,36 @@ fn wait_until_serving(port: u16, pidfile: &std::path::Path) -> Result<u32, Strin
     }
 }
 
-/// The `process_id` of the Redis answering on `port`, if one does.
-fn serving_pid(port: u16) -> Option<u32> {
+/// What answers on a port.
+enum Serving {
+    /// Nothing, or not Redis.
+    Nothing,
+    /// A Redis with this `process_id`.
+    Pid(u32),
+    /// A Redis that wants a password first.
+    Locked,
+}
+
+/// What answers on `port`: a Redis's `process_id` from `INFO server`.
+fn serving_pid(port: u16) -> Serving {
     use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    conn.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    conn.write_all(b"INFO server\r\n").ok()?;
+    let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return Serving::Nothing;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+    if conn.write_all(b"INFO server\r\n").is_err() {
+        return Serving::Nothing;
+    }
     let mut reply = Vec::new();
     let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&reply).contains("tcp_port:") {
+    loop {
+        let text = String::from_utf8_lossy(&reply);
+        if text.starts_with("-NOAUTH") {
+            return Serving::Locked;
+        }
+        if text.contains("tcp_port:") || text.starts_with('-') && text.contains('\n') {
+            break;
+        }
         match conn.read(&mut buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => reply.extend_from_slice(&buf[..n]),
@@ -117,6 +147,7 @@ fn serving_pid(port: u16) -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("process_id:"))
         .and_then(|p| p.trim().parse().ok())
+        .map_or(Serving::Nothing, Serving::Pid)
 }
 
 /// Whether a process with this PID exists (`kill -0`).
@@ -189,6 +220,7 @@ impl OwnedServer {
 
     /// SIGKILL by its PID: no shutdown, no final AOF rewrite — a crash.
     pub fn kill9(&mut self) {
+        assert_ne!(self.pid, 0, "no server to kill");
         let _ = Command::new("kill").arg("-9").arg(self.pid.to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
@@ -205,7 +237,10 @@ impl OwnedServer {
 
 impl Drop for OwnedServer {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.pid.to_string()).status();
+        // never `kill 0`: that is this whole process group
+        if self.pid != 0 {
+            let _ = Command::new("kill").arg(self.pid.to_string()).status();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

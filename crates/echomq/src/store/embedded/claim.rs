@@ -3,7 +3,7 @@
 //! flag. A paused or obliterating queue claims nothing. The max-attempts guard, claim-time cancels
 //! and malformed rows as the script.
 
-use super::common::{bury, finish, lane, number, slots};
+use super::common::{bury, finish, lane, slots};
 use super::db::{Db, Field, Row};
 use crate::error::Result;
 use crate::job::ClaimedJob;
@@ -39,8 +39,8 @@ impl Claim<'_, '_> {
             }
             return Ok(false);
         };
-        let att = number(row.attempts.as_deref(), 0);
-        let maxa = number(row.max_attempts.as_deref(), self.maxdef);
+        let att = whole(row.attempts.as_deref(), 0, 0);
+        let maxa = whole(row.max_attempts.as_deref(), self.maxdef, 1);
         let mut defect = match (&row.data, row.state.as_deref(), att, maxa) {
             (None, ..) => Some("malformed row: no data".to_string()),
             (_, s, ..) if s != Some("pending") => {
@@ -52,7 +52,7 @@ impl Claim<'_, '_> {
             )),
             (_, _, _, None) => Some(format!(
                 "malformed row: max_attempts {}",
-                row.max_attempts.as_deref().unwrap_or("")
+                row.max_attempts.clone().unwrap_or_else(|| self.maxdef.to_string())
             )),
             _ => None,
         };
@@ -169,4 +169,19 @@ pub(crate) fn claim(
     db.count("failed", c.failed)?;
     db.count("cancelled", c.cancelled)?;
     Ok(c.out)
+}
+
+/// A row's count as the script's `emq_whole` takes it: absent is `default`; else a number that is
+/// whole, at least `least` and under 2^53 (NaN, the infinities, fractions and negatives are not).
+fn whole(v: Option<&str>, default: i64, least: i64) -> Option<i64> {
+    let Some(s) = v else {
+        return Some(default);
+    };
+    let s = s.trim();
+    let n = s
+        .parse::<i64>()
+        .ok()
+        .map(|n| n as f64)
+        .or_else(|| s.parse::<f64>().ok())?;
+    (n >= least as f64 && n < 9_007_199_254_740_992.0 && n.fract() == 0.0).then_some(n as i64)
 }

@@ -169,6 +169,7 @@ impl Field<'_> {
 pub(crate) enum Col {
     RunAt,
     Stalled,
+    Cancel,
 }
 
 impl Col {
@@ -176,6 +177,7 @@ impl Col {
         match self {
             Col::RunAt => "run_at",
             Col::Stalled => "stalled",
+            Col::Cancel => "cancel",
         }
     }
 }

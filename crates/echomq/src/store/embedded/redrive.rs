@@ -48,7 +48,8 @@ fn drive(db: &Db, rows: &[(String, Option<Row>)], extra: i64) -> Result<u64> {
         }
         let attempts = common::number(row.attempts.as_deref(), 0).unwrap_or(0);
         db.hset(id, &[Field::MaxAttempts(&(attempts + extra).to_string())])?;
-        db.hdel(id, &[Col::Stalled])?;
+        // a cancel asked of an earlier run is spent: the operator asked for this one
+        db.hdel(id, &[Col::Stalled, Col::Cancel])?;
         let g = row.group.as_deref();
         common::ready(db, id, g)?;
         match g {

@@ -7,7 +7,12 @@ use crate::error::{Error, Result};
 
 pub(crate) fn protocol(verb: &'static str, v: &Value) -> Error {
     let mut reply = format!("{v:?}");
-    reply.truncate(200);
+    // at most 200 bytes, cut on a character boundary
+    let cut = (0..=reply.len().min(200))
+        .rev()
+        .find(|&i| reply.is_char_boundary(i))
+        .unwrap_or(0);
+    reply.truncate(cut);
     Error::Protocol { verb, reply }
 }
 
@@ -54,4 +59,22 @@ pub(crate) fn tuple<const N: usize>(verb: &'static str, v: Value) -> Result<[Val
         verb,
         reply: format!("an array of {len} items, expected {N}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    #[test]
+    fn a_long_reply_is_cut_on_a_character_boundary() {
+        // the reply's text as printed starts at byte 199 with a 2-byte character across byte 200
+        let opening = format!("{:?}", Value::SimpleString(String::new())).len() - 2;
+        let text = format!("{}é and more", "a".repeat(199 - opening));
+        let err = super::protocol("get", &Value::SimpleString(text));
+        let crate::Error::Protocol { reply, .. } = err else {
+            panic!("a protocol error");
+        };
+        assert_eq!(reply.len(), 199, "{reply}");
+        assert!(reply.ends_with('a'), "{reply}");
+    }
 }
