@@ -138,6 +138,40 @@ fn three_emq_work_processes_on_one_file_complete_30000_jobs_each_exactly_once() 
 }
 
 // ---------------------------------------------------------------------------------------------
+// the default store
+
+#[test]
+fn with_no_url_and_no_emq_url_emq_uses_echomq_db_in_the_current_directory() {
+    let dir = scratch("default-store");
+    let emq = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_emq"))
+            .args(args)
+            .current_dir(&*dir)
+            .env_remove("EMQ_URL")
+            .env_remove("EMQ_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = emq(&["enqueue", "q", "hello"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "1");
+    let file = dir.join("echomq.db");
+    assert!(file.is_file(), "{} was created", file.display());
+    let o = emq(&["stats", "q", "--json"]);
+    let stats: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(stats["pending"], 1, "{stats}");
+    // and it is the embedded store's file: the library reads the job from it
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let job = rt.block_on(async {
+        let store = EmbeddedStore::open(file.to_str().unwrap()).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        store.get(&q, &JobId::parse("1").unwrap()).await.unwrap().unwrap()
+    });
+    assert_eq!((job.state, job.payload), (JobState::Pending, b"hello".to_vec()));
+}
+
+// ---------------------------------------------------------------------------------------------
 // crash safety
 
 /// Builds the `crash_child` example of the echomq crate (the same profile and target directory as

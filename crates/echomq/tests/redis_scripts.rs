@@ -48,6 +48,7 @@ redis_cases!(
     extend_lock_raw_eval_of_the_file_answers_as_the_seed,
     active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
     claim_and_complete_many_that_fail_write_nothing,
+    every_verb_reloads_its_script_after_a_script_flush,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -538,6 +539,51 @@ async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ct
         Obliterated::Done { removed: 0 }
     );
     assert!(ctx.probe.keys().await.is_empty(), "no key of the queue is left");
+}
+
+/// A server that lost its scripts (a restart, a failover, `SCRIPT FLUSH`) answers `NOSCRIPT`: a
+/// single call and each entry of a pipeline load their script and run once more, so the caller
+/// sees only the verb's reply. (Other cases may flush too: each reloads as this one does.)
+async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
+    let (conn, _) = raw(ctx);
+    let flush = || {
+        let mut conn = conn.clone();
+        async move {
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+        }
+    };
+    // a pipeline: enqueue with the queue's registration
+    flush().await;
+    ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
+    // a single call
+    flush().await;
+    let one = claim(ctx, 1, LEASE).await;
+    assert_eq!(ids(&one), [id("1")]);
+    // a pipeline of three scripts: recover, promote and claim in one round
+    flush().await;
+    let request = echomq::store::ClaimRequest {
+        n: 1,
+        lease: LEASE,
+        max_attempts: BUDGET,
+        settle: SettleOptions::default(),
+    };
+    let round = ctx
+        .store
+        .recover_promote_claim(&ctx.q, echomq::consumer::Recovery::Reap, 10, request)
+        .await
+        .unwrap();
+    assert!(round.recovered.is_ok(), "{:?}", round.recovered);
+    assert!(round.promoted.is_ok(), "{:?}", round.promoted.err());
+    let two = round.claimed.unwrap();
+    assert_eq!(ids(&two), [id("2")]);
+    flush().await;
+    let done = ctx
+        .store
+        .complete_many(&ctx.q, &completions(&[one, two].concat()), SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 2);
+    assert_eq!(counts(ctx).await.completed, 2);
 }
 
 /// A claim with a lease that is no finite number of ms (Lua's tonumber takes `inf` and `nan`; a
