@@ -51,6 +51,10 @@ pub(crate) struct Shared {
     /// Fired when the loop has ended (every job it took settled): the forwarder and the locks
     /// plane end with it.
     pub(crate) ended: CancellationToken,
+    /// Raised by the loop's first healthy round after an outage: the forwarder subscribes again
+    /// (a subscription that lived through the outage may never hear another message) and reads
+    /// the in-flight jobs' rows for the requests published meanwhile.
+    pub(crate) back: tokio::sync::Notify,
     pub(crate) inflight: Mutex<HashMap<JobId, Tracked>>,
     /// Cancel requests that arrived for a job not (yet) tracked here, newest last, bounded and
     /// kept for [`EARLY_CANCEL_TTL`]: a job tracked right after its request arrived is still
@@ -143,6 +147,7 @@ impl Consumer {
             opts,
             stop: CancellationToken::new(),
             ended: CancellationToken::new(),
+            back: tokio::sync::Notify::new(),
             inflight: Mutex::new(HashMap::new()),
             early_cancels: Mutex::new(Vec::new()),
         });

@@ -1049,3 +1049,102 @@ async fn a_queue_keeps_its_newest_1000_cancel_requests() {
     assert_eq!(n, 1000);
     assert_eq!(newest, held.last().unwrap().id.to_string());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_drops_running_handlers_without_settling() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let id = store.enqueue(&q, &[NewJob::new("x")]).await.unwrap()[0].id().clone();
+    // set when the handler's future is dropped (it never returns on its own)
+    struct Dropped(Arc<AtomicUsize>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(1, Ordering::SeqCst);
+        }
+    }
+    let (started, dropped) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s, d) = (started.clone(), dropped.clone());
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |_job: JobContext| {
+            let guard = Dropped(d.clone());
+            s.store(1, Ordering::SeqCst);
+            async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+                Verdict::Done
+            }
+        },
+        fast(),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(5), "the handler running", || async {
+        started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    c.abort();
+    wait_until(Duration::from_secs(5), "the handler dropped", || async {
+        dropped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // a while for any settle that would (wrongly) follow
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let job = store.get(&q, &id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempts),
+        (JobState::Active, 1),
+        "not settled: its lease lapses"
+    );
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.completed, counts.failed, counts.active), (0, 0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_off_leaves_a_lapsed_lease_alone() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    store.enqueue(&q, &[NewJob::new("orphan")]).await.unwrap();
+    // a holder that vanished: claimed on a short lease that then lapses
+    let held = store
+        .claim(&q, 1, Duration::from_millis(20), 3, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |_job: JobContext| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async { Verdict::Done }
+        },
+        fast().with_beat(Duration::from_millis(50)).with_recovery(Recovery::Off),
+    )
+    .unwrap();
+    // ten beats: a reaping consumer would have taken the job back and run it
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.active, counts.pending, counts.reaped), (1, 0, 0));
+    // the same with the default recovery runs it
+    let r = runs.clone();
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |_job: JobContext| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async { Verdict::Done }
+        },
+        fast().with_beat(Duration::from_millis(50)),
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(5), "reaped and run", || async {
+        runs.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+}

@@ -1,6 +1,6 @@
 //! Tests that need a Redis of their own: the idle command rate (counted by the server, commands
 //! inside scripts included), an outage (the server SIGKILLed and restarted from its AOF), a settle
-//! made during one, and a refused password.
+//! made during one, a cancel sent after one, and a refused password.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]
@@ -144,6 +144,69 @@ async fn a_settle_made_while_redis_is_down_lands_once_it_is_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(started_rx.try_recv().is_err(), "the job ran once");
+    c.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_sent_after_an_outage_reaches_its_running_job() {
+    // the subscription lives through the outage or is made again: either way a cancel published
+    // once Redis is back reaches the job that kept running through it
+    let mut server = OwnedServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
+    let q = QueueName::new("cancel-after-outage").unwrap();
+    let long = store.enqueue(&q, &[NewJob::new("long")]).await.unwrap()[0].id().clone();
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |job: JobContext| {
+            let started = started_tx.clone();
+            async move {
+                let _ = started.send(job.payload.clone());
+                if job.payload != b"long" {
+                    return Verdict::Done;
+                }
+                tokio::select! {
+                    why = job.cancel.cancelled() => Verdict::Cancel(why.reason.unwrap_or_default()),
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => Verdict::Done,
+                }
+            }
+        },
+        ConsumerOptions::default()
+            .with_lease(Duration::from_secs(60))
+            .with_beat(Duration::from_millis(200))
+            .with_concurrency(2)
+            .with_cancel(true),
+    )
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), started_rx.recv()).await;
+    assert_eq!(first.expect("the long job started"), Some(b"long".to_vec()));
+    server.kill9();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.restart();
+    // the consumer is back once it runs a job enqueued after the restart
+    let began = Instant::now();
+    while store.enqueue(&q, &[NewJob::new("probe")]).await.is_err() {
+        assert!(began.elapsed() < Duration::from_secs(10), "Redis never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let probe = tokio::time::timeout(Duration::from_secs(15), started_rx.recv()).await;
+    assert_eq!(probe.expect("the consumer recovered"), Some(b"probe".to_vec()));
+    // a beat for the forwarder to subscribe again after the round that found Redis back
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = store
+        .cancel(&q, &long, Some("operator"), echomq::store::SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(sent, echomq::store::Cancelled::Requested);
+    let began = Instant::now();
+    while store.counts(&q).await.unwrap().cancelled != 1 {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the cancel never reached the running job"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
 

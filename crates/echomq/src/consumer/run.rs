@@ -57,7 +57,12 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
     };
     loop {
         match beat.once().await {
-            Leg::Healthy => beat.streak = 0,
+            Leg::Healthy => {
+                if beat.streak > 0 {
+                    shared.back.notify_one();
+                }
+                beat.streak = 0;
+            }
             Leg::Exit => break,
             Leg::Degraded(e) => {
                 beat.streak += 1;
@@ -381,6 +386,8 @@ pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
                     Some(req) => fire(&shared, &req.id, req.reason),
                     None => break, // the subscription dropped: subscribe again
                 },
+                // the store is back after an outage: subscribe again, read the rows again
+                _ = shared.back.notified() => break,
                 // requests still reach the jobs finishing after a stop, until the loop has ended
                 _ = shared.ended.cancelled() => return,
             }

@@ -81,7 +81,7 @@ impl RedisStore {
                 url: addr.clone(),
                 reason: e.to_string(),
             })?
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true).set_keepalive(keepalive()));
         let client = Client::open(info).map_err(|e| Error::InvalidUrl {
             url: addr.clone(),
             reason: e.to_string(),
@@ -512,6 +512,15 @@ struct Call<'a> {
     script: &'a Script,
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
+}
+
+/// TCP keepalive for every connection: a peer gone silent (a failover, a partition) is found
+/// within about a minute even on a connection that only listens, as the cancel subscription does.
+fn keepalive() -> socket2::TcpKeepalive {
+    socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(3)
 }
 
 fn parse_reaped(v: Value) -> Result<u64> {
