@@ -1741,10 +1741,10 @@ fn op() -> impl Strategy<Value = Op> {
         4 => recovery_limit().prop_map(|limit| Op::Reap { limit }),
         4 => (1u32..=2, recovery_limit()).prop_map(|(max_stalled, limit)| Op::Sweep { max_stalled, limit }),
         2 => (pick(Among::Pending), any::<bool>()).prop_map(|(pick, force)| Op::Remove { pick, force }),
-        2 => (pick(Among::Dead), 1u32..=3).prop_map(|(pick, extra)| Op::Redrive { pick, extra }),
+        3 => (pick(Among::Dead), 1u32..=3).prop_map(|(pick, extra)| Op::Redrive { pick, extra }),
         2 => pick(Among::Pending).prop_map(Op::Cancel),
-        1 => pick(Among::Scheduled).prop_map(Op::PromoteJob),
-        2 => (prop::option::weighted(0.75, 0u8..3), 1u32..=3)
+        2 => pick(Among::Scheduled).prop_map(Op::PromoteJob),
+        3 => (prop::option::weighted(0.75, 0u8..3), 1u32..=3)
             .prop_map(|(group, limit)| Op::SetGroupLimit { group, limit }),
     ]
 }
@@ -1755,7 +1755,7 @@ fn config() -> Config {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(64),
+            .unwrap_or(128),
         failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
         ..Config::default()
     }
@@ -1766,7 +1766,7 @@ proptest! {
 
     /// Random sequences of verbs: both stores give the model's replies and keep every invariant.
     #[test]
-    fn both_stores_follow_the_model(ops in prop::collection::vec(op(), 1..=30)) {
+    fn both_stores_follow_the_model(ops in prop::collection::vec(op(), 1..=40)) {
         run(&ops).map_err(TestCaseError::fail)?;
     }
 }
