@@ -22,7 +22,11 @@ local moved = 0
 if #due > 0 then
   local rows = {}
   for i, id in ipairs(due) do
-    rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group', 'data')
+    local jk = base .. 'job:' .. id
+    local row = redis.call('HMGET', jk, 'state', 'group')
+    -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
+    row[3] = redis.call('HEXISTS', jk, 'data') == 1
+    rows[i] = row
   end
   emq_bulk('ZREM', scheduled, due)
   local flat, lanes, order = 0, {}, {}
