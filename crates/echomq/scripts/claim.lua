@@ -19,18 +19,21 @@
 -- ARGV[4] default max_attempts (>= 1)
 -- ARGV[5] retain: newest rows kept for claim-time cancellations (0 = delete)
 -- ARGV[6] record MAXLEN (0 = no completion records)
+-- ARGV[7] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
+--         job is always taken, so a reply passes it by one payload at most)
 --
 -- Replies: {id, payload, attempts, group ('' = flat), …}, at most n jobs; error EMQARGS.
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local keep, recmax = tonumber(ARGV[5]), tonumber(ARGV[6])
+local keep, recmax, maxbytes = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
 -- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf would tie with the reserved
 -- member of `active`, out of every count and recovery range
 if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_bad_args('claim', 'lease') end
 if not maxdef or maxdef < 1 then return emq_bad_args('claim', 'max_attempts') end
 if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
+if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
 if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
 -- the idle path (a parked consumer's beat) ends here: an empty ring has nothing to give
 local ring_len = redis.call('LLEN', ring)
@@ -41,7 +44,7 @@ local now = emq_now()
 local deadline = tostring(now + lease)
 local out, leased = {}, {}
 local nout, nleased = 0, 0
-local got, failed, cancelled = 0, 0, 0
+local got, failed, cancelled, bytes = 0, 0, 0, 0
 -- attempts counts as text: the common small ones without a number-to-text printf per job
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
 local call, jobs = redis.call, base .. 'job:'
@@ -88,6 +91,7 @@ local function take(id, g)
   call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
   nleased = nleased + 1
   leased[nleased] = id
+  bytes = bytes + #data
   out[nout + 1] = id
   out[nout + 2] = data
   out[nout + 3] = att + 1
@@ -101,7 +105,7 @@ end
 -- the ring's length kept here (this script is its only writer while it runs): no LLEN per pop
 local budget = n + ring_len + 1000
 local len = ring_len
-while got < n and budget > 0 do
+while got < n and bytes < maxbytes and budget > 0 do
   budget = budget - 1
   local m = redis.call('LPOP', ring)
   if not m then break end
@@ -109,14 +113,18 @@ while got < n and budget > 0 do
   if m == '~' then
     local want = 1
     if len == 0 then want = n - got end
-    -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each)
+    -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each);
+    -- taken in order until the bytes run out, then the ones met leave pending (take writes no
+    -- member of pending)
     local popped = redis.call('ZRANGE', pending, 0, want - 1)
-    if #popped > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #popped - 1) end
-    for j = 1, #popped do
-      if take(popped[j], nil) then got = got + 1 end
+    local used = 0
+    while used < #popped and bytes < maxbytes do
+      used = used + 1
+      if take(popped[used], nil) then got = got + 1 end
     end
-    -- fewer than asked for: pending is empty, no ZCARD needed
-    if #popped == want and redis.call('ZCARD', pending) > 0 then
+    if used > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, used - 1) end
+    -- as many as asked for met: pending may hold more; fewer: it is empty, no ZCARD needed
+    if used < #popped or (#popped == want and redis.call('ZCARD', pending) > 0) then
       redis.call('RPUSH', ring, '~')
       len = len + 1
     else

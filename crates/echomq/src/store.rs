@@ -20,6 +20,11 @@ pub mod redis;
 /// batches are split by the client (and pipelined in one round trip).
 pub const BATCH_MAX: usize = 1000;
 
+/// The payload bytes one script call (or embedded transaction) carries at most: enqueue and
+/// complete_many batches are split here too, and a claim takes no job once the payloads it hands
+/// out reach it (it always takes the first, so a claim passes it by one payload at most).
+pub const BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+
 /// The default payload limit: 16 MiB.
 pub const PAYLOAD_LIMIT_DEFAULT: usize = 16 * 1024 * 1024;
 

@@ -599,7 +599,13 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
         for suffix in ["ring", "groups", "pending", "active", "paused", "obliterating"] {
             cmd.arg(format!("{base}{suffix}"));
         }
-        cmd.arg(&base).arg("2").arg(lease).arg("25").arg("0").arg("0");
+        cmd.arg(&base)
+            .arg("2")
+            .arg(lease)
+            .arg("25")
+            .arg("0")
+            .arg("0")
+            .arg("1000000");
         let err = cmd.query_async::<redis::Value>(&mut conn).await.unwrap_err();
         assert_eq!(err.code(), Some("EMQARGS"), "lease {lease}: {err}");
         assert_eq!(

@@ -41,8 +41,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// batch of 1000 large payloads on a busy server).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A batch is also split when its payloads pass this many bytes, so one script call stays bounded.
-pub const BATCH_BYTES_MAX: usize = 8 * 1024 * 1024;
+pub use crate::store::BATCH_BYTES_MAX;
 
 /// The Redis/Valkey store. Cheap to clone: clones share the connection and the parking pool.
 #[derive(Clone)]
@@ -307,6 +306,7 @@ impl RedisStore {
                 num(max_attempts),
                 keep,
                 recmax,
+                num(BATCH_BYTES_MAX),
             ],
         }
     }

@@ -551,6 +551,32 @@ pub async fn claim_buries_a_row_with_attempts_that_are_no_count(ctx: &Ctx) {
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().dead, 9);
 }
 
+pub async fn claim_stops_once_the_payloads_reach_the_byte_bound(ctx: &Ctx) {
+    // three 5 MiB payloads against the 8 MiB bound: the first two (the second passes the bound,
+    // the first never stops a claim), then the third; flat jobs and a lane alike
+    let big = |tag: u8| NewJob::new(vec![tag; 5 << 20]);
+    ctx.store
+        .enqueue(&ctx.q, &[big(b'a'), big(b'b'), big(b'c')])
+        .await
+        .unwrap();
+    let g = group("g");
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Group(g.clone()), 3)
+        .await
+        .unwrap();
+    let firsts = |claimed: &[echomq::ClaimedJob]| -> Vec<u8> { claimed.iter().map(|c| c.payload[0]).collect() };
+    assert_eq!(firsts(&claim(ctx, 3).await), b"ab");
+    assert_eq!(firsts(&claim(ctx, 3).await), b"c");
+    ctx.store
+        .genqueue(&ctx.q, &g, &[big(b'x'), big(b'y'), big(b'z')])
+        .await
+        .unwrap();
+    assert_eq!(firsts(&claim(ctx, 3).await), b"xy");
+    assert_eq!(firsts(&claim(ctx, 3).await), b"z");
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().active, 6);
+    assert_slot_invariant(ctx).await;
+}
+
 pub async fn claim_buries_a_row_without_data(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, None, "data", |id| async move {
         ctx.probe.del_row_field(&id, "data").await
@@ -754,6 +780,7 @@ crate::conformance!(
     claim_buries_a_row_with_malformed_attempts,
     claim_buries_a_row_with_malformed_max_attempts,
     claim_buries_a_row_with_attempts_that_are_no_count,
+    claim_stops_once_the_payloads_reach_the_byte_bound,
     claim_buries_a_row_without_data,
     claim_buries_a_row_in_a_state_other_than_pending,
     claim_buries_a_malformed_lane_row_without_taking_a_slot,

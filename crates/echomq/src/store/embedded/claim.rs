@@ -8,6 +8,7 @@ use super::db::{Db, Field, Row};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId};
+use crate::store::BATCH_BYTES_MAX;
 
 struct Claim<'a, 'b> {
     db: &'a Db<'b>,
@@ -16,6 +17,8 @@ struct Claim<'a, 'b> {
     keep: i64,
     recmax: i64,
     out: Vec<ClaimedJob>,
+    /// The payload bytes handed out so far.
+    bytes: usize,
     failed: i64,
     cancelled: i64,
 }
@@ -65,9 +68,11 @@ impl Claim<'_, '_> {
         if defect.is_none() && cancel.is_none() {
             // handed out: active under the lease, out of pending, in one update
             db.set_active(id, att + 1, self.deadline)?;
+            let payload = row.data.unwrap_or_default();
+            self.bytes += payload.len();
             self.out.push(ClaimedJob {
                 id: JobId::from_store(id.to_string()),
-                payload: row.data.unwrap_or_default(),
+                payload,
                 attempts: (att + 1) as u64,
                 group: g.and_then(|g| GroupName::new(g).ok()),
             });
@@ -126,18 +131,25 @@ pub(crate) fn claim(
         keep,
         recmax,
         out: Vec::new(),
+        bytes: 0,
         failed: 0,
         cancelled: 0,
     };
     let mut got = 0;
     let mut budget = n + ring_len + 1000;
-    while got < n && budget > 0 {
+    // no job taken once the payloads handed out reach the byte bound (the script's ARGV[7])
+    let full = |c: &Claim| c.bytes >= BATCH_BYTES_MAX;
+    while got < n && !full(&c) && budget > 0 {
         budget -= 1;
         let Some(m) = db.lpop("ring")? else { break };
         if m == "~" {
             let want = if db.lnonempty("ring")? { 1 } else { n - got };
-            // the head of pending with the rows, read in one go; each leaves pending as it is taken
+            // the head of pending with the rows, read in one go; each leaves pending as it is
+            // taken, until the bytes run out
             for (id, row) in db.pending_head(want)? {
+                if full(&c) {
+                    break;
+                }
                 if c.take_row(&id, None, row, true)? {
                     got += 1;
                 }
