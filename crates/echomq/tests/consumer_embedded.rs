@@ -17,7 +17,7 @@ use echomq::{Consumer, ConsumerOptions, GroupName, JobContext, JobState, NewJob,
 use tokio::sync::mpsc;
 #[path = "support/consumer_kit.rs"]
 mod consumer_kit;
-use consumer_kit::{completed, fast, wait_until};
+use consumer_kit::{completed, counting, fast, wait_until};
 
 /// A database file of the test's own, removed with the directory.
 struct Db {
@@ -1113,14 +1113,10 @@ async fn recovery_off_leaves_a_lapsed_lease_alone() {
     assert_eq!(held.len(), 1);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
     let c = Consumer::start(
         store.clone(),
         q.clone(),
-        move |_job: JobContext| {
-            r.fetch_add(1, Ordering::SeqCst);
-            async { Verdict::Done }
-        },
+        counting(&runs),
         fast().with_beat(Duration::from_millis(50)).with_recovery(Recovery::Off),
     )
     .unwrap();
@@ -1131,14 +1127,10 @@ async fn recovery_off_leaves_a_lapsed_lease_alone() {
     let counts = store.counts(&q).await.unwrap();
     assert_eq!((counts.active, counts.pending, counts.reaped), (1, 0, 0));
     // the same with the default recovery runs it
-    let r = runs.clone();
     let c = Consumer::start(
         store.clone(),
         q.clone(),
-        move |_job: JobContext| {
-            r.fetch_add(1, Ordering::SeqCst);
-            async { Verdict::Done }
-        },
+        counting(&runs),
         fast().with_beat(Duration::from_millis(50)),
     )
     .unwrap();

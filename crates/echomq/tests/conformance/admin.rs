@@ -643,17 +643,27 @@ pub async fn remove_of_an_unknown_id_is_gone(ctx: &Ctx) {
 // ---------------------------------------------------------------------------------------------
 // redrive
 
-pub async fn redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget(ctx: &Ctx) {
+/// One job (id 1) claimed on its only attempt.
+async fn on_its_last_attempt(ctx: &Ctx) -> ClaimedJob {
     ctx.store
         .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(1)])
         .await
         .unwrap();
-    let c = claim(ctx, 1).await.remove(0);
+    claim(ctx, 1).await.remove(0)
+}
+
+/// That attempt fails: the job is dead.
+async fn fail_last_attempt(ctx: &Ctx, c: &ClaimedJob) {
     let dead = ctx
         .store
         .retry(&ctx.q, &c.id, c.attempts, Duration::ZERO, MAX, "boom", PLAIN)
         .await;
     assert_eq!(dead.unwrap(), Retried::Dead);
+}
+
+pub async fn redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget(ctx: &Ctx) {
+    let c = on_its_last_attempt(ctx).await;
+    fail_last_attempt(ctx, &c).await;
     ctx.probe.clear_wakes().await;
 
     assert_eq!(ctx.store.redrive(&ctx.q, &c.id, 2).await.unwrap(), Redriven::Redriven);
@@ -675,18 +685,10 @@ pub async fn redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget(ctx: 
 pub async fn redrive_runs_a_job_whose_earlier_run_was_asked_to_cancel(ctx: &Ctx) {
     // a cancel asked of a running job that then failed its last attempt: the operator's redrive
     // runs it again (the spent cancel mark would bury it as cancelled at the next claim)
-    ctx.store
-        .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(1)])
-        .await
-        .unwrap();
-    let c = claim(ctx, 1).await.remove(0);
+    let c = on_its_last_attempt(ctx).await;
     let asked = ctx.store.cancel(&ctx.q, &c.id, Some("stop"), PLAIN).await.unwrap();
     assert_eq!(asked, Cancelled::Requested);
-    let dead = ctx
-        .store
-        .retry(&ctx.q, &c.id, c.attempts, Duration::ZERO, MAX, "boom", PLAIN)
-        .await;
-    assert_eq!(dead.unwrap(), Retried::Dead);
+    fail_last_attempt(ctx, &c).await;
     assert_eq!(ctx.store.redrive(&ctx.q, &c.id, 1).await.unwrap(), Redriven::Redriven);
     assert_eq!(ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap().cancel, None);
     let again = claim(ctx, 1).await;

@@ -7,7 +7,7 @@
 mod consumer_kit;
 #[path = "../support/redis_server.rs"]
 mod redis_server;
-use consumer_kit::{completed, fast, wait_until};
+use consumer_kit::{completed, counting, fast, wait_until};
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -350,17 +350,7 @@ async fn consumer_never_runs_a_job_cancelled_while_no_consumer_listened() {
     );
     tokio::time::sleep(Duration::from_millis(50)).await;
     let ran = Arc::new(AtomicUsize::new(0));
-    let r = ran.clone();
-    let c = Consumer::start(
-        store.clone(),
-        q.clone(),
-        move |_job: JobContext| {
-            r.fetch_add(1, Ordering::SeqCst);
-            async { Verdict::Done }
-        },
-        fast().with_cancel(true),
-    )
-    .unwrap();
+    let c = Consumer::start(store.clone(), q.clone(), counting(&ran), fast().with_cancel(true)).unwrap();
     wait_until(Duration::from_secs(5), "the job cancelled", || async {
         store.counts(&q).await.unwrap().cancelled == 1
     })

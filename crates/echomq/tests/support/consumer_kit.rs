@@ -1,10 +1,11 @@
 //! What the consumer tests on both stores share: quick options, bounded waits, counts.
 #![allow(dead_code)] // each test binary uses a part of it
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use echomq::{ConsumerOptions, QueueName, Store};
+use echomq::{ConsumerOptions, JobContext, QueueName, Store, Verdict};
 
 /// Options for tests: a 200 ms beat and a 10 ms retry delay.
 pub fn fast() -> ConsumerOptions {
@@ -26,6 +27,15 @@ where
             "timed out after {within:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A handler that counts its runs in `runs` and completes each job at once.
+pub fn counting(runs: &Arc<AtomicUsize>) -> impl Fn(JobContext) -> std::future::Ready<Verdict> + Send + Sync + 'static {
+    let runs = runs.clone();
+    move |_job: JobContext| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Verdict::Done)
     }
 }
 

@@ -3,7 +3,7 @@
 //! flag. A paused or obliterating queue claims nothing. The max-attempts guard, claim-time cancels
 //! and malformed rows as the script.
 
-use super::common::{bury, finish, lane, slots};
+use super::common::{bury, finish, lane, lua_number, slots};
 use super::db::{Db, Field, Row};
 use crate::error::Result;
 use crate::job::ClaimedJob;
@@ -189,11 +189,6 @@ fn whole(v: Option<&str>, default: i64, least: i64) -> Option<i64> {
     let Some(s) = v else {
         return Some(default);
     };
-    let s = s.trim();
-    let n = s
-        .parse::<i64>()
-        .ok()
-        .map(|n| n as f64)
-        .or_else(|| s.parse::<f64>().ok())?;
+    let n = lua_number(s)?;
     (n >= least as f64 && n < 9_007_199_254_740_992.0 && n.fract() == 0.0).then_some(n as i64)
 }

@@ -231,6 +231,11 @@ pub(crate) fn lane_groups(db: &Db) -> Result<Vec<String>> {
 }
 
 /// Parses a row's number field as Redis's `tonumber` would (absent = `default`; malformed = None).
+/// Lua's `tonumber` of a stored number: surrounding spaces allowed, a finite decimal, else `None`.
+pub(crate) fn lua_number(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
 pub(crate) fn number(v: Option<&str>, default: i64) -> Option<i64> {
     match v {
         None => Some(default),

@@ -5,7 +5,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::common::{bury, fence, leave_lane, ready, ring_step_flat};
+use super::common::{bury, fence, leave_lane, lua_number, ready, ring_step_flat};
 use super::db::{text, Db, Field};
 use crate::error::{Error, Result};
 use crate::store::{Retried, Settled};
@@ -64,11 +64,6 @@ pub(crate) fn retry(
         leave_lane(db, g)?;
     }
     Ok(reply)
-}
-
-/// Lua's `tonumber` of a stored number: surrounding spaces allowed, a finite decimal, else `None`.
-fn lua_number(s: &str) -> Option<f64> {
-    s.trim().parse::<f64>().ok().filter(|f| f.is_finite())
 }
 
 /// HGET job:<id> max_attempts — without reading the payload.
