@@ -9,7 +9,9 @@
 //!   `synchronous=NORMAL` — the least one durable enqueue costs;
 //! * `enqueue_call`: `EmbeddedStore::enqueue` of one job, no consumer;
 //! * `enqueue_to_start`: enqueue → handler start, a consumer parked (its claim handed over by the
-//!   enqueue's transaction), one clock for both ends.
+//!   enqueue's transaction), one clock for both ends;
+//! * `returned_to_start`: the part of it after the enqueue call returned (the handler starting on
+//!   the consumer's side; 0 when it started first).
 //!
 //! The enqueues come from a task of the runtime, as an application's (and `emq bench latency`'s)
 //! do.
@@ -126,15 +128,21 @@ async fn enqueue_call(store: &EmbeddedStore, q: &QueueName, n: usize, rate: u64)
     us
 }
 
-async fn enqueue_to_start(store: EmbeddedStore, q: &QueueName, n: usize, rate: u64) -> Vec<f64> {
+/// Enqueue → handler start, and the part of it after the enqueue call returned (its transaction
+/// committed and the jobs handed over): the hop to the handler.
+async fn enqueue_to_start(store: EmbeddedStore, q: &QueueName, n: usize, rate: u64) -> (Vec<f64>, Vec<f64>) {
     let clock = Instant::now();
+    // (sent, instant): when each enqueue call returned, and when each handler started
+    let returned = Arc::new(Mutex::new(Vec::with_capacity(n)));
+    let starts = Arc::new(Mutex::new(Vec::with_capacity(n)));
     let started = Arc::new(Mutex::new(Vec::with_capacity(n)));
     let handler = {
-        let started = started.clone();
+        let (started, starts) = (started.clone(), starts.clone());
         move |job: JobContext| {
             let now = clock.elapsed().as_secs_f64() * 1e6;
             let sent: f64 = std::str::from_utf8(&job.payload).unwrap().parse().unwrap();
             started.lock().unwrap().push(now - sent);
+            starts.lock().unwrap().push((sent, now));
             async { Verdict::Done }
         }
     };
@@ -145,6 +153,10 @@ async fn enqueue_to_start(store: EmbeddedStore, q: &QueueName, n: usize, rate: u
         tokio::time::sleep_until(due.into()).await;
         let sent = clock.elapsed().as_secs_f64() * 1e6;
         store.enqueue(q, &[NewJob::new(sent.to_string())]).await.unwrap();
+        returned
+            .lock()
+            .unwrap()
+            .push((sent, clock.elapsed().as_secs_f64() * 1e6));
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while started.lock().unwrap().len() < n && Instant::now() < deadline {
@@ -152,7 +164,19 @@ async fn enqueue_to_start(store: EmbeddedStore, q: &QueueName, n: usize, rate: u
     }
     consumer.stop(Duration::from_secs(10)).await.unwrap();
     let us = started.lock().unwrap().clone();
-    us
+    let returned: std::collections::HashMap<u64, f64> = returned
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(sent, r)| (sent.to_bits(), *r))
+        .collect();
+    let hops = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(sent, start)| returned.get(&sent.to_bits()).map(|r| start - r))
+        .collect();
+    (us, hops)
 }
 
 #[tokio::main]
@@ -186,5 +210,12 @@ async fn main() {
     let path = dir.path().join("start.db");
     let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
     let starts = tokio::spawn(async move { enqueue_to_start(store, &q, n, rate).await });
-    report("enqueue_to_start", rate, starts.await.unwrap());
+    let (starts, hops) = starts.await.unwrap();
+    report("enqueue_to_start", rate, starts);
+    // a handler that started before the call returned counts as 0
+    report(
+        "returned_to_start",
+        rate,
+        hops.into_iter().map(|h| h.max(0.0)).collect(),
+    );
 }

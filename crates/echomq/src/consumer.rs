@@ -48,6 +48,11 @@ pub(crate) struct Shared {
     pub(crate) opts: ConsumerOptions,
     /// Fired by `stop`: no new claims; in-flight jobs finish and settle.
     pub(crate) stop: CancellationToken,
+    /// Fired by `abort`: every handler is dropped where it stands, unsettled.
+    pub(crate) aborted: CancellationToken,
+    /// The runtime the consumer started on: its tasks are spawned there from any thread (a store
+    /// may start handed-over jobs on a thread of its own).
+    pub(crate) runtime: tokio::runtime::Handle,
     /// Fired when the loop has ended (every job it took settled): the forwarder and the locks
     /// plane end with it.
     pub(crate) ended: CancellationToken,
@@ -78,7 +83,7 @@ impl Shared {
             // the request may be older than this job (its id reused once an earlier job ended):
             // the row's durable cancel field says whether it stands for the job running now
             let (store, queue, id, token) = (self.store.clone(), self.queue.clone(), id.clone(), cancel.clone());
-            tokio::spawn(async move {
+            self.runtime.spawn(async move {
                 match store.get(&queue, &id).await {
                     Ok(Some(job)) if job.cancel.is_some() => token.cancel(reason),
                     Ok(_) => {}
@@ -140,12 +145,19 @@ impl Consumer {
         opts: ConsumerOptions,
     ) -> Result<Consumer> {
         opts.validate()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidOption {
+            field: "runtime",
+            value: "none".into(),
+            reason: "a consumer starts inside a tokio runtime (call Consumer::start from a task)",
+        })?;
         let shared = Arc::new(Shared {
             store,
             queue,
             handler: Arc::new(handler),
             opts,
             stop: CancellationToken::new(),
+            aborted: CancellationToken::new(),
+            runtime,
             ended: CancellationToken::new(),
             back: tokio::sync::Notify::new(),
             inflight: Mutex::new(HashMap::new()),
@@ -213,6 +225,7 @@ impl Consumer {
 
     /// Drops every handler without settling (their leases lapse and recovery returns the jobs).
     pub fn abort(&self) {
+        self.shared.aborted.cancel();
         self.shared.stop.cancel();
         for a in &self.aborts {
             a.abort();

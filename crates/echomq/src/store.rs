@@ -281,6 +281,8 @@ pub struct ClaimRequest {
 }
 
 /// Where a store hands the jobs it claimed for a parked caller ([`Store::park_with_handoff`]).
+/// Called on whichever thread committed the claim (a task of the caller's runtime, or a store's
+/// own thread), so it must not block and must not assume a runtime context.
 pub type Handoff = Box<dyn FnOnce(Vec<ClaimedJob>) + Send>;
 
 /// The replies of one round: each leg answers on its own, so a failed earlier leg never discards

@@ -1140,3 +1140,16 @@ async fn recovery_off_leaves_a_lapsed_lease_alone() {
     .await;
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
+
+#[test]
+fn a_consumer_started_outside_a_runtime_is_refused_with_an_error() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let db = Db::new();
+    let store = runtime.block_on(db.store());
+    // no runtime entered here: the start must fail cleanly, not panic
+    let err = Consumer::start(store, q(), |_job: JobContext| async { Verdict::Done }, fast()).unwrap_err();
+    assert!(
+        matches!(err, echomq::Error::InvalidOption { field: "runtime", .. }),
+        "{err:?}"
+    );
+}

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
 
 use super::settle::Finished;
 use super::{lock, JobContext, Shared, Verdict};
@@ -15,21 +16,25 @@ use crate::error::Error;
 use crate::job::ClaimedJob;
 use crate::store::{ClaimRequest, BATCH_MAX};
 
-/// Jobs a store handed to a park of this consumer, with the slots reserved for them.
-type Handed = (Vec<ClaimedJob>, Vec<OwnedSemaphorePermit>);
+/// Starts claimed jobs, each on a task of its own. Cloned into every offer a park makes: a store
+/// that serves the offer starts its jobs right after the commit, on the thread that committed (no
+/// hop through this loop), and an offer served after its park ended starts them all the same.
+#[derive(Clone)]
+struct Launcher {
+    shared: Arc<Shared>,
+    settle_tx: mpsc::UnboundedSender<Finished>,
+    /// The handler tasks, and the offers still in a store's hands (a token each): the loop's end
+    /// waits for both.
+    tracker: TaskTracker,
+}
 
 /// The loop's own state across beats.
 struct Beat {
     shared: Arc<Shared>,
-    settle_tx: mpsc::UnboundedSender<Finished>,
+    launcher: Launcher,
     slots: Arc<Semaphore>,
-    handlers: JoinSet<()>,
     started: Instant,
     streak: u32,
-    /// Where hand-offs land: a park's offer may be served after the park ended (its transaction
-    /// was under way), so the jobs come here and are launched at the next look.
-    handed_tx: mpsc::UnboundedSender<Handed>,
-    handed_rx: mpsc::UnboundedReceiver<Handed>,
 }
 
 /// What ends a leg early.
@@ -44,16 +49,16 @@ enum Leg {
 
 pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Finished>, settler: JoinHandle<()>) {
     let slots = Arc::new(Semaphore::new(shared.opts.concurrency));
-    let (handed_tx, handed_rx) = mpsc::unbounded_channel();
     let mut beat = Beat {
         shared: shared.clone(),
-        settle_tx,
+        launcher: Launcher {
+            shared: shared.clone(),
+            settle_tx,
+            tracker: TaskTracker::new(),
+        },
         slots,
-        handlers: JoinSet::new(),
         started: Instant::now(),
         streak: 0,
-        handed_tx,
-        handed_rx,
     };
     loop {
         match beat.once().await {
@@ -80,11 +85,12 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
             }
         }
     }
-    // jobs a store is still handing over are claimed: they run like the others
-    beat.close_handoffs().await;
-    // in-flight handlers finish and hand their verdicts to the settler, which drains and ends
-    while beat.handlers.join_next().await.is_some() {}
-    drop(beat.settle_tx);
+    // jobs a store is still handing over are claimed: they run like the others; in-flight handlers
+    // finish and hand their verdicts to the settler, which drains and ends
+    let tracker = beat.launcher.tracker.clone();
+    tracker.close();
+    tracker.wait().await;
+    drop(beat);
     let _ = settler.await;
     // the forwarder and the locks plane end with the loop (after a stop, or its ttl)
     shared.stop.cancel();
@@ -98,7 +104,6 @@ impl Beat {
 
     /// One beat: recover + promote + the first claim in one round trip, the drain leg, the park.
     async fn once(&mut self) -> Leg {
-        self.launch_handed();
         if self.should_exit() {
             return Leg::Exit;
         }
@@ -111,8 +116,6 @@ impl Beat {
             .store
             .recover_promote_claim(&self.shared.queue, opts.recovery, opts.pump_batch, self.claim(want))
             .await;
-        // a hand-off served while that round was under way
-        self.launch_handed();
         let round = match round {
             Ok(r) => r,
             Err(e) => return Leg::Degraded(e),
@@ -177,13 +180,12 @@ impl Beat {
             if began.elapsed() >= beat {
                 return Leg::Healthy;
             }
-            // wait for a batch of free slots (or the end of the leg)
+            // wait for a batch of free slots (or the end of the leg); taken and given back at once
             while self.slots.available_permits() < threshold {
                 let left = beat.saturating_sub(began.elapsed());
+                let slots = self.slots.clone();
                 tokio::select! {
-                    Some(_) = self.handlers.join_next() => {}
-                    // jobs handed over late (their park had ended) hold slots: start them
-                    Some((jobs, permits)) = self.handed_rx.recv() => self.start_all(jobs, permits),
+                    _ = slots.acquire_many(threshold as u32) => {}
                     _ = tokio::time::sleep(left) => return Leg::Healthy,
                     _ = self.shared.stop.cancelled() => return Leg::Exit,
                 }
@@ -198,7 +200,6 @@ impl Beat {
             {
                 Ok(jobs) => {
                     empty = jobs.len() < free;
-                    self.launch_handed();
                     self.launch_first(jobs).await;
                 }
                 Err(e) => return Leg::Degraded(e),
@@ -208,8 +209,8 @@ impl Beat {
 
     /// Parks on the wake list for the beat or until the next scheduled job is due, whichever is
     /// sooner. A stop ends the park at once. With free slots the park offers a claim
-    /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it hands the
-    /// jobs over with the slots reserved here, and they are launched as the park ends.
+    /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it starts the
+    /// jobs on the slots reserved here ([`Launcher`]).
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
         let timeout = next_due.map_or(beat, |d| d.min(beat)).max(Duration::from_millis(1));
@@ -224,17 +225,15 @@ impl Beat {
             }
         }
         let claim = self.claim(reserved.len());
-        let tx = self.handed_tx.clone();
         // dropped unserved (the park ended first, or the store hands nothing off): slots freed
-        let queue = shared.queue.clone();
+        let (launcher, offer) = (self.launcher.clone(), self.launcher.tracker.token());
         let handoff: crate::store::Handoff = Box::new(move |jobs| {
-            if let Err(lost) = tx.send((jobs, reserved)) {
-                // only after an abort: the loop is gone; the leases lapse and recovery returns them
-                let ids: Vec<String> = lost.0 .0.iter().map(|j| j.id.to_string()).collect();
-                tracing::warn!(queue = %queue, ?ids, "jobs handed over after the consumer was aborted");
-            }
+            launcher.start_all(jobs, reserved);
+            drop(launcher);
+            // the loop's end waits for this offer until here
+            drop(offer);
         });
-        let running = self.handlers.len();
+        let slots = self.slots.clone();
         let leg = tokio::select! {
             r = shared.store.park_with_handoff(&shared.queue, timeout, claim, handoff) => match r {
                 Ok(_) => Leg::Healthy,
@@ -242,17 +241,10 @@ impl Beat {
             },
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
-            Some(_) = self.handlers.join_next(), if !self.handlers.is_empty() && free == 0 => Leg::Healthy,
-            // jobs handed over late (an earlier park's offer): start them, then a new beat
-            Some((jobs, permits)) = self.handed_rx.recv() => {
-                self.start_all(jobs, permits);
-                Leg::Healthy
-            }
+            _ = slots.acquire(), if free == 0 => Leg::Healthy,
         };
-        self.launch_handed();
-        if self.handlers.len() > running {
-            Self::handlers_first().await;
-        }
+        // jobs handed over may wait on the worker thread this loop holds
+        Self::handlers_first().await;
         leg
     }
 
@@ -272,24 +264,6 @@ impl Beat {
         Self::handlers_first().await;
     }
 
-    /// Launches the jobs handed over so far, each on a slot reserved for it.
-    fn launch_handed(&mut self) {
-        while let Ok((jobs, permits)) = self.handed_rx.try_recv() {
-            self.start_all(jobs, permits);
-        }
-    }
-
-    /// At the loop's end: waits for the hand-offs still in a store's hands (each ends with the
-    /// transaction serving it) and launches what they bring.
-    async fn close_handoffs(&mut self) {
-        // only the offers still out keep the channel open now
-        let (closed, _) = mpsc::unbounded_channel();
-        drop(std::mem::replace(&mut self.handed_tx, closed));
-        while let Some((jobs, permits)) = self.handed_rx.recv().await {
-            self.start_all(jobs, permits);
-        }
-    }
-
     /// Runs each claimed job on a task of its own: track → handler → verdict to the settler
     /// (which untracks after the settle, even a failed one).
     fn launch(&mut self, jobs: Vec<ClaimedJob>) {
@@ -300,42 +274,60 @@ impl Beat {
                 Err(_) => break,
             }
         }
-        self.start_all(jobs, permits);
+        self.launcher.start_all(jobs, permits);
     }
+}
 
-    /// Starts each job on one of `permits`; surplus permits are freed.
-    fn start_all(&mut self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) {
-        // finished handler tasks are collected here, so the set holds only running ones
-        while self.handlers.try_join_next().is_some() {}
+impl Launcher {
+    /// Starts each job on one of `permits`; surplus permits are freed. After an abort it starts
+    /// nothing: the leases lapse and recovery returns the jobs.
+    fn start_all(&self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) {
+        let shared = &self.shared;
+        if shared.aborted.is_cancelled() {
+            if !jobs.is_empty() {
+                let ids: Vec<String> = jobs.iter().map(|j| j.id.to_string()).collect();
+                tracing::warn!(queue = %shared.queue, ?ids, "jobs handed over after the consumer was aborted");
+            }
+            return;
+        }
         let mut permits = permits.into_iter();
         for job in jobs {
             let Some(permit) = permits.next() else {
                 // claims never ask for more than the free slots; a surplus job's lease lapses
-                tracing::error!(queue = %self.shared.queue, id = %job.id, "claimed beyond the free slots");
+                tracing::error!(queue = %shared.queue, id = %job.id, "claimed beyond the free slots");
                 continue;
             };
-            let cancel = self.shared.track(&job.id, job.attempts);
+            let cancel = shared.track(&job.id, job.attempts);
             let ctx = JobContext {
                 id: job.id.clone(),
                 payload: job.payload,
                 attempts: job.attempts,
                 group: job.group,
                 cancel,
-                queue: self.shared.queue.clone(),
-                store: self.shared.store.clone(),
+                queue: shared.queue.clone(),
+                store: shared.store.clone(),
             };
-            let handler = self.shared.handler.clone();
-            let tx = self.settle_tx.clone();
+            let handler = shared.handler.clone();
+            let (tx, aborted) = (self.settle_tx.clone(), shared.aborted.clone());
             let (id, token) = (job.id, job.attempts);
-            self.handlers.spawn(async move {
-                let verdict = match AssertUnwindSafe(handler.handle(ctx)).catch_unwind().await {
-                    Ok(v) => v,
-                    Err(panic) => Verdict::Error(format!("panic: {}", panic_message(&panic))),
-                };
-                drop(permit);
-                // the settler outlives every handler; a closed channel means an abort
-                let _ = tx.send(Finished { id, token, verdict });
-            });
+            self.tracker.spawn_on(
+                async move {
+                    let run = AssertUnwindSafe(handler.handle(ctx)).catch_unwind();
+                    let verdict = tokio::select! {
+                        // an abort drops the handler where it stands, unsettled
+                        biased;
+                        _ = aborted.cancelled() => return,
+                        v = run => match v {
+                            Ok(v) => v,
+                            Err(panic) => Verdict::Error(format!("panic: {}", panic_message(&panic))),
+                        },
+                    };
+                    drop(permit);
+                    // the settler outlives every handler; a closed channel means an abort
+                    let _ = tx.send(Finished { id, token, verdict });
+                },
+                &shared.runtime,
+            );
         }
     }
 }
