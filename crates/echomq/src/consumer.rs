@@ -111,6 +111,16 @@ impl Shared {
     }
 }
 
+/// The runtime this is called in; outside one, an error saying `reason` (tokio would panic at the
+/// first spawn).
+fn current_runtime(reason: &'static str) -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidOption {
+        field: "runtime",
+        value: "none".into(),
+        reason,
+    })
+}
+
 /// Locks a mutex, recovering the data of one poisoned by a panic elsewhere (the maps it guards stay
 /// consistent: every change is a single insert or remove).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -145,11 +155,7 @@ impl Consumer {
         opts: ConsumerOptions,
     ) -> Result<Consumer> {
         opts.validate()?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::InvalidOption {
-            field: "runtime",
-            value: "none".into(),
-            reason: "a consumer starts inside a tokio runtime (call Consumer::start from a task)",
-        })?;
+        let runtime = current_runtime("a consumer starts inside a tokio runtime (call it from a task)")?;
         let shared = Arc::new(Shared {
             store,
             queue,
@@ -250,14 +256,16 @@ pub struct Supervisor {
 impl Supervisor {
     /// `make` builds each consumer (open a store, start a consumer on it); it is called again when
     /// the previous consumer's loop has ended. A `make` that fails is retried after `backoff`.
-    pub fn start<F, Fut>(make: F, backoff: Duration) -> Supervisor
+    /// Outside a tokio runtime it returns [`Error::InvalidOption`] (field `runtime`).
+    pub fn start<F, Fut>(make: F, backoff: Duration) -> Result<Supervisor>
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Consumer>> + Send,
     {
+        let runtime = current_runtime("a supervisor starts inside a tokio runtime (call it from a task)")?;
         let stop = CancellationToken::new();
         let stopping = stop.clone();
-        let task = tokio::spawn(async move {
+        let task = runtime.spawn(async move {
             while !stopping.is_cancelled() {
                 let consumer = match make().await {
                     Ok(c) => c,
@@ -280,7 +288,7 @@ impl Supervisor {
                 }
             }
         });
-        Supervisor { stop, task }
+        Ok(Supervisor { stop, task })
     }
 
     /// Stops the current consumer and starts no other.

@@ -1153,3 +1153,22 @@ fn a_consumer_started_outside_a_runtime_is_refused_with_an_error() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_supervisor_started_outside_a_runtime_is_refused_with_an_error() {
+    let Err(err) = echomq::consumer::Supervisor::start(
+        || async {
+            Err::<Consumer, _>(echomq::Error::Timeout {
+                what: "never called",
+                after: Duration::ZERO,
+            })
+        },
+        Duration::from_millis(10),
+    ) else {
+        panic!("a supervisor started outside a runtime");
+    };
+    assert!(
+        matches!(err, echomq::Error::InvalidOption { field: "runtime", .. }),
+        "{err:?}"
+    );
+}

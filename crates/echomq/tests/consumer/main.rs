@@ -563,7 +563,8 @@ async fn consumer_ttl_ends_the_loop_and_a_supervisor_starts_a_fresh_one() {
             }
         },
         Duration::from_millis(50),
-    );
+    )
+    .unwrap();
     wait_until(Duration::from_secs(5), "three consumers in turn", || async {
         starts.load(Ordering::SeqCst) >= 3
     })
