@@ -224,13 +224,15 @@ impl RedisStore {
     /// round trip itself failed; each entry's reply or error is its own.
     async fn run_calls(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
-        let cmds: Vec<Cmd> = calls
-            .iter()
-            .map(|c| Self::evalsha(c.script, &c.keys, c.args.clone()))
-            .collect();
+        let scripts: Vec<&Script> = calls.iter().map(|c| c.script).collect();
+        // each call's arguments moved into its command, once (a bulk enqueue's are megabytes: every
+        // copy made before the first byte is sent is time the server waits)
         let mut pipe = redis::pipe();
-        for c in cmds.iter().chain(extra.iter()) {
-            pipe.add_command(c.clone());
+        for c in calls {
+            pipe.add_command(Self::evalsha(c.script, &c.keys, c.args));
+        }
+        for c in extra {
+            pipe.add_command(c);
         }
         let mut conn = self.conn.clone();
         let results: Vec<redis::RedisResult<Value>> = pipe
@@ -238,19 +240,20 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(|e| self.error(verb, e))?;
-        let mut out = Vec::with_capacity(cmds.len());
-        for (i, r) in results.into_iter().enumerate().take(cmds.len()) {
-            let script = calls[i].script;
-            out.push(match r {
-                Ok(v) => Ok(v),
-                Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+        let mut out = Vec::with_capacity(scripts.len());
+        let mut resend = pipe.cmd_iter();
+        for (r, script) in results.into_iter().zip(&scripts) {
+            // the command of this entry (the iterator walks the pipeline beside the replies)
+            let cmd = resend.next();
+            out.push(match (r, cmd) {
+                (Ok(v), _) => Ok(v),
+                (Err(e), Some(cmd)) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                     self.load(script).await?;
-                    cmds[i]
-                        .query_async::<Value>(&mut conn)
+                    cmd.query_async::<Value>(&mut conn)
                         .await
                         .map_err(|e| self.error(script.name, e))
                 }
-                Err(e) => Err(self.error(script.name, e)),
+                (Err(e), _) => Err(self.error(script.name, e)),
             });
         }
         Ok(out)
