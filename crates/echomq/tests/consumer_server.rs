@@ -1,6 +1,7 @@
 //! Tests that need a Redis of their own: the idle command rate (counted by the server, commands
 //! inside scripts included), an outage (the server SIGKILLed and restarted from its AOF), a settle
-//! made during one, a cancel sent after one, and a refused password.
+//! made during one, a cancel sent after one, a refused password, and a user that may not load
+//! scripts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]
@@ -227,4 +228,55 @@ async fn a_wrong_password_is_a_refusal_not_an_outage() {
     );
     let ok = format!("redis://:s3cret@127.0.0.1:{}", server.port);
     assert!(RedisStore::open(&ok).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_script_that_cannot_be_loaded_fails_its_own_leg_and_the_claim_beside_it_still_answers() {
+    // a user that may run scripts but not load them, on a server that has only claim's script:
+    // the round's recover and promote legs fail to load theirs; the claim leg ran and leased a job,
+    // which must reach the caller (a lost reply would strand it until its lease lapsed)
+    let server = OwnedServer::start(&["--appendonly", "no"]);
+    let admin_url = server.url();
+    let client = redis::Client::open(admin_url.as_str()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "runner", "on", ">pw", "~*", "&*", "+@all", "-script|load"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let full = RedisStore::open(&admin_url).await.unwrap();
+    let q = QueueName::new("legs").unwrap();
+    full.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut admin).await.unwrap();
+    // claim's script loaded again, through a claim on a queue with nothing in it
+    let empty = QueueName::new("nothing").unwrap();
+    let none = full
+        .claim(
+            &empty,
+            1,
+            Duration::from_secs(30),
+            3,
+            echomq::store::SettleOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    let runner = RedisStore::open(&format!("redis://runner:pw@127.0.0.1:{}", server.port))
+        .await
+        .unwrap();
+    let request = echomq::store::ClaimRequest {
+        n: 1,
+        lease: Duration::from_secs(30),
+        max_attempts: 3,
+        settle: echomq::store::SettleOptions::default(),
+    };
+    let round = runner
+        .recover_promote_claim(&q, echomq::consumer::Recovery::Reap, 10, request)
+        .await
+        .unwrap();
+    assert!(round.recovered.is_err(), "reap's script could not be loaded");
+    assert!(round.promoted.is_err(), "promote's script could not be loaded");
+    let jobs = round.claimed.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].payload, b"a".to_vec());
 }

@@ -221,7 +221,7 @@ impl RedisStore {
 
     /// Runs script calls in one round trip, then `extra` plain commands. Entries answered
     /// `NOSCRIPT` (nothing ran for them) are resent once after a `SCRIPT LOAD`. `Err` only when the
-    /// round trip itself failed; each entry's reply or error is its own.
+    /// round trip itself failed; each entry's reply or error is its own (a failed load included).
     async fn run_calls(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
         let scripts: Vec<&Script> = calls.iter().map(|c| c.script).collect();
@@ -247,11 +247,16 @@ impl RedisStore {
             let cmd = resend.next();
             out.push(match (r, cmd) {
                 (Ok(v), _) => Ok(v),
+                // a load that fails is this entry's error alone: the other entries ran (a claim
+                // among them leased its jobs), and their replies must reach the caller
                 (Err(e), Some(cmd)) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    self.load(script).await?;
-                    cmd.query_async::<Value>(&mut conn)
-                        .await
-                        .map_err(|e| self.error(script.name, e))
+                    match self.load(script).await {
+                        Ok(()) => cmd
+                            .query_async::<Value>(&mut conn)
+                            .await
+                            .map_err(|e| self.error(script.name, e)),
+                        Err(e) => Err(e),
+                    }
                 }
                 (Err(e), _) => Err(self.error(script.name, e)),
             });
