@@ -1172,3 +1172,32 @@ fn a_supervisor_started_outside_a_runtime_is_refused_with_an_error() {
         "{err:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_hands_over_no_more_payload_bytes_than_a_claim_would_take() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let mib = vec![b'x'; 1024 * 1024];
+    let jobs: Vec<NewJob> = (0..20).map(|_| NewJob::new(mib.clone())).collect();
+    let enqueue = {
+        let (store, q) = (store.clone(), q.clone());
+        async move {
+            store.enqueue(&q, &jobs).await.unwrap();
+        }
+    };
+    // an offer of 20: a claim takes no job once its payloads reach BATCH_BYTES_MAX, and the
+    // enqueue serving the offer stops there too; the rest wait, claimable
+    let per_claim = echomq::store::BATCH_BYTES_MAX / mib.len();
+    let handed = handed_by(&store, &q, 20, enqueue).await;
+    assert_eq!(handed.len(), per_claim);
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!(
+        (counts.active, counts.pending),
+        (per_claim as u64, 20 - per_claim as u64)
+    );
+    let next = store
+        .claim(&q, 20, Duration::from_secs(30), 3, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(next.len(), per_claim, "a claim after it takes as many");
+}

@@ -324,6 +324,8 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         Some(_) => None,
     };
     let mut handed = Vec::new();
+    // the claim's byte bound: no job taken once the payloads handed over reach it (the first always)
+    let mut handed_bytes = 0usize;
     let mut seq = look.id;
     if fresh > 0 {
         db.kv_set("id", seq + fresh)?;
@@ -359,7 +361,11 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 lease: None,
             });
             members.push(("scheduled", due, id.clone()));
-        } else if let Some(taken) = direct.as_ref().filter(|t| handed.len() < t.n) {
+        } else if let Some(taken) = direct
+            .as_ref()
+            .filter(|t| handed.len() < t.n && handed_bytes < crate::store::BATCH_BYTES_MAX)
+        {
+            handed_bytes += job.payload.len();
             handed.push(ClaimedJob {
                 id: JobId::from_store(id.clone()),
                 payload: job.payload.clone(),
