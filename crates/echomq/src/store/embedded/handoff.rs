@@ -87,7 +87,7 @@ impl Offers {
 /// the offer takes, and their lease deadline.
 pub(crate) struct Taken {
     offer: Offer,
-    /// How many jobs it takes.
+    /// How many jobs it takes at most (fewer when the byte bound stops it first).
     pub(crate) n: usize,
     /// The lease deadline their rows are written with.
     pub(crate) deadline: i64,
@@ -97,8 +97,9 @@ pub(crate) struct Taken {
 /// ready flat jobs it holds, `idle` whether the queue is not paused and its ring is empty (read by
 /// the enqueue with its other checks). When a consumer of this process parked offering a claim and
 /// the queue is idle (so nothing else is claimable: these jobs are what a claim right after the
-/// commit would take first), the first offer takes the first of them: the enqueue
-/// writes each row active under the offer's lease at attempt 1, as the claim would leave it, and
+/// commit would take first), the first offer takes the first of them, as many as its claim would
+/// (at most its n, and none once their payloads reach [`crate::store::BATCH_BYTES_MAX`]): the
+/// enqueue writes each row active under the offer's lease at attempt 1, as the claim would leave it, and
 /// reports them with [`served`]; the store hands them over after the commit. Unlike [`serve`]'s
 /// claims it runs without a savepoint: it writes nothing the enqueue's own rows do not, and a
 /// rollback drops the offer.
