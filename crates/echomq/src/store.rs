@@ -701,8 +701,42 @@ async fn open_embedded(url: &str) -> Result<Box<dyn Store>> {
     }
 }
 
+/// `items` in batches of at most [`BATCH_MAX`] whose sizes sum to at most [`BATCH_BYTES_MAX`]
+/// (an item larger than that alone), so that one script call (or embedded transaction) stays bounded in count and bytes.
+pub(crate) fn bounded<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < items.len() {
+        let (mut end, mut bytes) = (start, 0);
+        while end < items.len()
+            && end - start < BATCH_MAX
+            && (end == start || bytes + size(&items[end]) <= BATCH_BYTES_MAX)
+        {
+            bytes += size(&items[end]);
+            end += 1;
+        }
+        out.push(&items[start..end]);
+        start = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    use super::bounded;
+
+    #[test]
+    fn batches_are_bounded_by_count_and_by_bytes() {
+        let sizes: Vec<usize> = vec![1; 2500];
+        let lens: Vec<usize> = bounded(&sizes, |s| *s).iter().map(|b| b.len()).collect();
+        assert_eq!(lens, [BATCH_MAX, BATCH_MAX, 500]);
+        let third = BATCH_BYTES_MAX / 3;
+        let sizes = [third, third, third, third, BATCH_BYTES_MAX * 2, 1];
+        let lens: Vec<usize> = bounded(&sizes, |s| *s).iter().map(|b| b.len()).collect();
+        assert_eq!(lens, [3, 1, 1, 1], "an item over the bound goes alone");
+        assert!(bounded(&[] as &[usize], |s| *s).is_empty());
+    }
+
     use super::*;
 
     #[cfg(feature = "embedded")]

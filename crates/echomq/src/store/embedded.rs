@@ -626,7 +626,7 @@ impl Store for EmbeddedStore {
     async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
         check_jobs(jobs, self.payload_limit)?;
         let mut out = Vec::with_capacity(jobs.len());
-        for batch in jobs.chunks(BATCH_MAX) {
+        for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
             let batch = batch.to_vec();
             let q = queue.clone();
             out.extend(
@@ -643,7 +643,7 @@ impl Store for EmbeddedStore {
     async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
         check_jobs(jobs, self.payload_limit)?;
         let mut out = Vec::with_capacity(jobs.len());
-        for batch in jobs.chunks(BATCH_MAX) {
+        for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
             let batch = batch.to_vec();
             let (q, g) = (queue.clone(), group.to_string());
             out.extend(
@@ -720,7 +720,7 @@ impl Store for EmbeddedStore {
         }
         let (keep, recmax) = settle_args(settle);
         let mut out = Vec::with_capacity(jobs.len());
-        for batch in jobs.chunks(BATCH_MAX) {
+        for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
             let batch = batch.to_vec();
             out.extend(
                 self.run(queue.as_str(), "complete_many", On::Thread, move |db| {

@@ -400,7 +400,7 @@ impl RedisStore {
         };
         let mut calls = Vec::new();
         let mut batches = Vec::new();
-        for batch in bounded(jobs, |j| j.payload.len()) {
+        for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
             let mut args = Vec::with_capacity(3 + 4 * batch.len());
             args.push(k.base().as_bytes().to_vec());
             if let Some(g) = group {
@@ -508,26 +508,6 @@ struct Call<'a> {
     script: &'a Script,
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
-}
-
-/// `items` in batches of at most [`BATCH_MAX`] whose sizes sum to at most [`BATCH_BYTES_MAX`]
-/// (an item larger than that alone), so that one script call stays bounded in count and bytes.
-fn bounded<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < items.len() {
-        let (mut end, mut bytes) = (start, 0);
-        while end < items.len()
-            && end - start < BATCH_MAX
-            && (end == start || bytes + size(&items[end]) <= BATCH_BYTES_MAX)
-        {
-            bytes += size(&items[end]);
-            end += 1;
-        }
-        out.push(&items[start..end]);
-        start = end;
-    }
-    out
 }
 
 /// TCP keepalive for every connection: a peer gone silent (a failover, a partition) is found
@@ -694,7 +674,7 @@ impl Store for RedisStore {
     ) -> Result<Vec<Settled>> {
         let k = QueueKeys::new(queue);
         let mut calls = Vec::new();
-        for batch in bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
+        for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
             let [keep, recmax] = Self::settle_args(settle);
             let mut args = vec![k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax];
             for c in batch {
@@ -1315,22 +1295,5 @@ impl Store for RedisStore {
             })
         });
         Ok(stream.boxed())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{bounded, BATCH_BYTES_MAX, BATCH_MAX};
-
-    #[test]
-    fn batches_are_bounded_by_count_and_by_bytes() {
-        let sizes: Vec<usize> = vec![1; 2500];
-        let lens: Vec<usize> = bounded(&sizes, |s| *s).iter().map(|b| b.len()).collect();
-        assert_eq!(lens, [BATCH_MAX, BATCH_MAX, 500]);
-        let third = BATCH_BYTES_MAX / 3;
-        let sizes = [third, third, third, third, BATCH_BYTES_MAX * 2, 1];
-        let lens: Vec<usize> = bounded(&sizes, |s| *s).iter().map(|b| b.len()).collect();
-        assert_eq!(lens, [3, 1, 1, 1], "an item over the bound goes alone");
-        assert!(bounded(&[] as &[usize], |s| *s).is_empty());
     }
 }
