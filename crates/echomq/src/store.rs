@@ -496,7 +496,10 @@ pub trait Store: Send + Sync {
     /// in that very transaction and, once it has committed, calls `handoff` with the jobs (never
     /// with none): one durable transaction between an enqueue and its handler's start instead of
     /// two. A `handoff` not called is dropped — when the park ends, at the latest. The default
-    /// drops it and parks. True when woken (handed jobs or not), false on timeout.
+    /// drops it and parks. True when woken (handed jobs or not), false on timeout. A served park is
+    /// woken by the commit only when it left other work claimable: else its caller has what there
+    /// was (through `handoff`, on the committing thread, with no task woken beside its jobs') and
+    /// ends the park when it likes; left alone it returns true at its timeout.
     async fn park_with_handoff(
         &self,
         queue: &QueueName,
@@ -507,6 +510,13 @@ pub trait Store: Send + Sync {
         let _ = claim;
         drop(handoff);
         self.park(queue, timeout).await
+    }
+
+    /// Whether [`Store::park_with_handoff`] may serve the offer (call `handoff`); false for a store
+    /// that only parks. A caller whose offer may be served learns of it from `handoff`, not from the
+    /// park's end.
+    fn serves_handoffs(&self) -> bool {
+        false
     }
 
     /// cancel_requests: the stream of cancel requests for running jobs of `queue`.

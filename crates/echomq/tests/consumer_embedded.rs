@@ -163,7 +163,8 @@ async fn lanes_hold_each_group_to_its_limit_while_groups_and_flat_jobs_run_side_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_consumer_is_woken_at_once_by_an_enqueue_in_the_same_process() {
     let db = Db::new();
-    let (store, q) = (db.store().await, q());
+    let embedded = db.open().await;
+    let (store, q): (Arc<dyn Store>, _) = (Arc::new(embedded.clone()), q());
     let (tx, mut started) = mpsc::unbounded_channel::<Instant>();
     let handler = move |_job: JobContext| {
         let tx = tx.clone();
@@ -194,6 +195,9 @@ async fn a_parked_consumer_is_woken_at_once_by_an_enqueue_in_the_same_process() 
         "enqueue → handler start, beat 10 s: {latencies:?}"
     );
     assert_eq!(completed(&store, &q).await, 5);
+    // each job went straight to the consumer's offer, made again after each job ended (a served
+    // park is not woken by the commit: its jobs are running)
+    assert_eq!(embedded.handed_over(&q), 5);
 }
 
 fn offer(n: u32) -> ClaimRequest {
@@ -266,6 +270,38 @@ async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_o
     let counts = store.counts(&q).await.unwrap();
     assert_eq!((counts.pending, counts.active), (2, 2));
     assert_eq!(embedded.handed_over(&q), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_park_that_left_nothing_claimable_is_not_woken_and_ends_at_its_timeout() {
+    let db = Db::new();
+    let (store, q) = (db.store().await, q());
+    let (handoff, mut handed) = forward();
+    let park = store.park_with_handoff(&q, Duration::from_millis(400), offer(2), handoff);
+    tokio::pin!(park);
+    assert!(futures::poll!(park.as_mut()).is_pending(), "parked");
+    store.enqueue(&q, &[NewJob::new("only")]).await.unwrap();
+    assert_eq!(ids(&handed.try_recv().expect("handed over")), ["1"]);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        futures::poll!(park.as_mut()).is_pending(),
+        "nothing else claimable: the commit woke no park"
+    );
+    let began = Instant::now();
+    assert!(park.await.unwrap(), "a served park reports a wake at its timeout");
+    assert!(began.elapsed() >= Duration::from_millis(200));
+    // and with work left over, the serving commit wakes it at once
+    let (handoff, mut handed) = forward();
+    let park = store.park_with_handoff(&q, Duration::from_secs(10), offer(1), handoff);
+    tokio::pin!(park);
+    assert!(futures::poll!(park.as_mut()).is_pending(), "parked");
+    store.enqueue(&q, &[NewJob::new("a"), NewJob::new("b")]).await.unwrap();
+    assert_eq!(handed.try_recv().expect("handed over").len(), 1);
+    let woke = tokio::time::timeout(Duration::from_secs(5), park)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(woke);
 }
 
 /// Takes the wake tokens left waiting, parks offering a claim of `n` (registered once the first

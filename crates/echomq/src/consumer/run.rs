@@ -225,6 +225,10 @@ impl Beat {
             }
         }
         let claim = self.claim(reserved.len());
+        // a store that serves the offer starts its jobs and need not wake this park: the park ends
+        // when a slot frees instead (a handler done, or the offer's surplus given back), and the
+        // next beat offers it again. Only when every slot is out: a spare one would end it at once
+        let ends_on_slot = free == 0 || (shared.store.serves_handoffs() && self.slots.available_permits() == 0);
         // dropped unserved (the park ended first, or the store hands nothing off): slots freed
         let (launcher, offer) = (self.launcher.clone(), self.launcher.tracker.token());
         let handoff: crate::store::Handoff = Box::new(move |jobs| {
@@ -241,7 +245,7 @@ impl Beat {
             },
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
-            _ = slots.acquire(), if free == 0 => Leg::Healthy,
+            _ = slots.acquire(), if ends_on_slot => Leg::Healthy,
         };
         // jobs handed over may wait on the worker thread this loop holds
         Self::handlers_first().await;

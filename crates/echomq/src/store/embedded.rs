@@ -583,8 +583,14 @@ fn transact<T>(
         // the jobs handed over need no wake token of their own
         wake.push((tokens - handed.tokens()).max(0));
         wake.handed.fetch_add(handed.jobs() as u64, Ordering::Relaxed);
+        // every job made claimable went to an offer: no park needs waking (a served one's caller
+        // has its jobs, and a wake would put its task beside them on this thread, pushing them to
+        // another worker)
+        let all_handed = handed.jobs() > 0 && tokens <= handed.tokens();
         handed.deliver();
-        wake.signal.notify_waiters();
+        if !all_handed {
+            wake.signal.notify_waiters();
+        }
     }
     if cancels {
         wake_of(wakes, q).cancels.notify_waiters();
@@ -1018,6 +1024,10 @@ impl Store for EmbeddedStore {
         }
         check_claim(claim.lease, claim.max_attempts)?;
         self.park_offering(queue, timeout, Some((claim, handoff))).await
+    }
+
+    fn serves_handoffs(&self) -> bool {
+        true
     }
 
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
