@@ -712,7 +712,8 @@ async fn open_embedded(url: &str) -> Result<Box<dyn Store>> {
 }
 
 /// `items` in batches of at most [`BATCH_MAX`] whose sizes sum to at most [`BATCH_BYTES_MAX`]
-/// (an item larger than that alone), so that one script call (or embedded transaction) stays bounded in count and bytes.
+/// (an item larger than that alone), so that one script call (or embedded transaction) stays
+/// bounded in count and bytes.
 pub(crate) fn bounded<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
     let mut out = Vec::new();
     let mut start = 0;
@@ -733,7 +734,7 @@ pub(crate) fn bounded<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
 
 #[cfg(test)]
 mod tests {
-    use super::bounded;
+    use super::*;
 
     #[test]
     fn batches_are_bounded_by_count_and_by_bytes() {
@@ -746,8 +747,6 @@ mod tests {
         assert_eq!(lens, [3, 1, 1, 1], "an item over the bound goes alone");
         assert!(bounded(&[] as &[usize], |s| *s).is_empty());
     }
-
-    use super::*;
 
     #[cfg(feature = "embedded")]
     #[tokio::test]
