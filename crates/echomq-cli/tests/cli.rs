@@ -15,6 +15,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use echomq::JobState;
+use std::collections::BTreeMap;
 
 /// A queue name of this test's own.
 fn queue(name: &str) -> String {
@@ -665,4 +666,82 @@ fn ttl_ends_the_worker_with_exit_0() {
     let w = work(&q, "true", &["--ttl", "300ms"]);
     let o = w.wait(Duration::from_secs(5));
     assert_exit(&o, 0);
+}
+
+/// The commands `port`'s Redis ran (by name, those inside scripts included) while `during` ran,
+/// less the `INFO` of the first sample, and the window's length.
+fn commands_during(port: u16, during: impl FnOnce()) -> (BTreeMap<String, u64>, f64) {
+    use common::redis_server::command_calls;
+    let (before, t) = (command_calls(port), Instant::now());
+    during();
+    let secs = t.elapsed().as_secs_f64();
+    let mut sent: BTreeMap<String, u64> = command_calls(port)
+        .into_iter()
+        .map(|(k, n)| {
+            let was = before.get(&k).copied().unwrap_or(0);
+            (k, n - was)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    if let Some(info) = sent.get_mut("info") {
+        *info -= 1;
+    }
+    sent.retain(|_, n| *n > 0);
+    (sent, secs)
+}
+
+#[test]
+fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
+    let server = common::redis_server::OwnedServer::start(&["--appendonly", "no"]);
+    let b = Backend::at(server.url());
+    // `emq work` with its defaults: beat 1 s, lease 30 s, reap, the locks plane and cancels on
+    let q = queue("idle-work");
+    let w = Worker::spawn(b.cmd(&["work", &q, "--exec", "true"]));
+    std::thread::sleep(Duration::from_secs(2));
+    let (work, work_secs) = commands_during(server.port, || std::thread::sleep(Duration::from_secs(5)));
+    w.signal("TERM");
+    assert_exit(&w.wait(Duration::from_secs(10)), 0);
+
+    // the library's consumer with the same options, on the same server
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store: std::sync::Arc<dyn echomq::Store> = rt.block_on(echomq::store::open(&server.url())).unwrap().into();
+    let opts = echomq::ConsumerOptions::default()
+        .with_beat(Duration::from_secs(1))
+        .with_lease(Duration::from_secs(30))
+        .with_recovery(echomq::store::Recovery::Reap)
+        .with_concurrency(echomq::consumer::CONCURRENCY_DEFAULT)
+        .with_max_attempts(echomq::consumer::MAX_ATTEMPTS_DEFAULT)
+        .with_locks(true)
+        .with_cancel(true);
+    let c = rt
+        .block_on(async {
+            echomq::Consumer::start(
+                store,
+                qn(&queue("idle-lib")),
+                |_j: echomq::JobContext| async { echomq::Verdict::Done },
+                opts,
+            )
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let (own, own_secs) = commands_during(server.port, || std::thread::sleep(Duration::from_secs(5)));
+    rt.block_on(c.stop(Duration::from_secs(5))).unwrap();
+
+    let rate = |m: &BTreeMap<String, u64>, secs: f64| m.values().sum::<u64>() as f64 / secs;
+    let (work_rate, own_rate) = (rate(&work, work_secs), rate(&own, own_secs));
+    eprintln!("emq work: {work_rate:.2}/s {work:?}; library consumer: {own_rate:.2}/s {own:?}");
+    let extra: Vec<&String> = work.keys().filter(|k| !own.contains_key(*k)).collect();
+    assert!(
+        extra.is_empty(),
+        "emq work sent {extra:?}, which the consumer never sends: {work:?}"
+    );
+    // the same beat on both: one beat's commands (about 8) of slack for the windows' phase
+    assert!(
+        work_rate <= own_rate + 2.0 && work_rate <= 12.0,
+        "emq work sent {work_rate:.1} commands/s where the library consumer sends {own_rate:.1}"
+    );
+    assert!(
+        work_rate >= 3.0,
+        "emq work sent only {work_rate:.1} commands/s: is it running?"
+    );
 }

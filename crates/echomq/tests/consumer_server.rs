@@ -1,7 +1,7 @@
 //! Tests that need a Redis of their own: the idle command rate (counted by the server, commands
-//! inside scripts included), an outage (the server SIGKILLed and restarted from its AOF), a settle
-//! made during one, a cancel sent after one, a refused password, and a user that may not load
-//! scripts.
+//! inside scripts included) and CPU, an outage (the server SIGKILLed and restarted from its AOF),
+//! a settle made during one, a settle lost to a longer one (logged at warn), a cancel sent after
+//! one, a refused password, and a user that may not load scripts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]
@@ -15,43 +15,79 @@ use echomq::store::Store;
 use echomq::{Consumer, ConsumerOptions, JobContext, NewJob, QueueName, Verdict};
 use redis_server::OwnedServer;
 
-async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let text: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await.unwrap();
-    text.lines()
-        .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+/// CPU ticks (utime + stime, in clock ticks) so far of this process's threads named `name`
+/// (Linux: `/proc/self/task/*/comm` and `stat`).
+fn thread_ticks(name: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        panic!("/proc/self/task is needed to measure a thread's CPU (Linux)");
+    };
+    tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            // `tid (comm) state …`: utime and stime are the 12th and 13th fields after the comm
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+            Some(rest.next()?.parse::<u64>().ok()? + rest.next()?.parse::<u64>().ok()?)
+        })
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consumer_idle_at_a_beat_of_1s_sends_at_most_12_commands_a_second() {
+/// The consumer, its store and their connections run on a runtime of their own whose threads are
+/// named, so the CPU they use is theirs alone, not the other tests' of this binary.
+#[test]
+fn an_idle_consumer_at_a_beat_of_1s_sends_at_most_12_commands_a_second_and_uses_no_measurable_cpu() {
+    const THREADS: &str = "emq-idle-test";
     let server = OwnedServer::start(&["--appendonly", "no"]);
-    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
-    let q = QueueName::new("idle").unwrap();
-    let c = Consumer::start(
-        store,
-        q,
-        |_j: JobContext| async { Verdict::Done },
-        ConsumerOptions::default(),
-    )
-    .unwrap();
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(THREADS)
+        .enable_all()
+        .build()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (a, t) = (commands(&mut conn).await, Instant::now());
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let b = commands(&mut conn).await;
-    // the first INFO is counted inside the window
-    let rate = (b - a - 1) as f64 / t.elapsed().as_secs_f64();
-    eprintln!("idle: {rate:.2} commands/s");
+    let c = rt.block_on(async {
+        let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
+        let opts = ConsumerOptions::default().with_beat(Duration::from_secs(1));
+        Consumer::start(
+            store,
+            QueueName::new("idle").unwrap(),
+            |_j: JobContext| async { Verdict::Done },
+            opts,
+        )
+        .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let (calls, ticks, cpu, t) = (
+        redis_server::command_calls(server.port),
+        thread_ticks(THREADS),
+        redis_server::cpu_seconds(server.port),
+        Instant::now(),
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let secs = t.elapsed().as_secs_f64();
+    let ticks = thread_ticks(THREADS) - ticks;
+    let redis_cpu = redis_server::cpu_seconds(server.port) - cpu;
+    let after = redis_server::command_calls(server.port);
+    let sent: u64 = after.iter().map(|(k, n)| n - calls.get(k).copied().unwrap_or(0)).sum();
+    // the first INFO commandstats and both INFO cpu are counted inside the window
+    let rate = sent.saturating_sub(3) as f64 / secs;
+    // clock ticks are 1/100 s on Linux (USER_HZ)
+    let consumer_pct = ticks as f64 / 100.0 / secs * 100.0;
+    eprintln!(
+        "idle: {rate:.2} commands/s, consumer {consumer_pct:.2} % CPU, redis-server {:.2} % CPU",
+        redis_cpu / secs * 100.0
+    );
     assert!(rate <= 12.0, "an idle consumer sent {rate:.1} commands/s");
     assert!(
         rate >= 3.0,
         "an idle consumer sent only {rate:.1} commands/s: is it running at all?"
     );
-    c.stop(Duration::from_secs(5)).await.unwrap();
+    // at most 2 ticks in 5 s (0.4 %): a busy poll or a spin would take hundreds
+    assert!(
+        ticks <= 2,
+        "an idle consumer used {consumer_pct:.2} % CPU ({ticks} ticks in {secs:.1} s)"
+    );
+    rt.block_on(c.stop(Duration::from_secs(5))).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,6 +181,98 @@ async fn a_settle_made_while_redis_is_down_lands_once_it_is_back() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(started_rx.try_recv().is_err(), "the job ran once");
+    c.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// What the library logged at warn and above, once this binary's subscriber is installed (it is
+/// process-wide: the tests running beside pick out their own lines by queue name).
+fn captured_warnings() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        #[derive(Clone)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Sink(log.clone());
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .init();
+        log
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_and_the_job_runs_again() {
+    let log = captured_warnings();
+    // the settle is replayed for half a lease (500 ms here), then given up: the outage outlasts it
+    let mut server = OwnedServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
+    let q = QueueName::new("lostsettle").unwrap();
+    store.enqueue(&q, &[NewJob::new("x")]).await.unwrap();
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |j: JobContext| {
+            let (started, mut go) = (started_tx.clone(), go_rx.clone());
+            async move {
+                let _ = started.send(j.attempts);
+                let _ = go.wait_for(|g| *g).await;
+                Verdict::Done
+            }
+        },
+        ConsumerOptions::default()
+            .with_lease(Duration::from_secs(1))
+            .with_beat(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), started_rx.recv()).await;
+    assert_eq!(first.expect("the job started"), Some(1));
+    server.kill9();
+    go_tx.send(true).unwrap();
+    let line = |log: &std::sync::Mutex<Vec<u8>>| {
+        String::from_utf8_lossy(&log.lock().unwrap())
+            .lines()
+            .find(|l| l.contains("queue=lostsettle") && l.contains("settle lost"))
+            .map(str::to_string)
+    };
+    let began = Instant::now();
+    let warned = loop {
+        if let Some(l) = line(log) {
+            break l;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "no warning of the lost settle; logged: {}",
+            String::from_utf8_lossy(&log.lock().unwrap())
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(warned.contains(" WARN "), "{warned}");
+    assert!(warned.contains("id=1") && warned.contains("attempt=1"), "{warned}");
+    server.restart();
+    // the lease lapses, recovery returns the job and it runs again, as the warning says
+    let second = tokio::time::timeout(Duration::from_secs(15), started_rx.recv()).await;
+    assert_eq!(second.expect("the job ran again after its lease lapsed"), Some(2));
+    let began = Instant::now();
+    while store.counts(&q).await.map(|c| c.completed).unwrap_or(0) != 1 {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "the second run never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
 

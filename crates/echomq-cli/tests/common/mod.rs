@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a part of it
 
 #[path = "../../../echomq/tests/support/redis_server.rs"]
-mod redis_server;
+pub mod redis_server;
 
 use std::io::Write;
 use std::path::Path;
@@ -89,6 +89,11 @@ impl Backend {
     /// The test Redis.
     pub fn redis() -> Backend {
         Backend { url: url(), dir: None }
+    }
+
+    /// The store at `url` (a server a test started for itself, say).
+    pub fn at(url: String) -> Backend {
+        Backend { url, dir: None }
     }
 
     /// A fresh embedded store: `sqlite:` a new file in a scratch directory.

@@ -150,6 +150,48 @@ fn serving_pid(port: u16) -> Serving {
         .map_or(Serving::Nothing, Serving::Pid)
 }
 
+/// `INFO section` of the Redis on `port`, as its text (one plain TCP call: no client library).
+pub fn info(port: u16, section: &str) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect for INFO");
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(conn, "INFO {section}\r\n").expect("send INFO");
+    let mut reader = BufReader::new(conn);
+    let mut header = String::new();
+    reader.read_line(&mut header).expect("INFO's reply");
+    let len: usize = header
+        .strip_prefix('$')
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} answered {header:?}"));
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).expect("INFO's body");
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// Calls per command from `INFO commandstats` (`cmdstat_NAME:calls=N,…`), commands run inside
+/// scripts included.
+pub fn command_calls(port: u16) -> std::collections::BTreeMap<String, u64> {
+    info(port, "commandstats")
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// The server's CPU seconds so far (`used_cpu_sys` + `used_cpu_user` of `INFO cpu`).
+pub fn cpu_seconds(port: u16) -> f64 {
+    info(port, "cpu")
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            matches!(k, "used_cpu_sys" | "used_cpu_user").then(|| v.trim().parse::<f64>().ok())?
+        })
+        .sum()
+}
+
 /// Whether a process with this PID exists (`kill -0`).
 fn alive(pid: u32) -> bool {
     Command::new("kill")
