@@ -1,7 +1,8 @@
 //! End-to-end tests of the `emq` binary against a real `redis-server`: enqueue (one, stdin, file,
 //! duplicates), stats, `work --exec` (verdicts by exit status, environment, payload on stdin,
-//! stderr tail, output, timeout, cancel, lease renewal, graceful and forced stop), and the exit
-//! statuses and error lines of the global rules. The tests under `on_both_stores!` run on a fresh
+//! stderr tail, output, timeout, cancel, lease renewal, graceful and forced stop; its idle traffic
+//! against the library consumer's), `bench` (one JSON line per run, the peers' fields), and the
+//! exit statuses and error lines of the global rules. The tests under `on_both_stores!` run on a fresh
 //! embedded store too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -744,4 +745,94 @@ fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
         work_rate >= 3.0,
         "emq work sent only {work_rate:.1} commands/s: is it running?"
     );
+}
+
+on_both_stores!(bench_prints_one_json_line_per_run_with_the_peers_field_names);
+
+/// `emq bench WORKLOAD`'s one line on stdout, parsed, after checking exit 0, `lib`, `version` and
+/// `test`, and that every field the peers print for it is there (null only for a Redis figure on
+/// the embedded store).
+#[track_caller]
+fn bench_line(b: &Backend, args: &[&str], test: &str, fields: &[&str], redis_fields: &[&str]) -> serde_json::Value {
+    let o = b.emq(args);
+    assert_exit(&o, 0);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{args:?} printed {out:?}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["lib"], "echomq", "{v}");
+    assert_eq!(v["test"], test, "{v}");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"), "{v}");
+    for f in fields {
+        assert!(v[f].is_number(), "{args:?}: {f} is {} in {v}", v[f]);
+    }
+    let on_redis = b.url().starts_with("redis");
+    for f in redis_fields {
+        if on_redis {
+            assert!(v[f].is_number(), "{args:?}: {f} is {} in {v}", v[f]);
+        } else {
+            assert!(v[f].is_null(), "{args:?}: {f} is {} on the embedded store", v[f]);
+        }
+    }
+    v
+}
+
+fn bench_prints_one_json_line_per_run_with_the_peers_field_names(b: &Backend) {
+    let v = bench_line(
+        b,
+        &["bench", "enqueue", "--jobs", "2500"],
+        "a_enqueue_bulk",
+        &["n", "secs", "jobs_per_s"],
+        &["mem_bytes_per_waiting_job", "redis_cmds_per_job", "redis_cpu_s"],
+    );
+    assert_eq!(v["n"], 2500);
+    assert_eq!(v["waiting"], 2500, "every job enqueued waits: {v}");
+    if b.url().starts_with("redis") {
+        // one EVALSHA per batch of 1,000 plus the registration beside it: well under 4 per job
+        let cmds = v["redis_cmds_per_job"].as_f64().unwrap();
+        assert!(cmds > 0.0 && cmds <= 4.0, "{v}");
+    }
+
+    let v = bench_line(
+        b,
+        &["bench", "process", "10", "--jobs", "2500"],
+        "b_process",
+        &["concurrency", "n", "secs", "jobs_per_s", "worker_cpu_pct"],
+        &[
+            "redis_cpu_s",
+            "redis_cpu_pct",
+            "redis_cmds_per_job",
+            "evalsha_per_job",
+            "net_in_bytes_per_job",
+        ],
+    );
+    assert_eq!(
+        (v["concurrency"].as_u64(), v["n"].as_u64()),
+        (Some(10), Some(2500)),
+        "{v}"
+    );
+    assert!(v["jobs_per_s"].as_f64().unwrap() > 0.0, "{v}");
+
+    let v = bench_line(
+        b,
+        &["bench", "latency", "--count", "40", "--rate", "400"],
+        "c_latency",
+        &["n", "p50_ms", "p90_ms", "p99_ms", "max_ms"],
+        &[],
+    );
+    assert_eq!((v["n"].as_u64(), v["received"].as_u64()), (Some(40), Some(40)), "{v}");
+    let p = |f: &str| v[f].as_f64().unwrap();
+    assert!(
+        0.0 < p("p50_ms") && p("p50_ms") <= p("p90_ms") && p("p90_ms") <= p("p99_ms") && p("p99_ms") <= p("max_ms"),
+        "percentiles out of order: {v}"
+    );
+
+    let v = bench_line(
+        b,
+        &["bench", "idle", "1"],
+        "d_idle",
+        &["secs", "worker_cpu_pct"],
+        &["redis_cmds_per_s", "redis_cpu_pct"],
+    );
+    assert!(v["secs"].as_f64().unwrap() >= 1.0, "{v}");
 }
