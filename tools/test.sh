@@ -69,6 +69,10 @@ echo "tools/test.sh: redis-server $(redis-server --version | grep -o 'v=[0-9.]*'
 export EMQ_TEST_REDIS_URL="redis://127.0.0.1:$port"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# the library with one store, or none (a store of the user's own), builds clean too
+for features in "" redis embedded; do
+  cargo clippy -q -p echomq --lib --no-default-features --features "$features" --locked -- -D warnings
+done
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
 # the examples run, not only build: the no-server ones on the embedded store, then the Redis one
