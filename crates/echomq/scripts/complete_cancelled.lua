@@ -15,12 +15,12 @@ local active, jk = KEYS[1], KEYS[2]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local keep, recmax, reason = tonumber(ARGV[4]), tonumber(ARGV[5]), emq_opt(ARGV[6])
 if not keep or not recmax then return emq_bad_args('complete_cancelled', 'settle options') end
-local refused, row = emq_fence(jk, token)
+local refused, g = emq_fence(jk, token)
 if refused then return refused end
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local now = emq_now()
 emq_finish(base, id, 'cancelled', now, keep, 'last_error', reason)
-if row[3] then emq_leave_lane(base, row[3]) end
+if g then emq_leave_lane(base, g) end
 emq_count(base, 'cancelled', 1)
 emq_record(base, recmax, id, 'cancelled', token, 'error', reason, now)
 return 1

@@ -7,54 +7,59 @@
 -- ARGV[3] retain: newest completed rows kept (0 = delete the rows)
 -- ARGV[4] record MAXLEN (0 = no completion records)
 -- ARGV[5 + 3(i-1) ..] per job: id, attempts token, output ('' = none, else '+' and the bytes)
+--   or, the plain layout: ARGV[5 + 2(i-1) ..] per job: id, attempts token (no output): chosen
+--   when ARGV holds exactly 4 + 2n arguments
 --
 -- Replies: {code, …} per entry in order: 1 = completed, 0 = stale, -1 = gone; error EMQARGS.
 local active = KEYS[1]
 local base = ARGV[1]
 local n, keep, recmax = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if not n or n < 1 or n > 1000 or #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
+if not n or n < 1 or n > 1000 then return emq_bad_args('complete_many', 'batch shape') end
+-- arguments per entry: 2 (plain) or 3 (with outputs)
+local per = 3
+if #ARGV == 4 + 2 * n then per = 2 elseif #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
 if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
-local ids = {}
--- every row fenced first (reads only: nothing that can raise comes after the first write)
 local jobs, call = base .. 'job:', redis.call
-local reply, fenced, groups, rows = {}, {}, {}, {}
+-- every entry fenced first (reads only: nothing that can raise comes after the first write); the
+-- reply table holds, until the ZREMs below, what the fence found: 0 / -1 for a refusal, else the
+-- row's group or true (flat) — no table per entry
+local reply = {}
 for i = 1, n do
-  local id = ARGV[2 + 3 * i]
-  ids[i] = id
-  rows[i] = jobs .. id
-  local refused, row = emq_fence(rows[i], ARGV[3 + 3 * i])
-  if refused then
-    reply[i] = refused
-  else
-    fenced[#fenced + 1] = i
-    groups[i] = row[3]
-  end
+  local a = 5 + per * (i - 1)
+  local refused, g = emq_fence(jobs .. ARGV[a], ARGV[a + 1])
+  reply[i] = refused or g or true
 end
 -- then each fenced entry's membership, which is the reply of the ZREM its settle needs anyway
 -- (DESIGN §1) — cheaper than one ZMSCORE for the batch, whose scores come back as formatted
 -- doubles nobody reads; an entry repeated in the batch passed the fence too, and its second ZREM
 -- answers 0: stale after its first settle
--- done: the entries settled; gone: their rows, when not retained
+-- done: the entries settled; gone: their rows, when not retained; lanes: their groups
 local done, gone, lanes = {}, {}, {}
-for _, i in ipairs(fenced) do
-  if call('ZREM', active, ids[i]) == 1 then
-    reply[i] = 1
-    done[#done + 1] = i
-    if keep <= 0 then gone[#gone + 1] = rows[i] end
-    if groups[i] then lanes[#lanes + 1] = groups[i] end
-  else
-    reply[i] = 0
+for i = 1, n do
+  local fenced = reply[i]
+  if fenced ~= 0 and fenced ~= -1 then
+    local id = ARGV[5 + per * (i - 1)]
+    if call('ZREM', active, id) == 1 then
+      reply[i] = 1
+      done[#done + 1] = i
+      if keep <= 0 then gone[#gone + 1] = jobs .. id end
+      if fenced ~= true then lanes[#lanes + 1] = fenced end
+    else
+      reply[i] = 0
+    end
   end
 end
 if #done == 0 then return reply end
 local now = 0
 if keep > 0 or recmax > 0 then now = emq_now() end
-if keep <= 0 then call('DEL', unpack(gone)) end
+if keep <= 0 then emq_bulk('DEL', nil, gone) end
 if keep > 0 or recmax > 0 then
   for _, i in ipairs(done) do
-    local output = emq_opt(ARGV[4 + 3 * i])
-    if keep > 0 then emq_finish(base, ids[i], 'completed', now, keep, 'output', output) end
-    emq_record(base, recmax, ids[i], 'completed', ARGV[3 + 3 * i], 'output', output, now)
+    local a = 5 + per * (i - 1)
+    local output = nil
+    if per == 3 then output = emq_opt(ARGV[a + 2]) end
+    if keep > 0 then emq_finish(base, ARGV[a], 'completed', now, keep, 'output', output) end
+    emq_record(base, recmax, ARGV[a], 'completed', ARGV[a + 1], 'output', output, now)
   end
 end
 for _, g in ipairs(lanes) do emq_leave_lane(base, g) end

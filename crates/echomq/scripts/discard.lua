@@ -14,12 +14,12 @@
 local active, jk = KEYS[1], KEYS[2]
 local base, id, token, err, recmax = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if not recmax then return emq_bad_args('discard', 'record') end
-local refused, row = emq_fence(jk, token)
+local refused, g = emq_fence(jk, token)
 if refused then return refused end
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local now = emq_now()
 emq_bury(base, id, now, err)
-if row[3] then emq_leave_lane(base, row[3]) end
+if g then emq_leave_lane(base, g) end
 emq_count(base, 'failed', 1)
 emq_record(base, recmax, id, 'dead', token, 'error', err, now)
 return 2

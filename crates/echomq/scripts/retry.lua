@@ -20,12 +20,11 @@ local active, jk, scheduled = KEYS[1], KEYS[2], KEYS[3]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
-local refused, row = emq_fence(jk, token)
+local refused, g = emq_fence(jk, token)
 if refused then return refused end
 local maxa = tonumber(redis.call('HGET', jk, 'max_attempts') or maxdef) or maxdef
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local now = emq_now()
-local g = row[3]
 local reply = 1
 if tonumber(token) >= maxa then
   emq_bury(base, id, now, err)

@@ -48,6 +48,7 @@ redis_cases!(
     extend_lock_raw_eval_of_the_file_answers_as_the_seed,
     active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
     claim_and_complete_many_that_fail_write_nothing,
+    complete_many_takes_the_plain_layout_and_the_one_with_outputs,
     every_verb_reloads_its_script_after_a_script_flush,
 );
 
@@ -593,7 +594,20 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
     let (mut conn, base) = raw(ctx);
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     let before = snapshot(ctx).await;
-    for lease in ["inf", "-inf", "nan", "0", "1e400"] {
+    // (lease, default max_attempts): a lease that is no finite positive number, or a default
+    // budget that is no whole count from 1 (the rows with no budget of their own take it unread)
+    let cases = [
+        ("inf", "25"),
+        ("-inf", "25"),
+        ("nan", "25"),
+        ("0", "25"),
+        ("1e400", "25"),
+        ("1000", "2.5"),
+        ("1000", "0"),
+        ("1000", "many"),
+        ("1000", "inf"),
+    ];
+    for (lease, budget) in cases {
         let mut cmd = redis::cmd("EVAL");
         cmd.arg(script_body("claim")).arg(6);
         for suffix in ["ring", "groups", "pending", "active", "paused", "obliterating"] {
@@ -602,16 +616,16 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
         cmd.arg(&base)
             .arg("2")
             .arg(lease)
-            .arg("25")
+            .arg(budget)
             .arg("0")
             .arg("0")
             .arg("1000000");
         let err = cmd.query_async::<redis::Value>(&mut conn).await.unwrap_err();
-        assert_eq!(err.code(), Some("EMQARGS"), "lease {lease}: {err}");
+        assert_eq!(err.code(), Some("EMQARGS"), "lease {lease}, budget {budget}: {err}");
         assert_eq!(
             snapshot(ctx).await,
             before,
-            "lease {lease}: the refused claim wrote nothing"
+            "lease {lease}, budget {budget}: the refused claim wrote nothing"
         );
     }
 
@@ -631,4 +645,58 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
         "nothing written: job 1 still held in active"
     );
     assert!(zscore(ctx, "active", &id("1")).await.is_some());
+}
+
+/// complete_many's two argument layouts — (id, token) per job when no job has an output, which the
+/// store sends then, and (id, token, output) per job — settle alike; any other count is refused
+/// before anything is written.
+async fn complete_many_takes_the_plain_layout_and_the_one_with_outputs(ctx: &Ctx) {
+    let (conn, base) = raw(ctx);
+    ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
+    let claimed = claim(ctx, 3, LEASE).await;
+    assert_eq!(ids(&claimed), [id("1"), id("2"), id("3")]);
+    let run = |argv: Vec<&'static str>| {
+        let (mut conn, base) = (conn.clone(), base.clone());
+        async move {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(script_body("complete_many"))
+                .arg(1)
+                .arg(format!("{base}active"))
+                .arg(&base)
+                .arg(argv);
+            cmd.query_async::<Vec<i64>>(&mut conn).await
+        }
+    };
+    let before = snapshot(ctx).await;
+    for argv in [
+        vec!["2", "0", "0", "1", "1", "2"],
+        vec!["2", "0", "0", "1", "1", "", "2", "1"],
+        vec!["1", "0", "0", "1"],
+    ] {
+        let err = run(argv.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Some("EMQARGS"), "{argv:?}: {err}");
+        assert_eq!(snapshot(ctx).await, before, "{argv:?}: the refused batch wrote nothing");
+    }
+    // plain: job 1 with its token, job 2 with another, a ghost
+    assert_eq!(
+        run(vec!["3", "0", "0", "1", "1", "2", "9", "ghost", "1"])
+            .await
+            .unwrap(),
+        [1, 0, -1]
+    );
+    // with outputs, retained: job 2 with its token and an output, job 3 with none
+    assert_eq!(
+        run(vec!["2", "5", "0", "2", "1", "+out-2", "3", "1", ""])
+            .await
+            .unwrap(),
+        [1, 1]
+    );
+    let two = get(ctx, &id("2")).await;
+    assert_eq!((two.state, two.output), (JobState::Completed, Some(b"out-2".to_vec())));
+    assert_eq!(get(ctx, &id("3")).await.output, None);
+    assert!(
+        ctx.store.get(&ctx.q, &id("1")).await.unwrap().is_none(),
+        "job 1's row deleted"
+    );
+    assert_eq!(counts(ctx).await.completed, 3);
 }

@@ -676,14 +676,20 @@ impl Store for RedisStore {
         let mut calls = Vec::new();
         for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
             let [keep, recmax] = Self::settle_args(settle);
-            let mut args = vec![k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax];
+            // the plain layout (id, token per job) when no job of the batch has an output: one
+            // argument per job fewer for the script to take in
+            let plain = batch.iter().all(|c| c.output.is_none());
+            let mut args = Vec::with_capacity(4 + batch.len() * if plain { 2 } else { 3 });
+            args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
             for c in batch {
                 if let Some(o) = &c.output {
                     check_payload(o.len(), self.payload_limit)?;
                 }
                 args.push(c.id.as_str().as_bytes().to_vec());
                 args.push(num(c.token));
-                args.push(opt_arg(c.output.as_deref()));
+                if !plain {
+                    args.push(opt_arg(c.output.as_deref()));
+                }
             }
             calls.push((vec![k.active()], args));
         }

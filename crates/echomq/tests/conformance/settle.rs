@@ -389,6 +389,54 @@ async fn of_an_unknown_id(ctx: &Ctx, verb: Holder) {
     refused(ctx, verb, &id, c.attempts, Reply::Gone).await;
 }
 
+/// Every holder verb, for the cases that run over all of them.
+const HOLDERS: [Holder; 7] = [
+    Holder::Complete,
+    Holder::CompleteMany,
+    Holder::CompleteCancelled,
+    Holder::Retry,
+    Holder::Discard,
+    Holder::UpdateData,
+    Holder::ExtendLock,
+];
+
+/// A job never claimed has no token (its row has no `attempts`): every holder verb is refused
+/// stale (the row exists), whatever the token, and writes nothing.
+pub async fn every_holder_verb_of_a_job_never_claimed_is_stale(ctx: &Ctx) {
+    let waiting = add(ctx, None, "p").await;
+    let lane = add(ctx, Some(&group("g")), "p").await;
+    let later = ctx
+        .store
+        .enqueue(&ctx.q, &[NewJob::new("p").with_delay(Duration::from_secs(60))])
+        .await
+        .unwrap()[0]
+        .id()
+        .clone();
+    for verb in HOLDERS {
+        for id in [&waiting, &lane, &later] {
+            for token in [0, 1] {
+                refused(ctx, verb, id, token, Reply::Stale).await;
+            }
+        }
+    }
+    assert_slot_invariant(ctx).await;
+}
+
+/// The fence is the token and the membership of `active`; the row's `state` field is not read
+/// (every verb moving a job into or out of `active` writes it in the same step): a holder whose
+/// row's state was rewritten under it still settles, on both stores alike.
+pub async fn a_holder_settles_by_its_token_and_active_not_by_the_state_field(ctx: &Ctx) {
+    for verb in [Holder::Complete, Holder::CompleteMany] {
+        for g in flat_then_lane() {
+            let id = add(ctx, g.as_ref(), "p").await;
+            let c = claim_id(ctx, &id, LEASE).await;
+            ctx.probe.set_row_field(&id, "state", "pending").await;
+            held(ctx, verb, &id, c.attempts).await;
+            assert_slot_invariant(ctx).await;
+        }
+    }
+}
+
 // --- complete -------------------------------------------------------------------------------------
 
 pub async fn complete_with_the_holders_token_completes(ctx: &Ctx) {
@@ -1256,6 +1304,8 @@ pub async fn update_data_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
 }
 
 crate::conformance!(
+    every_holder_verb_of_a_job_never_claimed_is_stale,
+    a_holder_settles_by_its_token_and_active_not_by_the_state_field,
     complete_with_the_holders_token_completes,
     complete_with_a_stale_token_is_stale_and_writes_nothing,
     complete_after_a_reap_is_stale_for_the_old_token,

@@ -71,8 +71,10 @@ pub(crate) fn leave_lane(db: &Db, g: &str) -> Result<()> {
 }
 
 /// The fence of every holder verb: `Err(reply)` when the caller does not hold the job (Gone: no
-/// row, or a row without a state, as the script's `not r[1]`; Stale: not active or another token);
-/// else the row's group. Reads three fields only, never the payload: each settle pays for it.
+/// row, or a row with no field, as Redis has no hash there; Stale: another token, or none); else
+/// the row's group. The caller then tests membership of `active` (the script's ZREM reply) and
+/// answers stale on a job outside it. As the script, it does not read `state`: every verb that
+/// moves an id into or out of `active` writes the row's state in the same step.
 pub(crate) fn fence(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Option<String>, Settled>> {
     Ok(fence_held(db, id, token)?.map(|held| held.group))
 }
@@ -88,22 +90,26 @@ pub(crate) struct Held {
 /// [`fence`], with the job's membership of `active` read in the same look.
 pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Held, Settled>> {
     use rusqlite::OptionalExtension;
-    /// state, attempts, group, in active
-    type Look = (Option<String>, Option<String>, Option<String>, bool);
+    /// attempts, group, in active, has a field
+    type Look = (Option<String>, Option<String>, bool, bool);
     let row: Option<Look> = db
         .sql()
-        .prepare_cached("SELECT state, attempts, grp, lease IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .prepare_cached(concat!(
+            "SELECT attempts, grp, lease IS NOT NULL, ",
+            super::db::fields!(),
+            " IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2"
+        ))
         .and_then(|mut s| {
             s.query_row(rusqlite::params![db.queue(), id], |r| {
-                Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?, r.get(3)?))
+                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, r.get(3)?))
             })
             .optional()
         })
         .map_err(|e| db.err(e))?;
-    let Some((Some(state), attempts, group, active)) = row else {
+    let Some((attempts, group, active, true)) = row else {
         return Ok(Err(Settled::Gone));
     };
-    if state != "active" || attempts.as_deref() != Some(token.to_string().as_str()) {
+    if attempts.as_deref() != Some(token.to_string().as_str()) {
         return Ok(Err(Settled::Stale));
     }
     Ok(Ok(Held { group, active }))

@@ -601,12 +601,12 @@ impl<'a> Db<'a> {
     }
 
     /// A settle's common case: the row of a flat job in `active` deleted, with its lease, when the
-    /// caller holds it (state active, attempts = its token). True when deleted; nothing written else.
+    /// caller holds it (attempts = its token; in `active`). True when deleted; nothing written else.
     pub(crate) fn del_held_flat(&self, id: &str, token: u64) -> R<bool> {
         self.tx
             .prepare_cached(
-                "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND state = 'active' AND attempts = ?3 \
-                 AND grp IS NULL AND lease IS NOT NULL",
+                "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND attempts = ?3 AND grp IS NULL \
+                 AND lease IS NOT NULL",
             )
             .and_then(|mut s| s.execute(params![self.q, id, token.to_string()]))
             .map(|n| n > 0)
