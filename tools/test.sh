@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine of this kind (Debian, Rust toolchain present):
-#   1. installs redis-server (and procps, for kill and ps) with apt-get when missing,
+#   1. installs redis-server (and procps, for kill and ps; openssl, for the TLS test) with apt-get
+#      when missing,
 #   2. starts it on a free loopback port (no persistence, bounded to 60 minutes),
 #   3. runs formatting and lint checks, then every test of the workspace against it,
 #   4. stops the server it started, by its own PID, whatever the outcome.
@@ -31,6 +32,8 @@ fi
 # the signal tests run the kill program (not the shell's builtin), and the check below ps; minimal
 # images lack both (Debian's procps has them)
 { [ -x /usr/bin/kill ] || [ -x /bin/kill ]; } && command -v ps >/dev/null 2>&1 || install procps "kill and ps"
+# the TLS test makes its certificates with openssl
+command -v openssl >/dev/null 2>&1 || install openssl openssl
 
 # a free loopback port: nothing answers on it
 port=""

@@ -594,11 +594,28 @@ fn is_wire(e: &RedisError) -> bool {
     if e.kind() == redis::ErrorKind::AuthenticationFailed {
         return false;
     }
+    // a server certificate no trusted root vouches for is a configuration to fix, too
+    if refused_certificate(e) {
+        return false;
+    }
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
+}
+
+/// Whether the TLS handshake failed on the server's certificate: rustls's verdict, inside the I/O
+/// error redis-rs keeps behind an `Arc` (its `source()` is that `Arc`, and an I/O error's own
+/// `source()` skips the error it wraps, so only `get_ref` reaches it).
+fn refused_certificate(e: &RedisError) -> bool {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<Shared>())
+        .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::get_ref)
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|tls| matches!(tls, rustls::Error::InvalidCertificate(_)))
 }
 
 fn unreachable_or(addr: &str, verb: &'static str, e: RedisError) -> Error {

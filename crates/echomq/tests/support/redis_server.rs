@@ -64,7 +64,7 @@ fn require_redis_server(env_var: &str) {
 }
 
 /// A loopback port nothing listens on now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
