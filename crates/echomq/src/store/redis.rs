@@ -973,13 +973,28 @@ impl Store for RedisStore {
                 active: u64::MAX - removed,
             });
         }
+        // the registration goes with the queue's last key. An enqueue that landed after the last
+        // chunk (the mark gone) registered the queue with its own SADD, which this SREM may undo:
+        // the id counter that enqueue made says so, and the queue is registered again
         let mut conn = self.conn.clone();
-        redis::cmd("SREM")
+        let (recreated,): (bool,) = redis::pipe()
+            .cmd("SREM")
             .arg(QUEUES_KEY)
             .arg(queue.as_str())
-            .query_async::<Value>(&mut conn)
+            .ignore()
+            .cmd("EXISTS")
+            .arg(k.id())
+            .query_async(&mut conn)
             .await
             .map_err(|e| self.error("obliterate", e))?;
+        if recreated {
+            redis::cmd("SADD")
+                .arg(QUEUES_KEY)
+                .arg(queue.as_str())
+                .query_async::<Value>(&mut conn)
+                .await
+                .map_err(|e| self.error("obliterate", e))?;
+        }
         Ok(Obliterated::Done { removed })
     }
 

@@ -321,6 +321,39 @@ pub async fn obliterate_is_chunked_over_more_than_1000_jobs(ctx: &Ctx) {
     assert!(!ctx.store.queues().await.unwrap().contains(&ctx.q));
 }
 
+/// Enqueues racing an obliterate: each is refused while the queue is marked, or lands once it is
+/// gone. Either way, once all is quiet, `queues()` lists the queue exactly when it holds jobs (an
+/// enqueue landing between the last chunk and the unregistering must not leave its jobs in a
+/// queue no tool lists).
+pub async fn obliterate_raced_by_enqueues_lists_the_queue_exactly_when_it_holds_jobs(ctx: &Ctx) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for round in 0..40 {
+        ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
+        let quit = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let (store, q, quit) = (ctx.store.clone(), ctx.q.clone(), quit.clone());
+            tokio::spawn(async move {
+                while !quit.load(Ordering::Relaxed) {
+                    match store.enqueue(&q, &jobs(1)).await {
+                        Ok(_) | Err(Error::Obliterating { .. }) => {}
+                        Err(e) => panic!("enqueue beside an obliterate: {e}"),
+                    }
+                }
+            })
+        };
+        let done = ctx.store.obliterate(&ctx.q, true).await.unwrap();
+        // quiet at once: an enqueue after the unregistering registers the queue again itself,
+        // so only the one in flight may land after it
+        quit.store(true, Ordering::Relaxed);
+        assert!(matches!(done, Obliterated::Done { .. }), "round {round}: {done:?}");
+        producer.await.unwrap();
+        let listed = ctx.store.queues().await.unwrap().contains(&ctx.q);
+        let holds = ctx.store.counts(&ctx.q).await.unwrap().pending > 0;
+        assert_eq!(listed, holds, "round {round}: listed {listed}, holds jobs {holds}");
+    }
+}
+
 pub async fn enqueue_is_refused_while_the_queue_is_being_obliterated(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     ctx.probe.set_obliterating_mark().await;
@@ -1272,6 +1305,7 @@ pub async fn queues_lists_a_queue_from_its_first_enqueue_until_obliterate(ctx: &
 }
 
 crate::conformance!(
+    obliterate_raced_by_enqueues_lists_the_queue_exactly_when_it_holds_jobs,
     drain_drops_pending_lane_and_scheduled_jobs_but_not_active_or_dead,
     drain_is_chunked_over_more_than_1000_jobs,
     drain_then_claim_hands_out_nothing_and_clears_stale_ring_members,
