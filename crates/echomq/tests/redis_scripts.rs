@@ -49,6 +49,7 @@ redis_cases!(
     active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
     claim_and_complete_many_that_fail_write_nothing,
     complete_many_takes_the_plain_layout_and_the_one_with_outputs,
+    a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs,
     every_verb_reloads_its_script_after_a_script_flush,
 );
 
@@ -699,4 +700,42 @@ async fn complete_many_takes_the_plain_layout_and_the_one_with_outputs(ctx: &Ctx
         "job 1's row deleted"
     );
     assert_eq!(counts(ctx).await.completed, 3);
+}
+
+/// A lane whose name is no valid group name (the keyspace edited by hand: genqueue refuses such a
+/// name) fails neither the claim nor its batch: the job comes out with no group, as on the
+/// embedded store, the flat job beside it too, and both settle (the slot freed by the row's group).
+async fn a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    let flat = add(ctx, "flat").await;
+    let bad = "no valid name";
+    let _: () = conn
+        .hset_multiple(
+            format!("{base}job:odd"),
+            &[("data", "odd"), ("state", "pending"), ("group", bad)],
+        )
+        .await
+        .unwrap();
+    let _: () = conn.rpush(format!("{base}lane:{bad}"), "odd").await.unwrap();
+    let _: () = conn.rpush(format!("{base}ring"), bad).await.unwrap();
+    let _: () = conn.hset(format!("{base}groups"), format!("r:{bad}"), 1).await.unwrap();
+    let claimed = claim(ctx, 10, LEASE).await;
+    let mut got: Vec<(JobId, Option<GroupName>)> = claimed.iter().map(|c| (c.id.clone(), c.group.clone())).collect();
+    got.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    assert_eq!(
+        got,
+        [(flat.clone(), None), (id("odd"), None)],
+        "both handed out, the odd one with no group"
+    );
+    let replies = ctx
+        .store
+        .complete_many(&ctx.q, &completions(&claimed), SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(replies, [echomq::store::Settled::Ok; 2]);
+    let slots: std::collections::HashMap<String, String> = conn.hgetall(format!("{base}groups")).await.unwrap();
+    assert!(
+        !slots.contains_key(&format!("a:{bad}")),
+        "the odd lane's slot is freed: {slots:?}"
+    );
 }
