@@ -1,8 +1,8 @@
 -- obliterate — deletes every key of the queue, at most ARGV[3] job rows per call: the client loops
 -- while the reply says more is left, then `SREM emq:queues q` (and `SADD`s it again when the
--- queue's id counter exists by then: an enqueue landed after the last call). The first call marks the queue
--- (`obliterating`) so enqueues and claims are refused meanwhile. Active jobs refuse it unless
--- forced (then their lane slots are freed as they go, keeping the slot invariant).
+-- queue's id counter exists by then: an enqueue landed after the last call). The first call marks
+-- the queue (`obliterating`) so enqueues and claims are refused meanwhile. Active jobs refuse it
+-- unless forced (then their lane slots are freed as they go, keeping the slot invariant).
 --
 -- KEYS[1] emq:{q}:active      (zset)
 -- KEYS[2] emq:{q}:obliterating (string, the mark)
