@@ -1,7 +1,7 @@
 //! Tests that need a Redis of their own: the idle command rate (counted by the server, commands
 //! inside scripts included) and CPU, an outage (the server SIGKILLed and restarted from its AOF),
-//! a settle made during one, a settle lost to a longer one (logged at warn), a cancel sent after
-//! one, a refused password, and a user that may not load scripts.
+//! a settle made during one, a settle lost to a longer one (logged at warn), the back-off's growth
+//! through one, a cancel sent after one, a refused password, and a user that may not load scripts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]
@@ -273,6 +273,77 @@ async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    c.stop(Duration::from_secs(5)).await.unwrap();
+}
+
+/// Through an outage the beat backs off as the seed's formula says, min(max(30 s, beat),
+/// beat × 2^(streak − 1)): at a beat of 50 ms the waits double from 50 ms (each logged at warn with
+/// its streak), the loop does wait them out, and once Redis is back the streak ends and work runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_an_outage_the_back_off_doubles_from_the_beat_and_ends_when_redis_is_back() {
+    let log = captured_warnings();
+    let mut server = OwnedServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
+    let q = QueueName::new("backoff").unwrap();
+    let (ran_tx, mut ran_rx) = tokio::sync::mpsc::unbounded_channel();
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |j: JobContext| {
+            let ran = ran_tx.clone();
+            async move {
+                let _ = ran.send(j.payload);
+                Verdict::Done
+            }
+        },
+        ConsumerOptions::default().with_beat(Duration::from_millis(50)),
+    )
+    .unwrap();
+    server.kill9();
+    let killed = Instant::now();
+    // (streak, the wait it logged), in the order logged
+    let backoffs = |log: &std::sync::Mutex<Vec<u8>>| -> Vec<(u32, String)> {
+        String::from_utf8_lossy(&log.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains("queue=backoff") && l.contains("backing off"))
+            .filter_map(|l| {
+                let field = |name: &str| {
+                    let rest = &l[l.find(&format!("{name}="))? + name.len() + 1..];
+                    Some(rest.split_whitespace().next()?.to_string())
+                };
+                Some((field("streak")?.parse().ok()?, field("sleep")?))
+            })
+            .collect()
+    };
+    let seen = loop {
+        let seen = backoffs(log);
+        if seen.len() >= 5 {
+            break seen;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "five backed-off beats within 20 s; logged: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let waits: Vec<(u32, &str)> = seen.iter().take(5).map(|(n, w)| (*n, w.as_str())).collect();
+    assert_eq!(
+        waits,
+        [(1, "50ms"), (2, "100ms"), (3, "200ms"), (4, "400ms"), (5, "800ms")],
+        "the waits double from the beat"
+    );
+    assert!(
+        killed.elapsed() >= Duration::from_millis(50 + 100 + 200 + 400),
+        "the loop waited out the first four before the fifth: {:?}",
+        killed.elapsed()
+    );
+    server.restart();
+    store.enqueue(&q, &[NewJob::new("after")]).await.unwrap();
+    let ran = tokio::time::timeout(Duration::from_secs(10), ran_rx.recv()).await;
+    assert_eq!(ran.expect("work runs once Redis is back"), Some(b"after".to_vec()));
+    let streaks = backoffs(log).len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(backoffs(log).len(), streaks, "no backing off once healthy");
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
 
