@@ -22,7 +22,10 @@
 -- ARGV[7] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
 --
--- Replies: {id, payload, attempts, group ('' = flat), …}, at most n jobs; error EMQARGS.
+-- Replies: {id, payload, …, more}: two elements per job (at most n jobs), in claim order, then
+-- `more`: an empty array when every job handed out is a flat job on its first attempt (a fresh
+-- backlog: half the reply elements, each a conversion and a copy), else {attempts, group ('' =
+-- flat), …} for every job in order. Nothing handed out: {}. Error EMQARGS.
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -42,8 +45,11 @@ if ring_len == 0 then return {} end
 local now = emq_now()
 -- as text once: every leased member's score would otherwise be formatted anew (a printf each)
 local deadline = tostring(now + lease)
-local out, leased = {}, {}
-local nout, nleased = 0, 0
+-- out: id, payload per job; more: attempts, group per job, kept from the first job that is not a
+-- fresh flat one on (fresh: whether every job so far is)
+local out, more = {}, {}
+local nout = 0
+local fresh = true
 local got, failed, cancelled, bytes = 0, 0, 0, 0
 -- attempts counts as text: the common small ones without a number-to-text printf per job
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
@@ -93,14 +99,22 @@ local function take(id, g)
     return false
   end
   call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
-  nleased = nleased + 1
-  leased[nleased] = id
   bytes = bytes + #data
+  if fresh and (att > 0 or g) then
+    -- the first job that is not a fresh flat one: every job before it was
+    fresh = false
+    for i = 1, nout, 2 do
+      more[i] = 1
+      more[i + 1] = ''
+    end
+  end
+  if not fresh then
+    more[nout + 1] = att + 1
+    more[nout + 2] = g or ''
+  end
   out[nout + 1] = id
   out[nout + 2] = data
-  out[nout + 3] = att + 1
-  out[nout + 4] = g or ''
-  nout = nout + 4
+  nout = nout + 2
   return true
 end
 
@@ -158,15 +172,17 @@ end
 -- zset-max-listpack-value exceeds the member's 95 bytes), equal scores sit in id order and each
 -- insert scans from the head, so descending order scans once per member where ascending scans twice
 -- (100 members: 143 µs against 521 µs)
-if nleased > 0 then
+if nout > 0 then
   local args, k = { 'inf', emq_active_pin() }, 2
-  for i = nleased, 1, -1 do
+  for i = nout - 1, 1, -2 do
     args[k + 1] = deadline
-    args[k + 2] = leased[i]
+    args[k + 2] = out[i]
     k = k + 2
   end
   emq_bulk('ZADD', active, args)
 end
 emq_count(base, 'failed', failed)
 emq_count(base, 'cancelled', cancelled)
+if nout == 0 then return out end
+if fresh then out[nout + 1] = {} else out[nout + 1] = more end
 return out

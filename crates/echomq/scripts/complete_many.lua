@@ -9,24 +9,32 @@
 -- ARGV[5 + 3(i-1) ..] per job: id, attempts token, output ('' = none, else '+' and the bytes)
 --   or, the plain layout: ARGV[5 + 2(i-1) ..] per job: id, attempts token (no output): chosen
 --   when ARGV holds exactly 4 + 2n arguments
+--   or, the shared-token layout (n >= 2): ARGV[5] the attempts token of every job, ARGV[5 + i]
+--   the id of job i (no output): chosen when ARGV holds exactly 5 + n arguments (a fresh
+--   backlog's batch is all first attempts: one argument per job, each a string to take in)
 --
 -- Replies: {code, …} per entry in order: 1 = completed, 0 = stale, -1 = gone; error EMQARGS.
 local active = KEYS[1]
 local base = ARGV[1]
 local n, keep, recmax = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if not n or n < 1 or n > 1000 then return emq_bad_args('complete_many', 'batch shape') end
--- arguments per entry: 2 (plain) or 3 (with outputs)
-local per = 3
-if #ARGV == 4 + 2 * n then per = 2 elseif #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
+-- arguments per entry: 3 (with outputs), 2 (plain) or 1 (shared token); first: job 1's id
+local per, first, shared = 3, 5, nil
+if #ARGV == 4 + 2 * n then per = 2
+elseif n >= 2 and #ARGV == 5 + n then per, first, shared = 1, 6, ARGV[5]
+elseif #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
 if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
 local jobs, call = base .. 'job:', redis.call
 -- every entry fenced first (reads only: nothing that can raise comes after the first write); the
 -- reply table holds, until the ZREMs below, what the fence found: 0 / -1 for a refusal, else the
 -- row's group or true (flat) — no table per entry
-local reply = {}
+-- rows: each entry's row key, built once
+local reply, rows = {}, {}
 for i = 1, n do
-  local a = 5 + per * (i - 1)
-  local refused, g = emq_fence(jobs .. ARGV[a], ARGV[a + 1])
+  local a = first + per * (i - 1)
+  local jk = jobs .. ARGV[a]
+  rows[i] = jk
+  local refused, g = emq_fence(jk, shared or ARGV[a + 1])
   reply[i] = refused or g or true
 end
 -- then each fenced entry's membership, which is the reply of the ZREM its settle needs anyway
@@ -38,11 +46,10 @@ local done, gone, lanes = {}, {}, {}
 for i = 1, n do
   local fenced = reply[i]
   if fenced ~= 0 and fenced ~= -1 then
-    local id = ARGV[5 + per * (i - 1)]
-    if call('ZREM', active, id) == 1 then
+    if call('ZREM', active, ARGV[first + per * (i - 1)]) == 1 then
       reply[i] = 1
       done[#done + 1] = i
-      if keep <= 0 then gone[#gone + 1] = jobs .. id end
+      if keep <= 0 then gone[#gone + 1] = rows[i] end
       if fenced ~= true then lanes[#lanes + 1] = fenced end
     else
       reply[i] = 0
@@ -55,11 +62,11 @@ if keep > 0 or recmax > 0 then now = emq_now() end
 if keep <= 0 then emq_bulk('DEL', nil, gone) end
 if keep > 0 or recmax > 0 then
   for _, i in ipairs(done) do
-    local a = 5 + per * (i - 1)
+    local a = first + per * (i - 1)
     local output = nil
     if per == 3 then output = emq_opt(ARGV[a + 2]) end
     if keep > 0 then emq_finish(base, ARGV[a], 'completed', now, keep, 'output', output) end
-    emq_record(base, recmax, ARGV[a], 'completed', ARGV[a + 1], 'output', output, now)
+    emq_record(base, recmax, ARGV[a], 'completed', shared or ARGV[a + 1], 'output', output, now)
   end
 end
 for _, g in ipairs(lanes) do emq_leave_lane(base, g) end

@@ -48,7 +48,7 @@ redis_cases!(
     extend_lock_raw_eval_of_the_file_answers_as_the_seed,
     active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
     claim_and_complete_many_that_fail_write_nothing,
-    complete_many_takes_the_plain_layout_and_the_one_with_outputs,
+    complete_many_takes_the_shared_token_plain_and_output_layouts,
     a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs,
     every_verb_reloads_its_script_after_a_script_flush,
 );
@@ -648,14 +648,15 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
     assert!(zscore(ctx, "active", &id("1")).await.is_some());
 }
 
-/// complete_many's two argument layouts — (id, token) per job when no job has an output, which the
-/// store sends then, and (id, token, output) per job — settle alike; any other count is refused
-/// before anything is written.
-async fn complete_many_takes_the_plain_layout_and_the_one_with_outputs(ctx: &Ctx) {
+/// complete_many's three argument layouts — one shared token then the ids (two jobs or more, no
+/// output, one token: the store sends it then), (id, token) per job when no job has an output, and
+/// (id, token, output) per job — settle alike; any other count is refused before anything is
+/// written.
+async fn complete_many_takes_the_shared_token_plain_and_output_layouts(ctx: &Ctx) {
     let (conn, base) = raw(ctx);
-    ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
-    let claimed = claim(ctx, 3, LEASE).await;
-    assert_eq!(ids(&claimed), [id("1"), id("2"), id("3")]);
+    ctx.store.enqueue(&ctx.q, &jobs(5)).await.unwrap();
+    let claimed = claim(ctx, 5, LEASE).await;
+    assert_eq!(ids(&claimed), [id("1"), id("2"), id("3"), id("4"), id("5")]);
     let run = |argv: Vec<&'static str>| {
         let (mut conn, base) = (conn.clone(), base.clone());
         async move {
@@ -670,9 +671,10 @@ async fn complete_many_takes_the_plain_layout_and_the_one_with_outputs(ctx: &Ctx
     };
     let before = snapshot(ctx).await;
     for argv in [
-        vec!["2", "0", "0", "1", "1", "2"],
+        vec!["2", "0", "0", "1", "1"],
         vec!["2", "0", "0", "1", "1", "", "2", "1"],
         vec!["1", "0", "0", "1"],
+        vec!["3", "0", "0", "1", "1", "2"],
     ] {
         let err = run(argv.clone()).await.unwrap_err();
         assert_eq!(err.code(), Some("EMQARGS"), "{argv:?}: {err}");
@@ -695,11 +697,16 @@ async fn complete_many_takes_the_plain_layout_and_the_one_with_outputs(ctx: &Ctx
     let two = get(ctx, &id("2")).await;
     assert_eq!((two.state, two.output), (JobState::Completed, Some(b"out-2".to_vec())));
     assert_eq!(get(ctx, &id("3")).await.output, None);
-    assert!(
-        ctx.store.get(&ctx.q, &id("1")).await.unwrap().is_none(),
-        "job 1's row deleted"
-    );
-    assert_eq!(counts(ctx).await.completed, 3);
+    // shared token: another token for both, then theirs; an id twice is stale after its first
+    assert_eq!(run(vec!["2", "0", "0", "7", "4", "5"]).await.unwrap(), [0, 0]);
+    assert_eq!(run(vec!["3", "0", "0", "1", "4", "5", "4"]).await.unwrap(), [1, 1, 0]);
+    for n in ["1", "4", "5"] {
+        assert!(
+            ctx.store.get(&ctx.q, &id(n)).await.unwrap().is_none(),
+            "job {n}'s row deleted"
+        );
+    }
+    assert_eq!(counts(ctx).await.completed, 5);
 }
 
 /// A lane whose name is no valid group name (the keyspace edited by hand: genqueue refuses such a

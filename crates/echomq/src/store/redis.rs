@@ -547,22 +547,64 @@ fn parse_promoted(v: Value) -> Result<Promoted> {
     })
 }
 
-/// Appends the claimed jobs of one claim reply to `out`; returns how many.
+/// Appends complete_many's entries for `batch` to `args`, in the fewest arguments the script
+/// takes (complete_many.lua's header): the id alone after one shared token when every job of two or more
+/// has the same token and no output (a fresh backlog's batch), (id, token) when none has an
+/// output, else (id, token, output).
+fn settle_entries(batch: &[Completion], args: &mut Vec<Vec<u8>>) {
+    let plain = batch.iter().all(|c| c.output.is_none());
+    let shared = match batch {
+        [first, _, ..] if plain && batch.iter().all(|c| c.token == first.token) => Some(first.token),
+        _ => None,
+    };
+    if let Some(token) = shared {
+        args.push(num(token));
+    }
+    for c in batch {
+        args.push(c.id.as_str().as_bytes().to_vec());
+        if shared.is_none() {
+            args.push(num(c.token));
+        }
+        if !plain {
+            args.push(opt_arg(c.output.as_deref()));
+        }
+    }
+}
+
+/// Appends the claimed jobs of one claim reply to `out`; returns how many. The reply (claim.lua's
+/// header): (id, payload) per job, then an empty array when every job is a flat one on its first
+/// attempt, else (attempts, group) per job.
 fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
     let verb = "claim";
-    let items = reply::array(verb, v)?;
-    let got = items.len() / 4;
+    let mut items = reply::array(verb, v)?;
+    let Some(more) = items.pop() else { return Ok(0) };
+    let more = reply::array(verb, more)?;
+    let got = items.len() / 2;
+    if items.len() % 2 != 0 || !(more.is_empty() || more.len() == items.len()) {
+        return Err(Error::Protocol {
+            verb,
+            reply: format!("{} job elements and {} attempt/group elements", items.len(), more.len()),
+        });
+    }
+    let mut more = more.into_iter();
     let mut it = items.into_iter();
-    while let (Some(id), Some(payload), Some(att), Some(group)) = (it.next(), it.next(), it.next(), it.next()) {
-        let group = reply::string(verb, group)?;
+    while let (Some(id), Some(payload)) = (it.next(), it.next()) {
+        let (attempts, group) = match (more.next(), more.next()) {
+            (Some(att), Some(group)) => (
+                u64::try_from(reply::int(verb, &att)?).map_err(|_| reply::protocol(verb, &att))?,
+                // a ring member that is no valid name (the keyspace edited by hand) is the
+                // handler's information only, as on the embedded store: it must not fail the
+                // batch, whose jobs are leased already and would wait out their leases (the
+                // settles read the row's group)
+                GroupName::new(reply::string(verb, group)?).ok(),
+            ),
+            _ => (1, None),
+        };
         out.push(ClaimedJob {
             id: JobId::from_store(reply::string(verb, id)?),
             payload: reply::bytes(verb, payload)?,
-            attempts: u64::try_from(reply::int(verb, &att)?).map_err(|_| reply::protocol(verb, &att))?,
-            // a ring member that is no valid name (the keyspace edited by hand) is the handler's
-            // information only, as on the embedded store: it must not fail the batch, whose jobs
-            // are leased already and would wait out their leases (the settles read the row's group)
-            group: GroupName::new(group).ok(),
+            attempts,
+            group,
         });
     }
     Ok(got)
@@ -692,21 +734,14 @@ impl Store for RedisStore {
         let mut calls = Vec::new();
         for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
             let [keep, recmax] = Self::settle_args(settle);
-            // the plain layout (id, token per job) when no job of the batch has an output: one
-            // argument per job fewer for the script to take in
-            let plain = batch.iter().all(|c| c.output.is_none());
-            let mut args = Vec::with_capacity(4 + batch.len() * if plain { 2 } else { 3 });
-            args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
             for c in batch {
                 if let Some(o) = &c.output {
                     check_payload(o.len(), self.payload_limit)?;
                 }
-                args.push(c.id.as_str().as_bytes().to_vec());
-                args.push(num(c.token));
-                if !plain {
-                    args.push(opt_arg(c.output.as_deref()));
-                }
             }
+            let mut args = Vec::with_capacity(5 + batch.len() * 3);
+            args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
+            settle_entries(batch, &mut args);
             calls.push((vec![k.active()], args));
         }
         if calls.is_empty() {

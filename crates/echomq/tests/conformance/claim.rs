@@ -319,6 +319,69 @@ pub async fn claim_raises_attempts_by_one_each_time(ctx: &Ctx) {
     }
 }
 
+/// Each job of one claim carries its own attempts and group, whatever jobs the batch held before
+/// it: fresh flat jobs alone, a grouped job after a fresh flat one, a retried job beside a fresh one.
+pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ctx) {
+    let of = |got: &[echomq::ClaimedJob]| -> Vec<(String, u64, Option<String>)> {
+        got.iter()
+            .map(|j| {
+                let name = String::from_utf8(j.payload.clone()).unwrap();
+                (name, j.attempts, j.group.as_ref().map(|g| g.as_str().to_string()))
+            })
+            .collect()
+    };
+    ctx.store.enqueue(&ctx.q, &named(&["p1", "p2"])).await.unwrap();
+    let got = ctx
+        .store
+        .claim(&ctx.q, 2, LEASE, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(of(&got), [("p1".into(), 1, None), ("p2".into(), 1, None)]);
+    for j in &got {
+        complete(ctx, j).await;
+    }
+    // f1 a1 b1 c1 (DESIGN §3's example): a fresh flat job, then one of each group
+    enqueue_the_example(ctx).await;
+    let got = ctx
+        .store
+        .claim(&ctx.q, 4, LEASE, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    let want: Vec<(String, u64, Option<String>)> =
+        [("f1", None), ("a1", Some("a")), ("b1", Some("b")), ("c1", Some("c"))]
+            .into_iter()
+            .map(|(n, g)| (n.to_string(), 1, g.map(str::to_string)))
+            .collect();
+    assert_eq!(of(&got), want);
+    assert_slot_invariant(ctx).await;
+    // all settled, the rest claimed and settled; then r claimed once and recovered, claimed again
+    // beside a fresh job
+    let mut held = got;
+    while !held.is_empty() {
+        for j in &held {
+            complete(ctx, j).await;
+        }
+        held = claim(ctx, 100).await;
+    }
+    ctx.store.enqueue(&ctx.q, &named(&["r"])).await.unwrap();
+    let first = ctx
+        .store
+        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(of(&first), [("r".into(), 1, None)]);
+    reap_after_lapse(ctx, 1).await;
+    ctx.store.enqueue(&ctx.q, &named(&["n"])).await.unwrap();
+    let mut got = of(&ctx
+        .store
+        .claim(&ctx.q, 2, LEASE, MAX, SettleOptions::default())
+        .await
+        .unwrap());
+    got.sort();
+    assert_eq!(got, [("n".into(), 1, None), ("r".into(), 2, None)]);
+    assert_slot_invariant(ctx).await;
+}
+
 // ---- the claim-time guards ----
 
 pub async fn claim_buries_a_job_at_its_own_max_attempts_as_lease_expired(ctx: &Ctx) {
@@ -771,6 +834,7 @@ crate::conformance!(
     claim_on_an_empty_queue_gives_nothing,
     claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock,
     claim_raises_attempts_by_one_each_time,
+    claim_gives_each_job_of_a_batch_its_own_attempts_and_group,
     claim_buries_a_job_at_its_own_max_attempts_as_lease_expired,
     claim_buries_a_lane_job_at_the_default_max_attempts_without_taking_a_slot,
     claim_prefers_a_job_s_own_max_attempts_over_the_default,
