@@ -109,6 +109,30 @@ local function emq_fence(jk, token)
   return -1
 end
 
+-- whether no lane job can be in `active`: the groups hash holds no field but the flat member's
+-- (r:~, l:~). By the slot invariant every active lane job counts in its group's a:<g>, which is
+-- deleted at 0; a group with no a:<g> either has no ready job or is on the ring (r:<g>).
+local function emq_no_lanes(base)
+  local groups = base .. 'groups'
+  local fields = redis.call('HLEN', groups)
+  if fields == 0 then return true end
+  if fields > 2 then return false end
+  local f = redis.call('HMGET', groups, 'r:~', 'l:~')
+  local flat = 0
+  if f[1] then flat = flat + 1 end
+  if f[2] then flat = flat + 1 end
+  return flat == fields
+end
+
+-- emq_fence for a job known to be flat (emq_no_lanes): the token alone, one HGET (no reply table:
+-- about 4,000 instructions per settle fewer in complete_many). Returns -1, 0 or nil as emq_fence.
+local function emq_fence_flat(jk, token)
+  local t = redis.call('HGET', jk, 'attempts')
+  if t == token then return nil end
+  if t or redis.call('EXISTS', jk) == 1 then return 0 end
+  return -1
+end
+
 -- an optional value from ARGV: '' = none, else the value behind a one-byte '+' prefix
 local function emq_opt(v)
   if v == '' then return nil end

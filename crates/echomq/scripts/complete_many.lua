@@ -28,13 +28,17 @@ local jobs, call = base .. 'job:', redis.call
 -- every entry fenced first (reads only: nothing that can raise comes after the first write); the
 -- reply table holds, until the ZREMs below, what the fence found: 0 / -1 for a refusal, else the
 -- row's group or true (flat) — no table per entry
--- rows: each entry's row key, built once
+-- rows: each entry's row key, built once. A queue with no lane job in `active` (checked once, for
+-- a batch of 4 or more: two calls) needs no row's group: its fence reads the token alone.
+local flat = n >= 4 and emq_no_lanes(base)
 local reply, rows = {}, {}
 for i = 1, n do
   local a = first + per * (i - 1)
   local jk = jobs .. ARGV[a]
   rows[i] = jk
-  local refused, g = emq_fence(jk, shared or ARGV[a + 1])
+  local refused, g
+  if flat then refused = emq_fence_flat(jk, shared or ARGV[a + 1])
+  else refused, g = emq_fence(jk, shared or ARGV[a + 1]) end
   reply[i] = refused or g or true
 end
 -- then each fenced entry's membership, which is the reply of the ZREM its settle needs anyway

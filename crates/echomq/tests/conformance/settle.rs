@@ -1032,6 +1032,97 @@ pub async fn complete_many_frees_the_slots_of_lane_jobs(ctx: &Ctx) {
     assert_slot_invariant(ctx).await;
 }
 
+/// A batch of four or more on a queue with no lane job active (Redis reads then the token alone,
+/// not the group): each entry still answers by its own row — a holder completes, a job whose token
+/// moved on is stale, an unknown id is gone, a repeated entry is stale after its first settle —
+/// with the queue's default group limit set or not.
+pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx: &Ctx) {
+    for default_limit in [false, true] {
+        if default_limit {
+            ctx.store
+                .set_group_limit(&ctx.q, &echomq::store::LimitTarget::Default, 3)
+                .await
+                .unwrap();
+        }
+        let moved = add(ctx, None, "moved").await;
+        let old = claim_id(ctx, &moved, SHORT).await;
+        lapse(ctx, &moved).await;
+        assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+        let a = add(ctx, None, "a").await;
+        let b = add(ctx, None, "b").await;
+        // one left waiting: the flat member stays on the ring (its r:~ flag)
+        let waiting = add(ctx, None, "waiting").await;
+        let mut held = ids(&claim(ctx, 3, LEASE).await);
+        held.sort();
+        let mut want = vec![moved.clone(), a.clone(), b.clone()];
+        want.sort();
+        assert_eq!(held, want);
+        assert_eq!(get(ctx, &moved).await.attempts, old.attempts + 1);
+        let ghost = JobId::new("ghost").unwrap();
+        let batch = [
+            entry(&a, 1, None),
+            entry(&moved, 1, None),
+            entry(&ghost, 1, None),
+            entry(&b, 1, None),
+            entry(&a, 1, None),
+        ];
+        let replies = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
+        assert_eq!(
+            replies,
+            [Settled::Ok, Settled::Stale, Settled::Gone, Settled::Ok, Settled::Stale],
+            "default limit set: {default_limit}"
+        );
+        assert_eq!(ctx.store.get(&ctx.q, &a).await.unwrap(), None);
+        assert_eq!(ctx.store.get(&ctx.q, &b).await.unwrap(), None);
+        assert_eq!(
+            get(ctx, &moved).await.state,
+            JobState::Active,
+            "the stale entry's job is untouched"
+        );
+        let rest = [entry(&moved, old.attempts + 1, None)];
+        assert_eq!(
+            ctx.store.complete_many(&ctx.q, &rest, plain()).await.unwrap(),
+            [Settled::Ok]
+        );
+        let last = claim_id(ctx, &waiting, LEASE).await;
+        assert_eq!(
+            ctx.store
+                .complete_many(&ctx.q, &[entry(&last.id, last.attempts, None)], plain())
+                .await
+                .unwrap(),
+            [Settled::Ok]
+        );
+    }
+}
+
+/// A batch of four or more whose one lane job is the queue's only one active, while flat jobs wait
+/// (the groups hash holds just that group's slot count and the flat member's flag): the lane job's
+/// slot is freed, and its group's next job is claimable.
+pub async fn complete_many_of_flat_jobs_and_one_lane_job_frees_its_slot(ctx: &Ctx) {
+    let g = group("g");
+    let lane = add_lane(ctx, &g, 1).await;
+    let mut flat = Vec::new();
+    for i in 0..5 {
+        flat.push(add(ctx, None, &format!("f{i}")).await);
+    }
+    let got = claim(ctx, 5, LEASE).await;
+    assert!(ids(&got).contains(&lane[0]), "the lane job is among the claimed");
+    assert_eq!(ctx.probe.slots().await, HashMap::from([("g".to_string(), 1)]));
+    assert_eq!(counts(ctx).await.pending, 1, "a flat job still waits");
+    let batch: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.attempts, None)).collect();
+    let replies = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
+    assert_eq!(replies, vec![Settled::Ok; 5]);
+    assert_eq!(ctx.probe.slots().await, HashMap::new(), "the lane job's slot is freed");
+    assert_slot_invariant(ctx).await;
+    let next = add_lane(ctx, &g, 1).await;
+    let mut after = ids(&claim(ctx, 10, LEASE).await);
+    after.sort();
+    let mut want = vec![next[0].clone(), flat[4].clone()];
+    want.sort();
+    assert_eq!(after, want, "the group's next job and the last flat one");
+    assert_slot_invariant(ctx).await;
+}
+
 // --- completion records ---------------------------------------------------------------------------
 
 /// The completion records, oldest first.
@@ -1357,6 +1448,8 @@ crate::conformance!(
     complete_many_settles_a_mixed_batch_entry_by_entry,
     complete_many_answers_stale_for_a_repeated_entry,
     complete_many_frees_the_slots_of_lane_jobs,
+    complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row,
+    complete_many_of_flat_jobs_and_one_lane_job_frees_its_slot,
     complete_with_record_writes_a_completion_record,
     complete_many_with_record_writes_one_record_per_completed_entry,
     complete_cancelled_with_record_writes_a_cancelled_record,
