@@ -26,7 +26,7 @@ elseif #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape
 if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
 local jobs, call = base .. 'job:', redis.call
 -- every entry fenced first (reads only: nothing that can raise comes after the first write); the
--- reply table holds, until the ZREMs below, what the fence found: 0 / -1 for a refusal, else the
+-- reply table holds, until the ZREM below, what the fence found: 0 / -1 for a refusal, else the
 -- row's group or true (flat) — no table per entry
 -- rows: each entry's row key, built once. A queue with no lane job in `active` (checked once, for
 -- a batch of 4 or more: two calls) needs no row's group: its fence reads the token alone.
@@ -41,20 +41,43 @@ for i = 1, n do
   else refused, g = emq_fence(jk, shared or ARGV[a + 1]) end
   reply[i] = refused or g or true
 end
--- then each fenced entry's membership, which is the reply of the ZREM its settle needs anyway
--- (DESIGN §1) — cheaper than one ZMSCORE for the batch, whose scores come back as formatted
--- doubles nobody reads; an entry repeated in the batch passed the fence too, and its second ZREM
--- answers 0: stale after its first settle
+-- then the fenced entries leave `active` in one ZREM (n at most 1000: one call), whose count tells
+-- their membership (DESIGN §1) in the common case: all of them removed, every one settles; none,
+-- every one is stale. Otherwise (an entry repeated in the batch, or a job that left `active` with
+-- its token, as on a reap) each is told apart after the fact by its row's state, which every verb
+-- moving an id into or out of `active` writes in the same step (so 'active' here means it was a
+-- member and is removed now); a repeat is stale after its first settle. Those reads cannot raise:
+-- each key read as a hash in the fence above.
+local fenced, nfenced = {}, 0
+for i = 1, n do
+  local f = reply[i]
+  if f ~= 0 and f ~= -1 then
+    nfenced = nfenced + 1
+    fenced[nfenced] = ARGV[first + per * (i - 1)]
+  end
+end
+if nfenced == 0 then return reply end
+local removed = call('ZREM', active, unpack(fenced))
+local seen = nil
+if removed > 0 and removed < nfenced then seen = {} end
 -- done: the entries settled; gone: their rows, when not retained; lanes: their groups
 local done, gone, lanes = {}, {}, {}
 for i = 1, n do
-  local fenced = reply[i]
-  if fenced ~= 0 and fenced ~= -1 then
-    if call('ZREM', active, ARGV[first + per * (i - 1)]) == 1 then
+  local f = reply[i]
+  if f ~= 0 and f ~= -1 then
+    local settled = removed == nfenced
+    if seen then
+      local id = ARGV[first + per * (i - 1)]
+      if not seen[id] then
+        seen[id] = true
+        settled = call('HGET', rows[i], 'state') == 'active'
+      end
+    end
+    if settled then
       reply[i] = 1
       done[#done + 1] = i
       if keep <= 0 then gone[#gone + 1] = rows[i] end
-      if fenced ~= true then lanes[#lanes + 1] = fenced end
+      if f ~= true then lanes[#lanes + 1] = f end
     else
       reply[i] = 0
     end

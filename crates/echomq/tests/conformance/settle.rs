@@ -1033,9 +1033,10 @@ pub async fn complete_many_frees_the_slots_of_lane_jobs(ctx: &Ctx) {
 }
 
 /// A batch of four or more on a queue with no lane job active (Redis reads then the token alone,
-/// not the group): each entry still answers by its own row — a holder completes, a job whose token
-/// moved on is stale, an unknown id is gone, a repeated entry is stale after its first settle —
-/// with the queue's default group limit set or not.
+/// not the group, and removes the batch from `active` in one call): each entry still answers by its
+/// own row — a holder completes, a job whose token moved on is stale, an unknown id is gone, a
+/// repeated entry is stale after its first settle, a job that left `active` with its token (a
+/// retry) is stale and untouched — with the queue's default group limit set or not.
 pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx: &Ctx) {
     for default_limit in [false, true] {
         if default_limit {
@@ -1050,14 +1051,20 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
         assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
         let a = add(ctx, None, "a").await;
         let b = add(ctx, None, "b").await;
+        let retried = add(ctx, None, "retried").await;
         // one left waiting: the flat member stays on the ring (its r:~ flag)
         let waiting = add(ctx, None, "waiting").await;
-        let mut held = ids(&claim(ctx, 3, LEASE).await);
+        let mut held = ids(&claim(ctx, 4, LEASE).await);
         held.sort();
-        let mut want = vec![moved.clone(), a.clone(), b.clone()];
+        let mut want = vec![moved.clone(), a.clone(), b.clone(), retried.clone()];
         want.sort();
         assert_eq!(held, want);
         assert_eq!(get(ctx, &moved).await.attempts, old.attempts + 1);
+        ctx.store
+            .retry(&ctx.q, &retried, 1, LATER, BUDGET, "boom", plain())
+            .await
+            .unwrap();
+        let retried_before = get(ctx, &retried).await;
         let ghost = JobId::new("ghost").unwrap();
         let batch = [
             entry(&a, 1, None),
@@ -1065,11 +1072,19 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
             entry(&ghost, 1, None),
             entry(&b, 1, None),
             entry(&a, 1, None),
+            entry(&retried, 1, None),
         ];
         let replies = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
         assert_eq!(
             replies,
-            [Settled::Ok, Settled::Stale, Settled::Gone, Settled::Ok, Settled::Stale],
+            [
+                Settled::Ok,
+                Settled::Stale,
+                Settled::Gone,
+                Settled::Ok,
+                Settled::Stale,
+                Settled::Stale
+            ],
             "default limit set: {default_limit}"
         );
         assert_eq!(ctx.store.get(&ctx.q, &a).await.unwrap(), None);
@@ -1079,6 +1094,11 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
             JobState::Active,
             "the stale entry's job is untouched"
         );
+        assert_eq!(get(ctx, &retried).await, retried_before, "the retried job is untouched");
+        // the two stale ones by themselves: none removed, both stale
+        let stale = [entry(&retried, 1, None), entry(&moved, 1, None)];
+        let replies = ctx.store.complete_many(&ctx.q, &stale, plain()).await.unwrap();
+        assert_eq!(replies, [Settled::Stale, Settled::Stale]);
         let rest = [entry(&moved, old.attempts + 1, None)];
         assert_eq!(
             ctx.store.complete_many(&ctx.q, &rest, plain()).await.unwrap(),
@@ -1092,6 +1112,7 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
                 .unwrap(),
             [Settled::Ok]
         );
+        assert_eq!(counts(ctx).await.active, 0);
     }
 }
 
