@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Redis instructions per job of claim + complete_many, counted by callgrind: a figure this
+machine's noise does not move (its Redis CPU µs per job swings about 2x within minutes).
+
+    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--redis redis-server]
+                                [--lib FILE] [--claim FILE] [--complete-many FILE] [--plain]
+
+Starts `redis-server` under `valgrind --tool=callgrind` on a free loopback port (bounded to 30
+minutes, stopped by its PID), loads the scripts the way the store does (`_lib.lua` first), enqueues
+--jobs flat jobs, then counts the instructions Redis runs for the claims in batches of --batch, and
+separately for the complete_many calls that settle them (the shared-token layout the store sends
+for such a batch; --plain: (id, token) per job, for older scripts). --lib / --claim /
+--complete-many run other versions of the scripts (an A/B: `git show REV:PATH > FILE`). Needs
+valgrind (Debian: apt-get install valgrind); Redis's debug symbols are not needed for the totals.
+"""
+
+import argparse
+import glob
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SCRIPTS = os.path.join(ROOT, "crates", "echomq", "scripts")
+
+
+class Conn:
+    """A bare RESP2 client (no dependency beyond the standard library)."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    def cmd(self, *args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        self.sock.sendall(out)
+        return self.read()
+
+    def read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def total(outdir):
+    """Instructions in the newest callgrind dump."""
+    newest = max(glob.glob(os.path.join(outdir, "cg.out.*")), key=os.path.getmtime)
+    for line in open(newest, encoding="utf-8", errors="replace"):
+        if line.startswith("summary:") or line.startswith("totals:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {newest}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--redis", default="redis-server")
+    ap.add_argument("--lib", default=os.path.join(SCRIPTS, "_lib.lua"))
+    ap.add_argument("--claim", default=os.path.join(SCRIPTS, "claim.lua"))
+    ap.add_argument("--complete-many", default=os.path.join(SCRIPTS, "complete_many.lua"))
+    ap.add_argument("--plain", action="store_true", help="send (id, token) per job")
+    a = ap.parse_args()
+    if a.jobs % 1000 or a.jobs % a.batch or not 1 < a.batch <= 1000:
+        sys.exit("--jobs must be a multiple of 1000 and of --batch (2..1000)")
+    lib = open(a.lib).read()
+    src = {
+        "enqueue": lib + "\n" + open(os.path.join(SCRIPTS, "enqueue.lua")).read(),
+        "claim": lib + "\n" + open(a.claim).read(),
+        "complete_many": lib + "\n" + open(a.complete_many).read(),
+    }
+    outdir = tempfile.mkdtemp(prefix="emq-callgrind-")
+    port = free_port()
+    server = subprocess.Popen(
+        ["timeout", "1800", "valgrind", "--tool=callgrind", f"--callgrind-out-file={outdir}/cg.out",
+         a.redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", outdir],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(outdir, "valgrind.log"), "w"))
+    try:
+        conn = None
+        for _ in range(600):
+            try:
+                conn = Conn(port)
+                conn.cmd("PING")
+                break
+            except OSError:
+                time.sleep(0.1)
+        if conn is None:
+            sys.exit(f"redis under valgrind did not answer (see {outdir}/valgrind.log)")
+        sha = {name: conn.cmd("SCRIPT", "LOAD", body).decode() for name, body in src.items()}
+        base = "emq:{bench}:"
+        keys = lambda *s: [base + x for x in s]
+        for c in range(a.jobs // 1000):
+            conn.cmd("EVALSHA", sha["enqueue"], 7,
+                     *keys("id", "pending", "scheduled", "ring", "groups", "wake", "obliterating"),
+                     base, 1000, *[b'{"n":%d}' % (c * 1000 + i) for i in range(1000)])
+
+        def control(flag):
+            subprocess.run(["callgrind_control", flag, str(server_pid(server))], capture_output=True)
+
+        control("-z")
+        claimed = []
+        for _ in range(a.jobs // a.batch):
+            r = conn.cmd("EVALSHA", sha["claim"], 6,
+                         *keys("ring", "groups", "pending", "active", "paused", "obliterating"),
+                         base, a.batch, 60000, 3, 0, 0, 1 << 24)
+            if r and isinstance(r[-1], list):  # (id, payload) per job, then attempts/group
+                more = r[-1] or [1, b""] * ((len(r) - 1) // 2)
+                claimed.append([(r[i], more[i]) for i in range(0, len(r) - 1, 2)])
+            else:  # the older layout: (id, payload, attempts, group) per job
+                claimed.append([(r[i], r[i + 2]) for i in range(0, len(r), 4)])
+        control("-d")
+        time.sleep(0.5)
+        claim = total(outdir)
+        control("-z")
+        for batch in claimed:
+            tokens = {str(t) for _, t in batch}
+            if len(tokens) == 1 and not a.plain:
+                args = [tokens.pop()] + [i for i, _ in batch]
+            else:
+                args = [x for i, t in batch for x in (i, t)]
+            r = conn.cmd("EVALSHA", sha["complete_many"], 1, *keys("active"), base, len(batch), 0, 0, *args)
+            assert all(x == 1 for x in r), r[:5]
+        control("-d")
+        time.sleep(0.5)
+        settle = total(outdir)
+        n = a.jobs
+        print(f"jobs {n}, batches of {a.batch}: instructions per job: claim {claim // n}, "
+              f"complete_many {settle // n}, both {(claim + settle) // n}")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def server_pid(proc):
+    """valgrind's PID: `timeout` runs it as its child."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    return int(out[0]) if out else proc.pid
+
+
+if __name__ == "__main__":
+    main()
