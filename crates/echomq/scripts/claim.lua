@@ -134,13 +134,15 @@ while got < n and bytes < maxbytes and budget > 0 do
     -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each);
     -- taken in order until the bytes run out, then the ones met leave pending (take writes no
     -- member of pending)
-    local popped = redis.call('ZRANGE', pending, 0, want - 1)
+    local stop = emq_text(want - 1)
+    local popped = redis.call('ZRANGE', pending, '0', stop)
     local used = 0
     while used < #popped and bytes < maxbytes do
       used = used + 1
       if take(popped[used], nil) then got = got + 1 end
     end
-    if used > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, used - 1) end
+    if used == want then redis.call('ZREMRANGEBYRANK', pending, '0', stop)
+    elseif used > 0 then redis.call('ZREMRANGEBYRANK', pending, '0', emq_text(used - 1)) end
     -- as many as asked for met: pending may hold more; fewer: it is empty, no ZCARD needed
     if used < #popped or (#popped == want and redis.call('ZCARD', pending) > 0) then
       redis.call('RPUSH', ring, '~')
@@ -156,7 +158,7 @@ while got < n and bytes < maxbytes and budget > 0 do
       if id and take(id, m) then
         got = got + 1
         a = a + 1
-        redis.call('HSET', groups, 'a:' .. m, a)
+        redis.call('HSET', groups, 'a:' .. m, emq_text(a))
       end
     end
     if a < limit and redis.call('LLEN', lane) > 0 then
