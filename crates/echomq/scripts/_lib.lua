@@ -41,7 +41,7 @@ local function emq_ring_step(base, g)
   if active >= limit then return 0 end
   if redis.call('LLEN', base .. 'lane:' .. g) == 0 then return 0 end
   redis.call('RPUSH', base .. 'ring', g)
-  redis.call('HSET', groups, 'r:' .. g, 1)
+  redis.call('HSET', groups, 'r:' .. g, '1')
   return 1
 end
 
@@ -51,7 +51,7 @@ local function emq_ring_step_flat(base)
   if redis.call('HEXISTS', groups, 'r:~') == 1 then return 0 end
   if redis.call('ZCARD', base .. 'pending') == 0 then return 0 end
   redis.call('RPUSH', base .. 'ring', '~')
-  redis.call('HSET', groups, 'r:~', 1)
+  redis.call('HSET', groups, 'r:~', '1')
   return 1
 end
 
@@ -82,7 +82,7 @@ local function emq_wake(base, n)
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
   if redis.call('RPUSH', base .. 'wake', unpack(tokens)) > 16 then
-    redis.call('LTRIM', base .. 'wake', -16, -1)
+    redis.call('LTRIM', base .. 'wake', '-16', '-1')
   end
 end
 
@@ -234,7 +234,7 @@ local function emq_publish_ready(base, g, ready)
   else
     emq_bulk('ZADD', base .. 'pending', ready)
     -- the ring step for '~', pending being known non-empty: set the flag, push when it was unset
-    if redis.call('HSETNX', base .. 'groups', 'r:~', 1) == 1 then
+    if redis.call('HSETNX', base .. 'groups', 'r:~', '1') == 1 then
       redis.call('RPUSH', base .. 'ring', '~')
     end
     emq_wake(base, #ready / 2)

@@ -15,9 +15,9 @@ local scheduled = KEYS[1]
 local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('promote', 'limit') end
 -- the idle path: nothing scheduled, nothing to read the clock for
-if #redis.call('ZRANGE', scheduled, 0, 0) == 0 then return {0, -1} end
+if #redis.call('ZRANGE', scheduled, '0', '0') == 0 then return {0, -1} end
 local now = emq_now()
-local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', '0', limit)
 local moved = 0
 if #due > 0 then
   local rows = {}
@@ -57,7 +57,7 @@ if #due > 0 then
   end
   emq_wake(base, wakes)
 end
-local head = redis.call('ZRANGE', scheduled, 0, 0, 'WITHSCORES')
+local head = redis.call('ZRANGE', scheduled, '0', '0', 'WITHSCORES')
 local next_ms = -1
 if head[2] then
   next_ms = tonumber(head[2]) - now

@@ -17,10 +17,10 @@ local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('reap', 'limit') end
 -- nothing held, nothing lapsed: the idle beat's reap is this one call (the lowest member is the
 -- reserved one, scored +inf, only when no job is held)
-local head = redis.call('ZRANGE', active, 0, 0)
+local head = redis.call('ZRANGE', active, '0', '0')
 if #head == 0 or head[1] == emq_active_pin() then return 0 end
 local now = emq_now()
-local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
+local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
 if #lapsed == 0 then return 0 end
 local rows = {}
 for i, id in ipairs(lapsed) do
@@ -40,7 +40,7 @@ for i = #lapsed, 1, -1 do
       redis.call('LPUSH', base .. 'lane:' .. g, id)
       emq_ring_step(base, g)
     else
-      redis.call('ZADD', pending, 0, id)
+      redis.call('ZADD', pending, '0', id)
       flat = true
     end
     back = back + 1
