@@ -134,17 +134,18 @@ while got < n and bytes < maxbytes and budget > 0 do
     -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each);
     -- taken in order until the bytes run out, then the ones met leave pending (take writes no
     -- member of pending)
-    local stop = emq_text(want - 1)
-    local popped = redis.call('ZRANGE', pending, '0', stop)
+    -- one member more than wanted: whether pending holds more after these, with no ZCARD
+    local popped = redis.call('ZRANGE', pending, '0', emq_text(want))
+    local met = #popped
+    if met > want then met = want end
     local used = 0
-    while used < #popped and bytes < maxbytes do
+    while used < met and bytes < maxbytes do
       used = used + 1
       if take(popped[used], nil) then got = got + 1 end
     end
-    if used == want then redis.call('ZREMRANGEBYRANK', pending, '0', stop)
-    elseif used > 0 then redis.call('ZREMRANGEBYRANK', pending, '0', emq_text(used - 1)) end
-    -- as many as asked for met: pending may hold more; fewer: it is empty, no ZCARD needed
-    if used < #popped or (#popped == want and redis.call('ZCARD', pending) > 0) then
+    if used > 0 then redis.call('ZREMRANGEBYRANK', pending, '0', emq_text(used - 1)) end
+    -- a member of pending not used (past the wanted ones, or met once the bytes ran out): more wait
+    if used < #popped then
       redis.call('RPUSH', ring, '~')
       len = len + 1
     else

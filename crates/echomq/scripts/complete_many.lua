@@ -29,7 +29,7 @@ local jobs, call = base .. 'job:', redis.call
 -- reply table holds, until the ZREM below, what the fence found: 0 / -1 for a refusal, else the
 -- row's group or true (flat) — no table per entry
 -- rows: each entry's row key, built once. A queue with no lane job in `active` (checked once, for
--- a batch of 4 or more: two calls) needs no row's group: its fence reads the token alone.
+-- a batch of 4 or more: one or two calls) needs no row's group: its fence reads the token alone.
 local flat = n >= 4 and emq_no_lanes(base)
 local reply, rows = {}, {}
 for i = 1, n do
