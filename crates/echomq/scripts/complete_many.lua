@@ -28,18 +28,25 @@ local jobs, call = base .. 'job:', redis.call
 -- every entry fenced first (reads only: nothing that can raise comes after the first write); the
 -- reply table holds, until the ZREM below, what the fence found: 0 / -1 for a refusal, else the
 -- row's group or true (flat) — no table per entry
--- rows: each entry's row key, built once. A queue with no lane job in `active` (checked once, for
--- a batch of 4 or more: one or two calls) needs no row's group: its fence reads the token alone.
+-- rows: each entry's row key, built once; fenced: the ids of the entries the fence let through.
+-- A queue with no lane job in `active` (checked once, for a batch of 4 or more: one or two calls)
+-- needs no row's group: its fence reads the token alone.
 local flat = n >= 4 and emq_no_lanes(base)
 local reply, rows = {}, {}
+local fenced, nfenced = {}, 0
 for i = 1, n do
   local a = first + per * (i - 1)
-  local jk = jobs .. ARGV[a]
+  local id = ARGV[a]
+  local jk = jobs .. id
   rows[i] = jk
   local refused, g
   if flat then refused = emq_fence_flat(jk, shared or ARGV[a + 1])
   else refused, g = emq_fence(jk, shared or ARGV[a + 1]) end
   reply[i] = refused or g or true
+  if not refused then
+    nfenced = nfenced + 1
+    fenced[nfenced] = id
+  end
 end
 -- then the fenced entries leave `active` in one ZREM (n at most 1000: one call), whose count tells
 -- their membership (DESIGN §1) in the common case: all of them removed, every one settles; none,
@@ -48,16 +55,16 @@ end
 -- moving an id into or out of `active` writes in the same step (so 'active' here means it was a
 -- member and is removed now); a repeat is stale after its first settle. Those reads cannot raise:
 -- each key read as a hash in the fence above.
-local fenced, nfenced = {}, 0
-for i = 1, n do
-  local f = reply[i]
-  if f ~= 0 and f ~= -1 then
-    nfenced = nfenced + 1
-    fenced[nfenced] = ARGV[first + per * (i - 1)]
-  end
-end
 if nfenced == 0 then return reply end
 local removed = call('ZREM', active, unpack(fenced))
+-- the common group commit: every entry held and removed (so no repeat among them), flat, neither
+-- retained nor recorded — every row deleted in bulk, no per-entry bookkeeping
+if removed == n and flat and keep <= 0 and recmax <= 0 then
+  for i = 1, n do reply[i] = 1 end
+  emq_bulk('DEL', nil, rows)
+  emq_count(base, 'completed', n)
+  return reply
+end
 local seen = nil
 if removed > 0 and removed < nfenced then seen = {} end
 -- done: the entries settled; gone: their rows, when not retained; lanes: their groups

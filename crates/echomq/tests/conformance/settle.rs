@@ -1116,6 +1116,51 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
     }
 }
 
+/// A batch of four or more flat jobs, every one held: all complete and their rows go (a second
+/// settle of the same batch finds them gone); recorded or retained, each gets its record or its
+/// retained row.
+pub async fn complete_many_of_four_or_more_held_flat_jobs_settles_every_one(ctx: &Ctx) {
+    for (settle, label) in [
+        (plain(), "plain"),
+        (recording(), "recorded"),
+        (retaining(10), "retained"),
+    ] {
+        let mut held = Vec::new();
+        for i in 0..6 {
+            held.push(add(ctx, None, &format!("{label}-{i}")).await);
+        }
+        let got = claim(ctx, 6, LEASE).await;
+        let batch: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.attempts, None)).collect();
+        let before = records(ctx).await.len();
+        let replies = ctx.store.complete_many(&ctx.q, &batch, settle).await.unwrap();
+        assert_eq!(replies, vec![Settled::Ok; 6], "{label}");
+        let n = counts(ctx).await;
+        assert_eq!(n.active, 0, "{label}");
+        for id in &held {
+            let row = ctx.store.get(&ctx.q, id).await.unwrap();
+            if settle.retain > 0 {
+                assert_eq!(
+                    row.map(|j| j.state),
+                    Some(JobState::Completed),
+                    "{label}: {id} retained"
+                );
+            } else {
+                assert_eq!(row, None, "{label}: {id}'s row deleted");
+            }
+        }
+        let added = records(ctx).await.len() - before;
+        assert_eq!(added, if settle.record { 6 } else { 0 }, "{label}: records");
+        let again = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
+        let want = if settle.retain > 0 {
+            Settled::Stale
+        } else {
+            Settled::Gone
+        };
+        assert_eq!(again, vec![want; 6], "{label}: a second settle");
+    }
+    assert_eq!(counts(ctx).await.completed, 18);
+}
+
 /// A batch of four or more whose one lane job is the queue's only one active, while flat jobs wait
 /// (the groups hash holds just that group's slot count and the flat member's flag): the lane job's
 /// slot is freed, and its group's next job is claimable.
@@ -1471,6 +1516,7 @@ crate::conformance!(
     complete_many_frees_the_slots_of_lane_jobs,
     complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row,
     complete_many_of_flat_jobs_and_one_lane_job_frees_its_slot,
+    complete_many_of_four_or_more_held_flat_jobs_settles_every_one,
     complete_with_record_writes_a_completion_record,
     complete_many_with_record_writes_one_record_per_completed_entry,
     complete_cancelled_with_record_writes_a_cancelled_record,
