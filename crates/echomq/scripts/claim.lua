@@ -55,12 +55,13 @@ local got, failed, cancelled, bytes = 0, 0, 0, 0
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
 local call, jobs = redis.call, base .. 'job:'
 
--- one popped job: hand it out, or settle it here. True when handed out.
-local function take(id, g)
-  local jk = jobs .. id
+-- one popped job: hand it out, or settle it here. True when handed out. jk and all: the row's key
+-- and HGETALL when the caller read them already.
+local function take(id, g, jk, all)
+  jk = jk or jobs .. id
   -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
   -- field the guard needs would read 5 (most absent) — the cheaper call on the hottest path
-  local all = call('HGETALL', jk)
+  all = all or call('HGETALL', jk)
   if #all == 0 then return false end -- a missing row: dropped
   -- the fields picked out as they come (no table built per job; Lua compares interned strings
   -- by address)
@@ -141,7 +142,27 @@ while got < n and bytes < maxbytes and budget > 0 do
     local used = 0
     while used < met and bytes < maxbytes do
       used = used + 1
-      if take(popped[used], nil) then got = got + 1 end
+      local id = popped[used]
+      local jk = jobs .. id
+      local all = call('HGETALL', jk)
+      -- a fresh flat row (exactly data, then state pending: never claimed, no budget, no cancel)
+      -- is handed out here, with no call and none of take's checks (they cannot fail on it:
+      -- attempts 0 is below every budget); any other row goes through take
+      if #all == 4 and all[1] == 'data' and all[3] == 'state' and all[4] == 'pending' then
+        call('HSET', jk, 'state', 'active', 'attempts', '1')
+        local data = all[2]
+        bytes = bytes + #data
+        if not fresh then
+          more[nout + 1] = 1
+          more[nout + 2] = ''
+        end
+        out[nout + 1] = id
+        out[nout + 2] = data
+        nout = nout + 2
+        got = got + 1
+      elseif take(id, nil, jk, all) then
+        got = got + 1
+      end
     end
     if used > 0 then redis.call('ZREMRANGEBYRANK', pending, '0', emq_text(used - 1)) end
     -- a member of pending not used (past the wanted ones, or met once the bytes ran out): more wait
