@@ -147,7 +147,9 @@ while got < n and bytes < maxbytes and budget > 0 do
       local all = call('HGETALL', jk)
       -- a fresh flat row (exactly data, then state pending: never claimed, no budget, no cancel)
       -- is handed out here, with no call and none of take's checks (they cannot fail on it:
-      -- attempts 0 is below every budget); any other row goes through take
+      -- attempts 0 is below every budget); any other row goes through take. The lines below are
+      -- take's hand-out for attempts 0 and no group, kept inline: as a shared function the call
+      -- cost about 900 instructions per claimed job (callgrind)
       if #all == 4 and all[1] == 'data' and all[3] == 'state' and all[4] == 'pending' then
         call('HSET', jk, 'state', 'active', 'attempts', '1')
         local data = all[2]

@@ -39,9 +39,7 @@ for i = 1, n do
   local id = ARGV[a]
   local jk = jobs .. id
   rows[i] = jk
-  local refused, g
-  if flat then refused = emq_fence_flat(jk, shared or ARGV[a + 1])
-  else refused, g = emq_fence(jk, shared or ARGV[a + 1]) end
+  local refused, g = emq_fence(jk, shared or ARGV[a + 1], flat)
   reply[i] = refused or g or true
   if not refused then
     nfenced = nfenced + 1
