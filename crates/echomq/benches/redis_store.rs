@@ -233,13 +233,13 @@ for i = 1, 100 do redis.call('DEL', KEYS[1] .. i) end
 return 1";
 
 /// As [`FLOOR_BASE`], plus the three row calls a claim and a fenced complete cannot do without:
-/// claim's `HGETALL` + `HSET` and the fence's read of the token (`HGET`: a batch of flat jobs
+/// claim's `HVALS` + `HSET` and the fence's read of the token (`HGET`: a batch of flat jobs
 /// needs no group).
 const FLOOR_ROWS: &str = "
 for i = 1, 100 do redis.call('HSET', KEYS[1] .. i, 'data', ARGV[1], 'state', 'pending') end
 for i = 1, 100 do
   local k = KEYS[1] .. i
-  redis.call('HGETALL', k)
+  redis.call('HVALS', k)
   redis.call('HSET', k, 'state', 'active', 'attempts', '1')
 end
 for i = 1, 100 do

@@ -654,6 +654,36 @@ pub async fn claim_buries_a_row_in_a_state_other_than_pending(ctx: &Ctx) {
     .await;
 }
 
+/// A fresh row is told by its values: a payload that reads `pending` is a payload; a row given one
+/// field more (its value `pending`) or a state changed by hand is read whole, as any other row.
+pub async fn claim_tells_a_fresh_row_by_its_values_and_reads_any_other_whole(ctx: &Ctx) {
+    let ids = ctx
+        .store
+        .enqueue(&ctx.q, &named(&["pending", "b", "pending", "d"]))
+        .await
+        .unwrap();
+    let id = |i: usize| ids[i].id().clone();
+    ctx.probe.set_row_field(&id(1), "last_error", "pending").await;
+    ctx.probe.set_row_field(&id(2), "state", "active").await;
+    let got = claim(ctx, 4).await;
+    assert_eq!(
+        payloads(&got),
+        ["pending", "b", "d"],
+        "the row in state active is not handed out"
+    );
+    assert!(
+        got.iter().all(|c| c.attempts == 1),
+        "every job handed out is on its first attempt"
+    );
+    assert_eq!(ids_in(ctx, JobState::Dead).await, [id(2)]);
+    let err = ctx.probe.row_field(&id(2), "last_error").await.unwrap_or_default();
+    assert!(err.contains("malformed row: state active"), "{err:?}");
+    for i in [0, 1, 3] {
+        assert_eq!(ctx.probe.row_field(&id(i), "state").await.as_deref(), Some("active"));
+        assert_eq!(ctx.probe.row_field(&id(i), "attempts").await.as_deref(), Some("1"));
+    }
+}
+
 pub async fn claim_buries_a_malformed_lane_row_without_taking_a_slot(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, Some("a"), "attempts", |id| async move {
         ctx.probe.set_row_field(&id, "attempts", "-").await
@@ -847,6 +877,7 @@ crate::conformance!(
     claim_stops_once_the_payloads_reach_the_byte_bound,
     claim_buries_a_row_without_data,
     claim_buries_a_row_in_a_state_other_than_pending,
+    claim_tells_a_fresh_row_by_its_values_and_reads_any_other_whole,
     claim_buries_a_malformed_lane_row_without_taking_a_slot,
     claim_drops_a_missing_row,
     claim_drops_a_missing_lane_row_without_taking_a_slot,
