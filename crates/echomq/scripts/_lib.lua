@@ -218,6 +218,15 @@ local function emq_bulk(cmd, key, args)
   end
 end
 
+-- `reclaimed` (set): every id in `active` whose attempts are not 1. Claim adds a job it hands out
+-- again; every exit from `active` takes its id out. So an id in `active` and not in this set is on
+-- its first attempt: complete_many settles a batch of first attempts without reading a row.
+-- A job left `active` with its token: out of the set unless it held the first attempt (a member
+-- left behind would only send complete_many to its per-entry fence)
+local function emq_unmark(base, id, token)
+  if token ~= '1' then redis.call('SREM', base .. 'reclaimed', id) end
+end
+
 -- a refusal of malformed arguments, before anything is written
 local function emq_bad_args(verb, what)
   return redis.error_reply('EMQARGS ' .. verb .. ': ' .. what)

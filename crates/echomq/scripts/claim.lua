@@ -22,6 +22,8 @@
 -- ARGV[7] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
 --
+-- A job handed out past its first attempt joins emq:{q}:reclaimed (set; see complete_many).
+--
 -- Replies: {id, payload, …, more}: two elements per job (at most n jobs), in claim order, then
 -- `more`: an empty array when every job handed out is a flat job on its first attempt (a fresh
 -- backlog: half the reply elements, each a conversion and a copy), else {attempts, group ('' =
@@ -51,6 +53,8 @@ local out, more = {}, {}
 local nout = 0
 local fresh = true
 local got, failed, cancelled, bytes = 0, 0, 0, 0
+-- the jobs handed out again (attempts past 1): into `reclaimed` (emq_unmark)
+local again = {}
 -- attempts counts as text: the common small ones without a number-to-text printf per job
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
 local call, jobs = redis.call, base .. 'job:'
@@ -100,6 +104,7 @@ local function take(id, g, jk)
     return false
   end
   call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
+  if att > 0 then again[#again + 1] = id end
   bytes = bytes + #data
   if fresh and (att > 0 or g) then
     -- the first job that is not a fresh flat one: every job before it was
@@ -211,6 +216,7 @@ if nout > 0 then
     k = k + 2
   end
   emq_bulk('ZADD', active, args)
+  if #again > 0 then emq_bulk('SADD', base .. 'reclaimed', again) end
 end
 emq_count(base, 'failed', failed)
 emq_count(base, 'cancelled', cancelled)

@@ -20,6 +20,7 @@ local refused, g = emq_fence(jk, token)
 if refused then return refused end
 -- the membership test is the reply of the ZREM the settle needs anyway (nothing written on 0)
 if redis.call('ZREM', active, id) == 0 then return 0 end
+emq_unmark(base, id, token)
 local now = 0
 if keep > 0 or recmax > 0 then now = emq_now() end
 emq_finish(base, id, 'completed', now, keep, 'output', output)

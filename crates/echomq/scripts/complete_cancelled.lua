@@ -18,6 +18,7 @@ if not keep or not recmax then return emq_bad_args('complete_cancelled', 'settle
 local refused, g = emq_fence(jk, token)
 if refused then return refused end
 if redis.call('ZREM', active, id) == 0 then return 0 end
+emq_unmark(base, id, token)
 local now = emq_now()
 emq_finish(base, id, 'cancelled', now, keep, 'last_error', reason)
 if g then emq_leave_lane(base, g) end

@@ -17,6 +17,7 @@ if not recmax then return emq_bad_args('discard', 'record') end
 local refused, g = emq_fence(jk, token)
 if refused then return refused end
 if redis.call('ZREM', active, id) == 0 then return 0 end
+emq_unmark(base, id, token)
 local now = emq_now()
 emq_bury(base, id, now, err)
 if g then emq_leave_lane(base, g) end

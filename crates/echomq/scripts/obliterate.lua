@@ -47,7 +47,7 @@ local lanes, next_cursor, finished = emq_purge_lanes(base, limit - removed, curs
 removed = removed + lanes
 if not finished then return {removed, next_cursor, 0} end
 local keys = { base .. 'id', base .. 'ring', base .. 'groups', base .. 'wake', base .. 'paused',
-  base .. 'completions' }
+  base .. 'completions', base .. 'reclaimed' }
 for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
   keys[#keys + 1] = base .. 'metrics:' .. event
 end

@@ -27,6 +27,7 @@ for i, id in ipairs(lapsed) do
   rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group')
 end
 emq_bulk('ZREM', active, lapsed)
+emq_bulk('SREM', base .. 'reclaimed', lapsed)
 -- walked backwards: each LPUSH puts a job ahead of the one lapsed after it, so recovered lane jobs
 -- keep their order at the lane's front
 local back, freed, flat = 0, 0, false

@@ -24,6 +24,7 @@ local refused, g = emq_fence(jk, token)
 if refused then return refused end
 local maxa = tonumber(redis.call('HGET', jk, 'max_attempts') or maxdef) or maxdef
 if redis.call('ZREM', active, id) == 0 then return 0 end
+emq_unmark(base, id, token)
 local now = emq_now()
 local reply = 1
 if tonumber(token) >= maxa then

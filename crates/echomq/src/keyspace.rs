@@ -32,6 +32,7 @@ pub const SUFFIXES: &[&str] = &[
     "job:",
     "pending",
     "active",
+    "reclaimed",
     "scheduled",
     "dead",
     "lane:",
@@ -252,6 +253,11 @@ impl QueueKeys {
     /// `emq:{q}:completions` — the stream of completion records.
     pub fn completions(&self) -> String {
         self.key("completions")
+    }
+    /// `emq:{q}:reclaimed` — the ids in `active` past their first attempt (a job handed out
+    /// again); an id in `active` and not here holds attempts 1.
+    pub fn reclaimed(&self) -> String {
+        self.key("reclaimed")
     }
     /// `emq:{q}:cancel` — the pub/sub channel of cancel requests.
     pub fn cancel(&self) -> String {

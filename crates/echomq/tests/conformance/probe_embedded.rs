@@ -150,6 +150,10 @@ impl EmbeddedProbe {
         .await
     }
 
+    pub async fn reclaimed(&self) -> Option<Vec<String>> {
+        None
+    }
+
     pub async fn slots(&self) -> std::collections::HashMap<String, u64> {
         self.with(|c, q| {
             let mut s = c

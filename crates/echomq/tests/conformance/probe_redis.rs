@@ -74,6 +74,17 @@ impl RedisProbe {
             .collect()
     }
 
+    pub async fn reclaimed(&self) -> Option<Vec<String>> {
+        let mut ids: Vec<String> = self
+            .conn
+            .clone()
+            .smembers(self.key("reclaimed"))
+            .await
+            .expect("SMEMBERS reclaimed");
+        ids.sort();
+        Some(ids)
+    }
+
     pub async fn ring(&self) -> Vec<String> {
         self.conn
             .clone()

@@ -46,6 +46,63 @@ async fn active_len(ctx: &Ctx) -> u64 {
     ctx.probe.set_len("active").await
 }
 
+/// Enqueues `name`, claims it, reaps its lapsed lease and claims it again under `lease`: the job is
+/// active past its first attempt. Returns its id and token.
+async fn claimed_again(ctx: &Ctx, name: &str, lease: Duration) -> (JobId, u64) {
+    let id = add(ctx, None, name).await;
+    claim_id(ctx, &id, SHORT).await;
+    lapse(ctx, &id).await;
+    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    let held = claim_id(ctx, &id, lease).await;
+    assert_eq!(held.attempts, 2);
+    assert_slot_invariant(ctx).await;
+    (id, held.attempts)
+}
+
+/// A job active past its first attempt leaves the store's index of such jobs (Redis: `reclaimed`,
+/// which complete_many's group commit trusts) by every way out of `active`: a reap, a sweep that
+/// recovers it and one that buries it, retry, discard, complete_cancelled and a forced remove
+/// (`assert_slot_invariant` checks the index after each).
+pub async fn every_way_out_of_active_takes_a_job_claimed_again_out_of_the_index(ctx: &Ctx) {
+    let (a, _) = claimed_again(ctx, "a", SHORT).await;
+    lapse(ctx, &a).await;
+    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_slot_invariant(ctx).await;
+    assert_eq!(claim_id(ctx, &a, SHORT).await.attempts, 3);
+    lapse(ctx, &a).await;
+    assert_eq!(sweep(ctx, 3, 100).await, swept(&[&a], &[]));
+    assert_slot_invariant(ctx).await;
+    assert_eq!(claim_id(ctx, &a, SHORT).await.attempts, 4);
+    lapse(ctx, &a).await;
+    assert_eq!(sweep(ctx, 1, 100).await, swept(&[], &[&a]));
+    assert_slot_invariant(ctx).await;
+
+    let (b, t) = claimed_again(ctx, "b", LEASE).await;
+    let later = Duration::from_secs(60);
+    ctx.store
+        .retry(&ctx.q, &b, t, later, BUDGET, "boom", plain())
+        .await
+        .unwrap();
+    assert_eq!(get(ctx, &b).await.state, JobState::Scheduled);
+    assert_slot_invariant(ctx).await;
+    let (c, t) = claimed_again(ctx, "c", LEASE).await;
+    ctx.store.discard(&ctx.q, &c, t, "gave up", plain()).await.unwrap();
+    assert_slot_invariant(ctx).await;
+    let (d, t) = claimed_again(ctx, "d", LEASE).await;
+    assert_eq!(
+        ctx.store
+            .complete_cancelled(&ctx.q, &d, t, None, plain())
+            .await
+            .unwrap(),
+        Settled::Ok
+    );
+    assert_slot_invariant(ctx).await;
+    let (e, _) = claimed_again(ctx, "e", LEASE).await;
+    ctx.store.remove(&ctx.q, &e, true).await.unwrap();
+    assert_slot_invariant(ctx).await;
+    assert_eq!(counts(ctx).await.active, 0);
+}
+
 // --- reap -----------------------------------------------------------------------------------------
 
 pub async fn reap_returns_a_lapsed_lease_to_the_front_uncounted(ctx: &Ctx) {
@@ -484,6 +541,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
 }
 
 crate::conformance!(
+    every_way_out_of_active_takes_a_job_claimed_again_out_of_the_index,
     reap_returns_a_lapsed_lease_to_the_front_uncounted,
     reap_returns_the_count_and_honours_its_limit,
     reap_puts_lane_jobs_back_at_their_lanes_front_in_order,

@@ -1119,6 +1119,72 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
 /// A batch of four or more flat jobs, every one held: all complete and their rows go (a second
 /// settle of the same batch finds them gone); recorded or retained, each gets its record or its
 /// retained row.
+/// Batches of first attempts (one shared token 1) on a flat queue where one job was claimed again
+/// after its lease was reaped (its old holder's 1 is stale) and one was reaped and waits again:
+/// each entry is answered by its own job, a repeat stale after its first settle.
+pub async fn complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_reaped(ctx: &Ctx) {
+    let j1 = add(ctx, None, "j1").await;
+    claim_id(ctx, &j1, SHORT).await;
+    lapse(ctx, &j1).await;
+    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_eq!(claim_id(ctx, &j1, LEASE).await.attempts, 2, "j1 claimed again");
+    let mut rest = Vec::new();
+    for name in ["j2", "j3", "j4", "j5", "j6", "j7"] {
+        rest.push(add(ctx, None, name).await);
+    }
+    let [j2, j3, j4, j5, j6, j7] = rest.try_into().unwrap();
+    claim_id(ctx, &j2, SHORT).await;
+    assert_eq!(claim(ctx, 5, LEASE).await.len(), 5);
+    lapse(ctx, &j2).await;
+    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1, "j2 waits again");
+    assert_slot_invariant(ctx).await;
+
+    let batch = [
+        entry(&j2, 1, None),
+        entry(&j3, 1, None),
+        entry(&j4, 1, None),
+        entry(&j3, 1, None),
+    ];
+    assert_eq!(
+        ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap(),
+        [Settled::Stale, Settled::Ok, Settled::Ok, Settled::Stale]
+    );
+    assert_eq!(
+        get(ctx, &j2).await.state,
+        JobState::Pending,
+        "the reaped job waits untouched"
+    );
+    assert_slot_invariant(ctx).await;
+
+    let batch = [
+        entry(&j1, 1, None),
+        entry(&j5, 1, None),
+        entry(&j6, 1, None),
+        entry(&j7, 1, None),
+    ];
+    assert_eq!(
+        ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap(),
+        [Settled::Stale, Settled::Ok, Settled::Ok, Settled::Ok]
+    );
+    let held = get(ctx, &j1).await;
+    assert_eq!(
+        (held.state, held.attempts),
+        (JobState::Active, 2),
+        "its new holder keeps it"
+    );
+    assert_slot_invariant(ctx).await;
+    assert_eq!(
+        ctx.store
+            .complete_many(&ctx.q, &[entry(&j1, 2, None)], plain())
+            .await
+            .unwrap(),
+        [Settled::Ok]
+    );
+    assert_slot_invariant(ctx).await;
+    let c = counts(ctx).await;
+    assert_eq!((c.active, c.pending, c.completed), (0, 1, 6));
+}
+
 pub async fn complete_many_of_four_or_more_held_flat_jobs_settles_every_one(ctx: &Ctx) {
     for (settle, label) in [
         (plain(), "plain"),
@@ -1517,6 +1583,7 @@ crate::conformance!(
     complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row,
     complete_many_of_flat_jobs_and_one_lane_job_frees_its_slot,
     complete_many_of_four_or_more_held_flat_jobs_settles_every_one,
+    complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_reaped,
     complete_with_record_writes_a_completion_record,
     complete_many_with_record_writes_one_record_per_completed_entry,
     complete_cancelled_with_record_writes_a_cancelled_record,
