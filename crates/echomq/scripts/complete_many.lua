@@ -34,77 +34,56 @@ local jobs, call = base .. 'job:', redis.call
 -- A queue with no lane job in `active` (checked once, for a batch of 4 or more: one or two calls)
 -- needs no row's group: its fence reads the token alone.
 local flat = n >= 4 and emq_no_lanes(base)
--- the group commit of a fresh backlog (the shared token 1, a flat queue, nothing retained or
--- recorded), proven for the whole batch without reading a row: an id in `active` and not in
--- `reclaimed` is on attempts 1 (emq_unmark), so held by token 1. One EXISTS of every row counts 1
--- per entry whose row is there (repeats included): n, none is gone. Then the ZREM's count: n, each
--- entry was in `active` and none repeats. Any other batch goes to the fence below, each entry on
--- its own, before anything is written.
-if shared == '1' and flat and keep <= 0 and recmax <= 0 then
-  local marked = base .. 'reclaimed'
-  local ids, rows = {}, {}
-  for i = 1, n do
-    local id = ARGV[5 + i]
-    ids[i] = id
-    rows[i] = jobs .. id
-  end
-  local clear = call('EXISTS', marked) == 0
-  if not clear then
-    clear = true
-    local m = call('SMISMEMBER', marked, unpack(ids))
-    for i = 1, n do
-      if m[i] == 1 then
-        clear = false
-        break
-      end
-    end
-  end
-  if clear and call('EXISTS', unpack(rows)) == n then
-    local removed = call('ZREM', active, unpack(ids))
-    local reply, done = {}, rows
-    if removed == n then
-      for i = 1, n do reply[i] = 1 end
-    else
-      -- an entry not in `active` (its lease reaped, or settled before) or repeated: the entries
-      -- just removed are the ones whose row says active (every verb moving an id into or out of
-      -- `active` writes its state in the same step), a repeat stale after its first settle; every
-      -- row is there, so no entry is gone. pcall: a read after the first write never raises
-      done = {}
-      local seen = {}
-      for i = 1, n do
-        local id = ids[i]
-        reply[i] = 0
-        if removed > 0 and not seen[id] then
-          seen[id] = true
-          if redis.pcall('HGET', rows[i], 'state') == 'active' then
-            reply[i] = 1
-            done[#done + 1] = rows[i]
-          end
-        end
-      end
-    end
-    emq_bulk('DEL', nil, done)
-    emq_count(base, 'completed', #done)
-    return reply
-  end
-end
 local reply, rows = {}, {}
 local fenced, nfenced = {}, 0
 -- the fenced entries past their first attempt: out of `reclaimed` once out of `active` (a fenced
 -- entry the ZREM did not remove is out of `active` already)
 local again = {}
-for i = 1, n do
-  local a = first + per * (i - 1)
-  local id = ARGV[a]
-  local jk = jobs .. id
-  rows[i] = jk
-  local token = shared or ARGV[a + 1]
-  local refused, g = emq_fence(jk, token, flat)
-  reply[i] = refused or g or true
-  if not refused then
-    nfenced = nfenced + 1
-    fenced[nfenced] = id
-    if token ~= '1' then again[#again + 1] = id end
+-- the group commit of a fresh backlog (the shared token 1, a flat queue, nothing retained or
+-- recorded) is fenced for the whole batch without reading a row: an id in `active` and not in
+-- `reclaimed` is on attempts 1 (emq_unmark), so held by token 1; one EXISTS of every row counts 1
+-- per entry whose row is there (repeats included): n, none is gone. Membership is then the ZREM's
+-- count below, as for any batch. Else each entry is fenced on its own.
+local proven = false
+if shared == '1' and flat and keep <= 0 and recmax <= 0 then
+  for i = 1, n do
+    fenced[i] = ARGV[5 + i]
+    rows[i] = jobs .. fenced[i]
+  end
+  local marked = base .. 'reclaimed'
+  proven = call('EXISTS', marked) == 0
+  if not proven then
+    proven = true
+    local m = call('SMISMEMBER', marked, unpack(fenced))
+    for i = 1, n do
+      if m[i] == 1 then
+        proven = false
+        break
+      end
+    end
+  end
+  proven = proven and call('EXISTS', unpack(rows)) == n
+  if proven then
+    nfenced = n
+    for i = 1, n do reply[i] = true end
+  else
+    fenced = {}
+  end
+end
+if not proven then
+  for i = 1, n do
+    local a = first + per * (i - 1)
+    local id = ARGV[a]
+    local jk = jobs .. id
+    rows[i] = jk
+    local token = shared or ARGV[a + 1]
+    local refused, g = emq_fence(jk, token, flat)
+    reply[i] = refused or g or true
+    if not refused then
+      nfenced = nfenced + 1
+      fenced[nfenced] = id
+      if token ~= '1' then again[#again + 1] = id end
+    end
   end
 end
 -- then the fenced entries leave `active` in one ZREM (n at most 1000: one call), whose count tells
@@ -112,8 +91,8 @@ end
 -- every one is stale. Otherwise (an entry repeated in the batch, or a job that left `active` with
 -- its token, as on a reap) each is told apart after the fact by its row's state, which every verb
 -- moving an id into or out of `active` writes in the same step (so 'active' here means it was a
--- member and is removed now); a repeat is stale after its first settle. Those reads cannot raise:
--- each key read as a hash in the fence above.
+-- member and is removed now); a repeat is stale after its first settle. pcall: a read after the
+-- first write never raises (a batch fenced whole read no row as a hash).
 if nfenced == 0 then return reply end
 local removed = call('ZREM', active, unpack(fenced))
 if #again > 0 then emq_bulk('SREM', base .. 'reclaimed', again) end
@@ -137,7 +116,7 @@ for i = 1, n do
       local id = ARGV[first + per * (i - 1)]
       if not seen[id] then
         seen[id] = true
-        settled = call('HGET', rows[i], 'state') == 'active'
+        settled = redis.pcall('HGET', rows[i], 'state') == 'active'
       end
     end
     if settled then

@@ -1139,12 +1139,9 @@ pub async fn complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_r
     assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1, "j2 waits again");
     assert_slot_invariant(ctx).await;
 
-    let batch = [
-        entry(&j2, 1, None),
-        entry(&j3, 1, None),
-        entry(&j4, 1, None),
-        entry(&j3, 1, None),
-    ];
+    // every entry with the token of a first attempt
+    let firsts = |ids: &[&JobId]| -> Vec<Completion> { ids.iter().map(|id| entry(id, 1, None)).collect() };
+    let batch = firsts(&[&j2, &j3, &j4, &j3]);
     assert_eq!(
         ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap(),
         [Settled::Stale, Settled::Ok, Settled::Ok, Settled::Stale]
@@ -1156,12 +1153,7 @@ pub async fn complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_r
     );
     assert_slot_invariant(ctx).await;
 
-    let batch = [
-        entry(&j1, 1, None),
-        entry(&j5, 1, None),
-        entry(&j6, 1, None),
-        entry(&j7, 1, None),
-    ];
+    let batch = firsts(&[&j1, &j5, &j6, &j7]);
     assert_eq!(
         ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap(),
         [Settled::Stale, Settled::Ok, Settled::Ok, Settled::Ok]
