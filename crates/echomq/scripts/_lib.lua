@@ -177,6 +177,35 @@ local function emq_bury(base, id, now, err)
   redis.call('ZADD', base .. 'dead', now, id)
 end
 
+-- a job key holding no hash (a key of another type there: only by hand) met by a verb that never
+-- fails its batch or beat on a bad row (claim, reap, promote): the key becomes a dead row naming the
+-- defect, a string's bytes kept as its data (nothing of another type can be kept in a row), and the
+-- id goes to the morgue. Returns the defect. A lane job's group is unknown then: its slot stays.
+local function emq_bury_foreign(base, id, now)
+  local jk = base .. 'job:' .. id
+  local kind = redis.call('TYPE', jk)['ok']
+  local defect = 'malformed row: a ' .. kind .. ', not a hash'
+  local data = nil
+  if kind == 'string' then data = redis.call('GET', jk) end
+  redis.call('DEL', jk)
+  if data then
+    redis.call('HSET', jk, 'data', data, 'state', 'dead', 'last_error', defect)
+  else
+    redis.call('HSET', jk, 'state', 'dead', 'last_error', defect)
+  end
+  redis.call('ZADD', base .. 'dead', now, id)
+  return defect
+end
+
+-- whether a reply of redis.pcall reading a row is Redis's refusal of a key of another type (any
+-- other error is raised again: a read raises nothing else)
+local function emq_foreign(reply)
+  local err = type(reply) == 'table' and reply['err']
+  if not err then return false end
+  if string.sub(err, 1, 9) == 'WRONGTYPE' then return true end
+  error(reply)
+end
+
 -- a completion record, written by the settling script itself (opt-in: recmax > 0 = MAXLEN ~)
 local function emq_record(base, recmax, id, status, attempts, field, value, now)
   if recmax <= 0 then return end

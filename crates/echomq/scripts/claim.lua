@@ -5,7 +5,8 @@
 -- from one range of pending. A paused (or obliterating) queue claims nothing.
 -- A job met with attempts >= its max_attempts (its own, else ARGV[4]) goes dead ("lease expired on
 -- the last attempt"); a row carrying `cancel` goes to cancelled; a malformed row goes dead naming
--- its defect; a missing row is dropped. None of these fails the batch.
+-- its defect (a key of another type at the row's key too: emq_bury_foreign); a missing row is
+-- dropped. None of these fails the batch: rows are read by pcall.
 --
 -- KEYS[1] emq:{q}:ring        (list of ring members)
 -- KEYS[2] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~ r:~)
@@ -57,7 +58,8 @@ local got, failed, cancelled, bytes = 0, 0, 0, 0
 local again = {}
 -- attempts counts as text: the common small ones without a number-to-text printf per job
 local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
-local call, jobs = redis.call, base .. 'job:'
+-- read: every read of a row, so that a key of another type there is buried, not raised half-way
+local call, read, jobs = redis.call, redis.pcall, base .. 'job:'
 
 -- one popped job: hand it out, or settle it here. True when handed out. jk: the row's key, when
 -- the caller built it already.
@@ -65,7 +67,13 @@ local function take(id, g, jk)
   jk = jk or jobs .. id
   -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
   -- field the guard needs would read 5 (most absent)
-  local all = call('HGETALL', jk)
+  local all = read('HGETALL', jk)
+  if emq_foreign(all) then
+    local defect = emq_bury_foreign(base, id, now)
+    emq_record(base, recmax, id, 'dead', nil, 'error', defect, now)
+    failed = failed + 1
+    return false
+  end
   if #all == 0 then return false end -- a missing row: dropped
   -- the fields picked out as they come (no table built per job; Lua compares interned strings
   -- by address)
@@ -157,9 +165,10 @@ while got < n and bytes < maxbytes and budget > 0 do
       -- step (a field set, added or deleted) never looks fresh and goes to take's checks.
       -- A fresh row is handed out here, with no call and none of take's checks (they cannot fail
       -- on it: attempts 0 is below every budget); any other row goes through take, which reads
-      -- it whole. The lines below are take's hand-out for attempts 0 and no group, kept inline:
-      -- as a shared function the call cost about 900 instructions per claimed job (callgrind)
-      local vals = call('HVALS', jk)
+      -- it whole (a key of another type too: its error reply has no values). The lines below are
+      -- take's hand-out for attempts 0 and no group, kept inline: as a shared function the call
+      -- cost about 900 instructions per claimed job (callgrind)
+      local vals = read('HVALS', jk)
       if #vals == 2 and vals[2] == 'pending' then
         call('HSET', jk, 'state', 'active', 'attempts', '1')
         local data = vals[1]

@@ -1,7 +1,8 @@
 -- promote — up to ARGV[2] due jobs (score <= now) from `scheduled` to ready: flat to `pending` at a
 -- fresh sequence, a lane job to its lane's tail (the ring step). Then reads, in the same step, how
 -- long until the next scheduled job is due — the consumer bounds its park with it.
--- A missing row is dropped; a row not in state scheduled goes dead naming the defect.
+-- A missing row is dropped; a row not in state scheduled goes dead naming the defect, as does a
+-- key of another type at the row's key (emq_bury_foreign).
 --
 -- KEYS[1] emq:{q}:scheduled   (zset, score = due ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence)
@@ -23,16 +24,25 @@ if #due > 0 then
   local rows = {}
   for i, id in ipairs(due) do
     local jk = base .. 'job:' .. id
-    local row = redis.call('HMGET', jk, 'state', 'group')
-    -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
-    row[3] = redis.call('HEXISTS', jk, 'data') == 1
+    -- by pcall: a key of another type there is buried below (false here), never raised
+    local row = redis.pcall('HMGET', jk, 'state', 'group')
+    if emq_foreign(row) then
+      row = false
+    else
+      -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
+      row[3] = redis.call('HEXISTS', jk, 'data') == 1
+    end
     rows[i] = row
   end
   emq_bulk('ZREM', scheduled, due)
   local flat, lanes, order = 0, {}, {}
   for i, id in ipairs(due) do
-    local state, g = rows[i][1], rows[i][2]
-    if state == 'scheduled' and rows[i][3] then
+    local state, g = nil, nil
+    if rows[i] then state, g = rows[i][1], rows[i][2] end
+    if not rows[i] then
+      emq_bury_foreign(base, id, now)
+      emq_count(base, 'failed', 1)
+    elseif state == 'scheduled' and rows[i][3] then
       emq_ready(base, id, g)
       redis.call('HDEL', base .. 'job:' .. id, 'run_at')
       if g then

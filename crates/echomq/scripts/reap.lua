@@ -2,7 +2,8 @@
 -- lease lapsed (score <= now) go back to ready at the front — flat to `pending` at score 0, a lane
 -- job to its lane's head, recovered jobs of one lane in the order their leases lapsed (its slot
 -- freed, the ring step). No stall counting (metrics reaped).
--- A missing row is dropped from `active`; a row not in state active goes dead naming the defect.
+-- A missing row is dropped from `active`; a row not in state active goes dead naming the defect, as
+-- does a key of another type at the row's key (emq_bury_foreign: its slot, if any, stays).
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
@@ -23,8 +24,11 @@ local now = emq_now()
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
 if #lapsed == 0 then return 0 end
 local rows = {}
+-- by pcall: a key of another type at a row's key is buried below (false here), never raised
 for i, id in ipairs(lapsed) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'group')
+  local row = redis.pcall('HMGET', base .. 'job:' .. id, 'state', 'group')
+  if emq_foreign(row) then row = false end
+  rows[i] = row
 end
 emq_bulk('ZREM', active, lapsed)
 emq_bulk('SREM', base .. 'reclaimed', lapsed)
@@ -33,8 +37,12 @@ emq_bulk('SREM', base .. 'reclaimed', lapsed)
 local back, freed, flat = 0, 0, false
 for i = #lapsed, 1, -1 do
   local id = lapsed[i]
-  local state, g = rows[i][1], rows[i][2]
-  if state == 'active' then
+  local state, g = nil, nil
+  if rows[i] then state, g = rows[i][1], rows[i][2] end
+  if not rows[i] then
+    emq_bury_foreign(base, id, now)
+    emq_count(base, 'failed', 1)
+  elseif state == 'active' then
     redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
     if g then
       emq_free_slot(base, g)

@@ -5,8 +5,10 @@
 -- ready (metrics stalled). DESIGN's fixes: a lane job frees its group's slot and goes to its lane's
 -- front, recovered jobs of one lane in the order their leases lapsed (the ring step; a wake per
 -- recovered job, and one when a dead-lettered lane job put its group back on the ring); a missing
--- row is dropped from active and reported neither way; the morgue is scored with the server's time
--- of death.
+-- row is dropped from active and reported neither way; a key of another type at a row's key (only
+-- by hand) becomes a dead row naming the defect (a string's bytes kept as its data; its group, so
+-- its slot, unknown), reported dead, metrics failed; the morgue is scored with the server's time of
+-- death.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
@@ -28,8 +30,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local exp = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim)
 -- read every row first (Redis keeps the writes of a script that fails half-way)
 local rows = {}
+-- by pcall: a key of another type at a row's key (only by hand) is buried below (false here)
 for i, id in ipairs(exp) do
-  rows[i] = redis.call('HMGET', p .. 'job:' .. id, 'state', 'group', 'stalled')
+  local row = redis.pcall('HMGET', p .. 'job:' .. id, 'state', 'group', 'stalled')
+  if row['err'] then
+    if string.sub(row['err'], 1, 9) ~= 'WRONGTYPE' then return row end
+    row = false
+  end
+  rows[i] = row
 end
 -- walked backwards (each LPUSH puts a job ahead of the one lapsed after it, so recovered lane jobs
 -- keep their order at the lane's front); the reply lists are put back in lapse order below
@@ -40,8 +48,25 @@ for i = #exp, 1, -1 do
   local id = exp[i]
   redis.call('ZREM', active, id)
   local jk = p .. 'job:' .. id
-  local st, g = rows[i][1], rows[i][2]
-  if st then
+  local st, g = nil, nil
+  if rows[i] then st, g = rows[i][1], rows[i][2] end
+  if not rows[i] then
+    -- a dead row naming the defect, a string's bytes kept as its data; its group, and so its
+    -- slot, unknown
+    local kind = redis.call('TYPE', jk)['ok']
+    local defect = 'malformed row: a ' .. kind .. ', not a hash'
+    local data = nil
+    if kind == 'string' then data = redis.call('GET', jk) end
+    redis.call('DEL', jk)
+    if data then
+      redis.call('HSET', jk, 'data', data, 'state', 'dead', 'last_error', defect)
+    else
+      redis.call('HSET', jk, 'state', 'dead', 'last_error', defect)
+    end
+    redis.call('ZADD', dead, now, id)
+    redis.call('HINCRBY', p .. 'metrics:failed', 'count', 1)
+    table.insert(buried, id)
+  elseif st then
     if g then -- the slot invariant: the lane job leaves active, its group's slot frees
       local left = (tonumber(redis.call('HGET', groups, 'a:' .. g)) or 0) - 1
       if left <= 0 then redis.call('HDEL', groups, 'a:' .. g) else redis.call('HSET', groups, 'a:' .. g, left) end

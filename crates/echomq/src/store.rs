@@ -135,7 +135,8 @@ pub struct Promoted {
 pub struct Swept {
     /// Recovered to pending (or their lane's front).
     pub recovered: Vec<JobId>,
-    /// Dead with `last_error = "stalled"`.
+    /// Dead-lettered: with `last_error = "stalled"`, or naming the defect of a key of another type
+    /// found at the job's row (only by hand).
     pub dead: Vec<JobId>,
 }
 

@@ -19,7 +19,7 @@ use redis::AsyncCommands;
 #[path = "conformance/harness.rs"]
 mod harness;
 
-use harness::{wait_until, Ctx, Snapshot};
+use harness::{assert_slot_invariant, wait_until, Ctx, Snapshot};
 
 /// A lease no case outlives.
 const LEASE: Duration = Duration::from_secs(30);
@@ -51,6 +51,8 @@ redis_cases!(
     complete_many_takes_the_shared_token_plain_and_output_layouts,
     a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs,
     every_verb_reloads_its_script_after_a_script_flush,
+    claim_buries_a_key_of_another_type_and_hands_out_the_rest,
+    reap_sweep_and_promote_bury_a_key_of_another_type,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -745,4 +747,119 @@ async fn a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs(ctx: &Ctx)
         !slots.contains_key(&format!("a:{bad}")),
         "the odd lane's slot is freed: {slots:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// a key of another type at a job's key never fails a batch or a beat
+
+/// Replaces job `id`'s row by a key of another type: a string, a list, a set or a sorted set.
+async fn foreign(ctx: &Ctx, id: &JobId, kind: &str) {
+    let (mut conn, base) = raw(ctx);
+    let key = format!("{base}job:{id}");
+    let _: () = conn.del(&key).await.unwrap();
+    let _: () = match kind {
+        "string" => conn.set(&key, "not a hash").await.unwrap(),
+        "list" => conn.rpush(&key, "x").await.unwrap(),
+        "set" => conn.sadd(&key, "x").await.unwrap(),
+        "zset" => conn.zadd(&key, "x", 1).await.unwrap(),
+        _ => panic!("no such kind {kind}"),
+    };
+}
+
+/// `id` is dead naming the key's type, in the morgue, with the string's bytes (if any) as payload.
+async fn assert_buried_foreign(ctx: &Ctx, id: &JobId, kind: &str, payload: &[u8]) {
+    let job = get(ctx, id).await;
+    assert_eq!(job.state, JobState::Dead, "job {id}");
+    assert_eq!(
+        job.last_error.as_deref(),
+        Some(format!("malformed row: a {kind}, not a hash").as_str()),
+        "job {id}: last_error names the defect"
+    );
+    assert_eq!(job.payload, payload, "job {id}: a string's bytes kept as its data");
+    assert!(zscore(ctx, "dead", id).await.is_some(), "job {id} in the morgue");
+}
+
+/// claim reads rows by pcall: a string in the flat set (met by the fresh-row read, then take's) and
+/// a list at a lane's head each become a dead row naming the defect; the rest of the batch is
+/// handed out and written whole (out of pending, into active), the lane's next job served without
+/// the bad one taking its slot.
+async fn claim_buries_a_key_of_another_type_and_hands_out_the_rest(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &jobs(5)).await.unwrap();
+    let lane = ctx.store.genqueue(&ctx.q, &group("a"), &jobs(2)).await.unwrap();
+    let (l1, l2) = (lane[0].id().clone(), lane[1].id().clone());
+    foreign(ctx, &id("2"), "string").await;
+    foreign(ctx, &l1, "list").await;
+    let claimed = claim(ctx, 10, LEASE).await;
+    assert_eq!(
+        ids(&claimed),
+        [id("1"), l2.clone(), id("3"), id("4"), id("5")],
+        "a row of another type never fails the batch"
+    );
+    assert_buried_foreign(ctx, &id("2"), "string", b"not a hash").await;
+    assert_buried_foreign(ctx, &l1, "list", b"").await;
+    let c = counts(ctx).await;
+    assert_eq!((c.pending, c.active, c.dead, c.failed), (0, 5, 2, 2));
+    assert_slot_invariant(ctx).await;
+    // every job handed out is held as any other: one complete_many settles them all
+    let settled = ctx
+        .store
+        .complete_many(&ctx.q, &completions(&claimed), SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(settled.len(), 5);
+    let c = counts(ctx).await;
+    assert_eq!((c.active, c.completed), (0, 5));
+    assert_slot_invariant(ctx).await;
+}
+
+/// reap, sweep_stalled and promote read rows by pcall: a key of another type among the lapsed
+/// leases or the due jobs becomes a dead row naming the defect (counted failed), and every other
+/// job is recovered or promoted in the same call.
+async fn reap_sweep_and_promote_bury_a_key_of_another_type(ctx: &Ctx) {
+    // reap: jobs 1, 2 under a lapsed lease, job 1's row a string
+    ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
+    let held = claim(ctx, 2, SHORT).await;
+    assert_eq!(ids(&held), [id("1"), id("2")]);
+    foreign(ctx, &id("1"), "string").await;
+    lapse(ctx, &id("2")).await;
+    assert_eq!(ctx.store.reap(&ctx.q, 10).await.unwrap(), 1, "job 2 back to pending");
+    assert_buried_foreign(ctx, &id("1"), "string", b"not a hash").await;
+    assert_eq!(sizes(ctx).await, (1, 0, 0, 1));
+
+    // sweep_stalled: job 2 (claimed again) and job 3, job 3's row a set
+    ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
+    let held = claim(ctx, 2, SHORT).await;
+    assert_eq!(ids(&held), [id("2"), id("3")]);
+    foreign(ctx, &id("3"), "set").await;
+    lapse(ctx, &id("2")).await;
+    let swept = ctx
+        .store
+        .sweep_stalled(
+            &ctx.q,
+            echomq::store::StalledPolicy {
+                max_stalled: 3,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!((swept.recovered, swept.dead), (vec![id("2")], vec![id("3")]));
+    assert_buried_foreign(ctx, &id("3"), "set", b"").await;
+    assert_eq!(ctx.probe.reclaimed().await, Some(vec![]), "both out of the index");
+
+    // promote: jobs 4, 5 due, job 4's row a sorted set
+    let delayed: Vec<NewJob> = jobs(2).into_iter().map(|j| j.with_delay(SHORT)).collect();
+    ctx.store.enqueue(&ctx.q, &delayed).await.unwrap();
+    foreign(ctx, &id("4"), "zset").await;
+    let due = server_ms(ctx).await + 2 * SHORT.as_millis() as u64;
+    wait_until(Duration::from_secs(2), "jobs 4 and 5 to be due", move || async move {
+        server_ms(ctx).await > due
+    })
+    .await;
+    assert_eq!(ctx.store.promote(&ctx.q, 10).await.unwrap().moved, 1, "job 5 promoted");
+    assert_buried_foreign(ctx, &id("4"), "zset", b"").await;
+    let c = counts(ctx).await;
+    assert_eq!((c.pending, c.scheduled, c.active, c.dead, c.failed), (2, 0, 0, 3, 3));
+    // job 2 (recovered at the front) and job 5
+    assert_eq!(ids(&claim(ctx, 10, LEASE).await), [id("2"), id("5")]);
 }
