@@ -5,7 +5,8 @@
 //! this Redis's CPU allows at that cost, `ceiling_jobs_per_s`).
 //! Prints one JSON line per run and a median line per
 //! workload. Redis counts come from `INFO commandstats` / `INFO cpu` / `INFO memory` deltas around
-//! the measured part, so commands run inside scripts are counted.
+//! the measured part, so commands run inside scripts are counted. The claim workloads also print
+//! `redis_sys_us_per_job`, the kernel's share of Redis's CPU (its network system calls).
 //!
 //!     cargo bench -p echomq --bench redis_store [-- --runs 5 --jobs 100000 --workers 4 --only NAME]
 //!
@@ -44,6 +45,7 @@ struct Server {
 struct Sample {
     cmds: u64,
     cpu_s: f64,
+    sys_s: f64,
     mem: i64,
 }
 
@@ -73,6 +75,7 @@ impl Server {
         Sample {
             cmds,
             cpu_s: f("used_cpu_sys") + f("used_cpu_user"),
+            sys_s: f("used_cpu_sys"),
             mem: mem.get("used_memory").and_then(|v| v.parse().ok()).unwrap_or(0),
         }
     }
@@ -82,6 +85,7 @@ struct Delta {
     secs: f64,
     cmds: u64,
     cpu_s: f64,
+    sys_s: f64,
     mem: i64,
 }
 
@@ -100,6 +104,7 @@ where
         // the three INFO calls of the first sample are inside the window
         cmds: b.cmds - a.cmds - 3,
         cpu_s: b.cpu_s - a.cpu_s,
+        sys_s: b.sys_s - a.sys_s,
         mem: b.mem - a.mem,
     }
 }
@@ -288,6 +293,7 @@ async fn floor_row_calls(server: &Server, n: usize, workers: usize) -> Delta {
         secs: rows.secs - base.secs,
         cmds: rows.cmds - base.cmds,
         cpu_s: rows.cpu_s - base.cpu_s,
+        sys_s: rows.sys_s - base.sys_s,
         mem: 0,
     }
 }
@@ -350,7 +356,8 @@ async fn main() {
                 };
                 json!({"n": n, "groups": groups, "workers": if *many { workers } else { 1 }, "secs": d.secs,
                     "jobs_per_s": n as f64 / d.secs, "redis_cmds_per_job": d.cmds as f64 / n as f64,
-                    "redis_cpu_us_per_job": d.cpu_s * 1e6 / n as f64})
+                    "redis_cpu_us_per_job": d.cpu_s * 1e6 / n as f64,
+                    "redis_sys_us_per_job": d.sys_s * 1e6 / n as f64})
             };
             line["lib"] = json!("echomq");
             line["test"] = json!(name);
