@@ -2,12 +2,13 @@
 """Redis instructions per job of claim + complete_many, counted by callgrind: a figure this
 machine's noise does not move (its Redis CPU µs per job swings about 2x within minutes).
 
-    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--redis redis-server]
+    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--groups 0] [--redis redis-server]
                                 [--lib FILE] [--claim FILE] [--complete-many FILE] [--plain]
 
 Starts `redis-server` under `valgrind --tool=callgrind` on a free loopback port (bounded to 30
 minutes, stopped by its PID), loads the scripts the way the store does (`_lib.lua` first), enqueues
---jobs flat jobs, then counts the instructions Redis runs for the claims in batches of --batch, and
+--jobs flat jobs (--groups G: the jobs spread over G groups of the default limit 1, as the store
+bench's grouped workload), then counts the instructions Redis runs for the claims in batches of --batch, and
 separately for the complete_many calls that settle them (the shared-token layout the store sends
 for such a batch; --plain: (id, token) per job, for older scripts). --lib / --claim /
 --complete-many run other versions of the scripts (an A/B: `git show REV:PATH > FILE`). Needs
@@ -68,7 +69,7 @@ def free_port():
 
 def total(outdir):
     """Instructions in the newest callgrind dump."""
-    newest = max(glob.glob(os.path.join(outdir, "cg.out.*")), key=os.path.getmtime)
+    newest = max(glob.glob(os.path.join(outdir, "cg.out.*")), key=lambda f: int(f.rsplit(".", 1)[1]))
     for line in open(newest, encoding="utf-8", errors="replace"):
         if line.startswith("summary:") or line.startswith("totals:"):
             return int(line.split()[1])
@@ -84,12 +85,16 @@ def main():
     ap.add_argument("--claim", default=os.path.join(SCRIPTS, "claim.lua"))
     ap.add_argument("--complete-many", default=os.path.join(SCRIPTS, "complete_many.lua"))
     ap.add_argument("--plain", action="store_true", help="send (id, token) per job")
+    ap.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
     a = ap.parse_args()
     if a.jobs % 1000 or a.jobs % a.batch or not 1 < a.batch <= 1000:
         sys.exit("--jobs must be a multiple of 1000 and of --batch (2..1000)")
+    if a.groups and (a.jobs % a.groups or a.jobs // a.groups > 1000):
+        sys.exit("--jobs must be a multiple of --groups, at most 1000 jobs per group")
     lib = open(a.lib).read()
     src = {
         "enqueue": lib + "\n" + open(os.path.join(SCRIPTS, "enqueue.lua")).read(),
+        "genqueue": lib + "\n" + open(os.path.join(SCRIPTS, "genqueue.lua")).read(),
         "claim": lib + "\n" + open(a.claim).read(),
         "complete_many": lib + "\n" + open(a.complete_many).read(),
     }
@@ -114,7 +119,12 @@ def main():
         sha = {name: conn.cmd("SCRIPT", "LOAD", body).decode() for name, body in src.items()}
         base = "emq:{bench}:"
         keys = lambda *s: [base + x for x in s]
-        for c in range(a.jobs // 1000):
+        per = a.jobs // a.groups if a.groups else 0
+        for g in range(a.groups):
+            conn.cmd("EVALSHA", sha["genqueue"], 7,
+                     *keys("id", "lane:g%d" % g, "scheduled", "ring", "groups", "wake", "obliterating"),
+                     base, "g%d" % g, per, *[b'{"n":%d}' % (g * per + i) for i in range(per)])
+        for c in range(0 if a.groups else a.jobs // 1000):
             conn.cmd("EVALSHA", sha["enqueue"], 7,
                      *keys("id", "pending", "scheduled", "ring", "groups", "wake", "obliterating"),
                      base, 1000, *[b'{"n":%d}' % (c * 1000 + i) for i in range(1000)])
@@ -122,35 +132,46 @@ def main():
         def control(flag):
             subprocess.run(["callgrind_control", flag, str(server_pid(server))], capture_output=True)
 
-        control("-z")
-        claimed = []
-        for _ in range(a.jobs // a.batch):
+        def claim_batch():
             r = conn.cmd("EVALSHA", sha["claim"], 6,
                          *keys("ring", "groups", "pending", "active", "paused", "obliterating"),
                          base, a.batch, 60000, 3, 0, 0, 1 << 24)
             if r and isinstance(r[-1], list):  # (id, payload) per job, then attempts/group
                 more = r[-1] or [1, b""] * ((len(r) - 1) // 2)
-                claimed.append([(r[i], more[i]) for i in range(0, len(r) - 1, 2)])
-            else:  # the older layout: (id, payload, attempts, group) per job
-                claimed.append([(r[i], r[i + 2]) for i in range(0, len(r), 4)])
-        control("-d")
-        time.sleep(0.5)
-        claim = total(outdir)
-        control("-z")
-        for batch in claimed:
+                return [(r[i], more[i]) for i in range(0, len(r) - 1, 2)]
+            return [(r[i], r[i + 2]) for i in range(0, len(r), 4)]  # older: (id, payload, attempts, group)
+
+        def settle(batch):
             tokens = {str(t) for _, t in batch}
-            if len(tokens) == 1 and not a.plain:
+            if len(tokens) == 1 and len(batch) > 1 and not a.plain:
                 args = [tokens.pop()] + [i for i, _ in batch]
             else:
                 args = [x for i, t in batch for x in (i, t)]
             r = conn.cmd("EVALSHA", sha["complete_many"], 1, *keys("active"), base, len(batch), 0, 0, *args)
             assert all(x == 1 for x in r), r[:5]
-        control("-d")
-        time.sleep(0.5)
-        settle = total(outdir)
+
+        def counted(f, *args):
+            control("-z")
+            out = f(*args)
+            control("-d")
+            time.sleep(0.5)
+            return out, total(outdir)
+
+        claim = settled = 0
+        if a.groups:
+            # a group of limit 1 gives its next job only once its last one is settled: each claim
+            # is settled before the next, every call counted on its own
+            for _ in range(a.jobs // a.batch):
+                batch, c = counted(claim_batch)
+                _, d = counted(settle, batch)
+                claim, settled = claim + c, settled + d
+        else:
+            claimed, claim = counted(lambda: [claim_batch() for _ in range(a.jobs // a.batch)])
+            _, settled = counted(lambda: [settle(b) for b in claimed])
         n = a.jobs
-        print(f"jobs {n}, batches of {a.batch}: instructions per job: claim {claim // n}, "
-              f"complete_many {settle // n}, both {(claim + settle) // n}")
+        shape = f", {a.groups} groups" if a.groups else ""
+        print(f"jobs {n}{shape}, batches of {a.batch}: instructions per job: claim {claim // n}, "
+              f"complete_many {settled // n}, both {(claim + settled) // n}")
     finally:
         server.terminate()
         try:

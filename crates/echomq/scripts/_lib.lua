@@ -86,21 +86,30 @@ local function emq_wake(base, n)
   end
 end
 
--- the slot invariant: a lane job leaving `active` frees one slot of its group (field deleted at 0)
-local function emq_free_slot(base, g)
+-- a lane job of g left `active`: the slot invariant (one slot of g freed, a:<g> deleted at 0), then
+-- the ring step for g, both from one read of g's fields (its count, flag and limits). Returns 1
+-- when it put g back on the ring (a job made claimable). A caller pushing the job back on g's lane
+-- pushes it first.
+local function emq_release(base, g)
   local groups = base .. 'groups'
-  local left = (tonumber(redis.call('HGET', groups, 'a:' .. g)) or 0) - 1
+  local f = redis.call('HMGET', groups, 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~')
+  local left = (tonumber(f[1]) or 0) - 1
   if left <= 0 then
+    left = 0
     redis.call('HDEL', groups, 'a:' .. g)
   else
     redis.call('HSET', groups, 'a:' .. g, emq_text(left))
   end
+  if f[2] or left >= (tonumber(f[3]) or tonumber(f[4]) or 1) then return 0 end
+  if redis.call('LLEN', base .. 'lane:' .. g) == 0 then return 0 end
+  redis.call('RPUSH', base .. 'ring', g)
+  redis.call('HSET', groups, 'r:' .. g, '1')
+  return 1
 end
 
--- a lane job left `active`: free its slot; the ring step; a wake when it put the group back on the ring
+-- a lane job left `active`: its slot freed, the ring step, a wake when it put g back on the ring
 local function emq_leave_lane(base, g)
-  emq_free_slot(base, g)
-  emq_wake(base, emq_ring_step(base, g))
+  emq_wake(base, emq_release(base, g))
 end
 
 -- the fence of every holder verb (DESIGN §1): returns -1 (gone: no row) or 0 (stale: another

@@ -142,6 +142,10 @@ if keep > 0 or recmax > 0 then
     emq_record(base, recmax, ARGV[a], 'completed', shared or ARGV[a + 1], 'output', output, now)
   end
 end
-for _, g in ipairs(lanes) do emq_leave_lane(base, g) end
+-- each lane job's slot freed and its ring step; the wakes (one per group put back on the ring) in
+-- one push for the batch
+local wakes = 0
+for _, g in ipairs(lanes) do wakes = wakes + emq_release(base, g) end
+emq_wake(base, wakes)
 emq_count(base, 'completed', #done)
 return reply

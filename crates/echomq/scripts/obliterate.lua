@@ -33,10 +33,7 @@ redis.call('ZREM', active, emq_active_pin())
 -- limit, off the ring) would otherwise keep no field, and its lane and rows would outlive the queue
 local function leave(id)
   local g = redis.call('HGET', base .. 'job:' .. id, 'group')
-  if g then
-    emq_free_slot(base, g)
-    emq_ring_step(base, g)
-  end
+  if g then emq_release(base, g) end
 end
 local removed = emq_purge_zset(base, active, limit, leave)
 for k = 3, 6 do

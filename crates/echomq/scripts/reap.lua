@@ -45,9 +45,8 @@ for i = #lapsed, 1, -1 do
   elseif state == 'active' then
     redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
     if g then
-      emq_free_slot(base, g)
       redis.call('LPUSH', base .. 'lane:' .. g, id)
-      emq_ring_step(base, g)
+      emq_release(base, g)
     else
       redis.call('ZADD', pending, '0', id)
       flat = true
@@ -56,10 +55,7 @@ for i = #lapsed, 1, -1 do
   elseif state then
     emq_bury(base, id, now, 'malformed row: state ' .. state .. ' in active')
     -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
-    if g then
-      emq_free_slot(base, g)
-      freed = freed + emq_ring_step(base, g)
-    end
+    if g then freed = freed + emq_release(base, g) end
     emq_count(base, 'failed', 1)
   end
 end
