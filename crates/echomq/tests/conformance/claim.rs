@@ -684,6 +684,39 @@ pub async fn claim_tells_a_fresh_row_by_its_values_and_reads_any_other_whole(ctx
     }
 }
 
+/// As the flat case, for lane rows (genqueue's three fields: data, state, group): a row changed by
+/// hand in two steps (its group deleted, attempts set: three values again, the third no group) and
+/// one in state active are read whole, the rest handed out fresh, each as its lane's job.
+pub async fn claim_tells_a_fresh_lane_row_by_its_values_and_reads_any_other_whole(ctx: &Ctx) {
+    let g = group("a");
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Default, 10)
+        .await
+        .unwrap();
+    let ids = ctx
+        .store
+        .genqueue(&ctx.q, &g, &named(&["a", "b", "c", "d"]))
+        .await
+        .unwrap();
+    let id = |i: usize| ids[i].id().clone();
+    ctx.probe.del_row_field(&id(1), "group").await;
+    ctx.probe.set_row_field(&id(1), "attempts", "1").await;
+    ctx.probe.set_row_field(&id(2), "state", "active").await;
+    let got = claim(ctx, 10).await;
+    assert_eq!(
+        payloads(&got),
+        ["a", "b", "d"],
+        "the row in state active is not handed out"
+    );
+    let attempts: Vec<u64> = got.iter().map(|c| c.attempts).collect();
+    assert_eq!(attempts, [1, 2, 1], "b was read whole: its attempts go on from 1");
+    assert!(
+        got.iter().all(|c| c.group.as_ref() == Some(&g)),
+        "each is handed out as its lane's job"
+    );
+    assert_eq!(ids_in(ctx, JobState::Dead).await, [id(2)]);
+}
+
 pub async fn claim_buries_a_malformed_lane_row_without_taking_a_slot(ctx: &Ctx) {
     claim_meets_a_malformed_row(ctx, Some("a"), "attempts", |id| async move {
         ctx.probe.set_row_field(&id, "attempts", "-").await
@@ -878,6 +911,7 @@ crate::conformance!(
     claim_buries_a_row_without_data,
     claim_buries_a_row_in_a_state_other_than_pending,
     claim_tells_a_fresh_row_by_its_values_and_reads_any_other_whole,
+    claim_tells_a_fresh_lane_row_by_its_values_and_reads_any_other_whole,
     claim_buries_a_malformed_lane_row_without_taking_a_slot,
     claim_drops_a_missing_row,
     claim_drops_a_missing_lane_row_without_taking_a_slot,
