@@ -61,40 +61,10 @@ local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
 -- read: every read of a row, so that a key of another type there is buried, not raised half-way
 local call, read, jobs = redis.call, redis.pcall, base .. 'job:'
 
--- a job whose row passed the checks, on attempt att + 1, handed out (g: its group, nil = flat)
-local function hand_out(id, g, jk, data, att)
-  call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
-  if att > 0 then again[#again + 1] = id end
-  bytes = bytes + #data
-  if fresh and (att > 0 or g) then
-    -- the first job that is not a fresh flat one: every job before it was
-    fresh = false
-    for i = 1, nout, 2 do
-      more[i] = 1
-      more[i + 1] = ''
-    end
-  end
-  if not fresh then
-    more[nout + 1] = att + 1
-    more[nout + 2] = g or ''
-  end
-  out[nout + 1] = id
-  out[nout + 2] = data
-  nout = nout + 2
-  return true
-end
-
 -- one popped job: hand it out, or settle it here. True when handed out. jk: the row's key, when
 -- the caller built it already.
 local function take(id, g, jk)
   jk = jk or jobs .. id
-  if g then
-    -- a fresh lane row (genqueue's data, state pending and group, no other field) is known by its
-    -- values, as a fresh flat row below: exactly three, the second 'pending', the third its lane's
-    -- group. Any other row (or a key of another type: no values) is read whole.
-    local vals = read('HVALS', jk)
-    if #vals == 3 and vals[2] == 'pending' and vals[3] == g then return hand_out(id, g, jk, vals[1], 0) end
-  end
   -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
   -- field the guard needs would read 5 (most absent)
   local all = read('HGETALL', jk)
@@ -141,7 +111,25 @@ local function take(id, g, jk)
     failed = failed + 1
     return false
   end
-  return hand_out(id, g, jk, data, att)
+  call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
+  if att > 0 then again[#again + 1] = id end
+  bytes = bytes + #data
+  if fresh and (att > 0 or g) then
+    -- the first job that is not a fresh flat one: every job before it was
+    fresh = false
+    for i = 1, nout, 2 do
+      more[i] = 1
+      more[i + 1] = ''
+    end
+  end
+  if not fresh then
+    more[nout + 1] = att + 1
+    more[nout + 2] = g or ''
+  end
+  out[nout + 1] = id
+  out[nout + 2] = data
+  nout = nout + 2
+  return true
 end
 
 -- each pop either hands out a job, buries a bad row or drops a member: bounded by n, the ring's
@@ -149,10 +137,13 @@ end
 -- the ring's length kept here (this script is its only writer while it runs): no LLEN per pop
 local budget = n + ring_len + 1000
 local len = ring_len
--- the groups hash's writes for the members dropped from the ring (never pushed again in this
--- claim, so never read again), made once at the end: counted, the a:<g> field and count of each
--- group a job was taken from; dropped, their r: flags
-local counted, dropped = {}, {}
+-- the groups hash's writes, made once at the end, in the order the per-member writes would have
+-- made them: dropped, the r: flags of the members dropped from the ring (deleted first, so the
+-- hash never holds more fields than before the claim and keeps its encoding); counted, the a:<g>
+-- field and count of each group a job was taken from, in the order of its first job. seen[g]: the
+-- j-th such group, its count and limit kept in counts[j], limits[j] for when the claim meets g
+-- again (pushed back; or a duplicate member, by hand)
+local dropped, counted, seen, counts, limits = {}, {}, {}, {}, {}
 while got < n and bytes < maxbytes and budget > 0 do
   budget = budget - 1
   local m = redis.call('LPOP', ring)
@@ -210,36 +201,42 @@ while got < n and bytes < maxbytes and budget > 0 do
       dropped[#dropped + 1] = 'r:~'
     end
   else
-    -- the group's (active count, limit) as emq_slots reads them, its count's field built once
-    local af = 'a:' .. m
-    local f = redis.call('HMGET', groups, af, 'l:' .. m, 'l:~')
-    local a0 = tonumber(f[1]) or 0
-    local limit = tonumber(f[2]) or tonumber(f[3]) or 1
-    local a = a0
+    -- the group's (active count, limit): kept here once a job was taken from it, else read as
+    -- emq_slots reads them
+    local j = seen[m]
+    local a, limit
+    if j then
+      a, limit = counts[j], limits[j]
+    else
+      local f = redis.call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~')
+      a, limit = tonumber(f[1]) or 0, tonumber(f[2]) or tonumber(f[3]) or 1
+    end
     local lane = base .. 'lane:' .. m
     if a < limit then
       local id = redis.call('LPOP', lane)
       if id and take(id, m) then
         got = got + 1
         a = a + 1
+        if not j then
+          j = #limits + 1
+          seen[m] = j
+          limits[j] = limit
+          counted[2 * j - 1] = 'a:' .. m
+        end
+        counts[j] = a
+        counted[2 * j] = emq_text(a)
       end
     end
     if a < limit and redis.call('LLEN', lane) > 0 then
-      -- back on the ring: this claim may come round to it again, and read its count then
-      if a > a0 then redis.call('HSET', groups, af, emq_text(a)) end
       redis.call('RPUSH', ring, m)
       len = len + 1
     else
-      if a > a0 then
-        counted[#counted + 1] = af
-        counted[#counted + 1] = emq_text(a)
-      end
       dropped[#dropped + 1] = 'r:' .. m
     end
   end
 end
-if #counted > 0 then emq_bulk('HSET', groups, counted) end
 if #dropped > 0 then emq_bulk('HDEL', groups, dropped) end
+if #counted > 0 then emq_bulk('HSET', groups, counted) end
 -- into `active` after its reserved member (added first, it makes a new or small `active` a skiplist
 -- before any lease goes in), newest id first: should `active` stay a listpack anyway (a server whose
 -- zset-max-listpack-value exceeds the member's 95 bytes), equal scores sit in id order and each

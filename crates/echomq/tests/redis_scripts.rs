@@ -53,6 +53,7 @@ redis_cases!(
     every_verb_reloads_its_script_after_a_script_flush,
     claim_buries_a_key_of_another_type_and_hands_out_the_rest,
     reap_sweep_and_promote_bury_a_key_of_another_type,
+    claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -862,4 +863,54 @@ async fn reap_sweep_and_promote_bury_a_key_of_another_type(ctx: &Ctx) {
     assert_eq!((c.pending, c.scheduled, c.active, c.dead, c.failed), (2, 0, 0, 3, 3));
     // job 2 (recovered at the front) and job 5
     assert_eq!(ids(&claim(ctx, 10, LEASE).await), [id("2"), id("5")]);
+}
+
+/// claim writes the groups hash once at the end (its r: flags deleted first, then the a: counts):
+/// a claim from many groups never takes the hash past its size before the claim, so a hash kept as
+/// a listpack stays one; and a member on the ring twice (only by hand) still gets no more jobs
+/// than its limit.
+async fn claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    let groups_key = format!("{base}groups");
+    let (_, entries): (String, usize) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("hash-max-listpack-entries")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // more groups than half the listpack's entries: their flags fit, flags and counts would not
+    let n = entries / 2 + 2;
+    for g in 0..n {
+        ctx.store
+            .genqueue(&ctx.q, &group(&format!("g{g}")), &jobs(2))
+            .await
+            .unwrap();
+    }
+    let encoding = || {
+        let (mut conn, key) = (conn.clone(), groups_key.clone());
+        async move {
+            redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(key)
+                .query_async::<String>(&mut conn)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(encoding().await, "listpack", "{n} flags fit a listpack of {entries}");
+    let claimed = claim(ctx, n as u32, LEASE).await;
+    assert_eq!(claimed.len(), n, "one job of each group (limit 1)");
+    assert_eq!(
+        encoding().await,
+        "listpack",
+        "the claim left the groups hash a listpack"
+    );
+    assert_slot_invariant(ctx).await;
+
+    // a duplicate ring member, by hand: its second turn sees the count of its first
+    let lane = ctx.store.genqueue(&ctx.q, &group("dup"), &jobs(3)).await.unwrap();
+    let _: () = conn.rpush(format!("{base}ring"), "dup").await.unwrap();
+    let got = claim(ctx, 5, LEASE).await;
+    assert_eq!(ids(&got), [lane[0].id().clone()], "limit 1: one job of group dup");
+    assert_slot_invariant(ctx).await;
 }

@@ -684,18 +684,18 @@ pub async fn claim_tells_a_fresh_row_by_its_values_and_reads_any_other_whole(ctx
     }
 }
 
-/// As the flat case, for lane rows (genqueue's three fields: data, state, group): a row changed by
-/// hand in two steps (its group deleted, attempts set: three values again, the third no group) and
-/// one in state active are read whole, the rest handed out fresh, each as its lane's job.
-pub async fn claim_tells_a_fresh_lane_row_by_its_values_and_reads_any_other_whole(ctx: &Ctx) {
-    let g = group("a");
+/// Lane rows (genqueue's three fields: data, state, group) are read whole: a row whose group was
+/// deleted by hand keeps its attempts even when their value is the lane's name (group `1`, attempts
+/// 1: three values again, the third the lane's name), and one in state active is not handed out.
+pub async fn claim_reads_every_lane_row_whole(ctx: &Ctx) {
+    let g = group("1");
     ctx.store
         .set_group_limit(&ctx.q, &LimitTarget::Default, 10)
         .await
         .unwrap();
     let ids = ctx
         .store
-        .genqueue(&ctx.q, &g, &named(&["a", "b", "c", "d"]))
+        .genqueue(&ctx.q, &g, &named(&["1", "b", "c", "d"]))
         .await
         .unwrap();
     let id = |i: usize| ids[i].id().clone();
@@ -705,7 +705,7 @@ pub async fn claim_tells_a_fresh_lane_row_by_its_values_and_reads_any_other_whol
     let got = claim(ctx, 10).await;
     assert_eq!(
         payloads(&got),
-        ["a", "b", "d"],
+        ["1", "b", "d"],
         "the row in state active is not handed out"
     );
     let attempts: Vec<u64> = got.iter().map(|c| c.attempts).collect();
@@ -911,7 +911,7 @@ crate::conformance!(
     claim_buries_a_row_without_data,
     claim_buries_a_row_in_a_state_other_than_pending,
     claim_tells_a_fresh_row_by_its_values_and_reads_any_other_whole,
-    claim_tells_a_fresh_lane_row_by_its_values_and_reads_any_other_whole,
+    claim_reads_every_lane_row_whole,
     claim_buries_a_malformed_lane_row_without_taking_a_slot,
     claim_drops_a_missing_row,
     claim_drops_a_missing_lane_row_without_taking_a_slot,
