@@ -54,6 +54,7 @@ redis_cases!(
     claim_buries_a_key_of_another_type_and_hands_out_the_rest,
     reap_sweep_and_promote_bury_a_key_of_another_type,
     claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member,
+    retry_refuses_a_token_that_is_no_number_and_writes_nothing,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -913,4 +914,38 @@ async fn claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_membe
     let got = claim(ctx, 5, LEASE).await;
     assert_eq!(ids(&got), [lane[0].id().clone()], "limit 1: one job of group dup");
     assert_slot_invariant(ctx).await;
+}
+
+/// retry compares its token with the budget after leaving `active`: a raw call whose token is no
+/// whole number (the row's attempts edited by hand to the same text, so the fence lets it through)
+/// is refused before anything is written.
+async fn retry_refuses_a_token_that_is_no_number_and_writes_nothing(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    let job = add(ctx, "x").await;
+    claim_id(ctx, &job, LEASE).await;
+    let row = format!("{base}job:{job}");
+    for token in ["x", "0", "1.5"] {
+        let _: () = conn.hset(&row, "attempts", token).await.unwrap();
+        let before = snapshot(ctx).await;
+        let err = redis::cmd("EVAL")
+            .arg(script_body("retry"))
+            .arg(4)
+            .arg(format!("{base}active"))
+            .arg(&row)
+            .arg(format!("{base}scheduled"))
+            .arg(format!("{base}dead"))
+            .arg(&base)
+            .arg(job.as_str())
+            .arg(token)
+            .arg("0")
+            .arg("3")
+            .arg("boom")
+            .arg("0")
+            .query_async::<redis::Value>(&mut conn)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some("EMQARGS"), "token {token}: {err}");
+        assert_eq!(snapshot(ctx).await, before, "token {token}: nothing written");
+    }
+    assert!(zscore(ctx, "active", &job).await.is_some(), "still held");
 }
