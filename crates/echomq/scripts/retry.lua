@@ -9,7 +9,7 @@
 -- KEYS[4] emq:{q}:dead        (zset, score = time of death ms)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] id
--- ARGV[3] the attempts token (a whole number >= 1)
+-- ARGV[3] the attempts token (a whole number)
 -- ARGV[4] delay ms (>= 0)
 -- ARGV[5] default max_attempts (>= 1)
 -- ARGV[6] the error text
@@ -22,7 +22,7 @@ local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
 -- a whole token (compared with the budget after the ZREM: a text there would raise half-way)
 local attempt = tonumber(token)
-if not emq_whole(attempt, 1) then return emq_bad_args('retry', 'token') end
+if not emq_whole(attempt, 0) then return emq_bad_args('retry', 'token') end
 local refused, g = emq_fence(jk, token)
 if refused then return refused end
 local maxa = tonumber(redis.call('HGET', jk, 'max_attempts') or maxdef) or maxdef

@@ -924,7 +924,7 @@ async fn retry_refuses_a_token_that_is_no_number_and_writes_nothing(ctx: &Ctx) {
     let job = add(ctx, "x").await;
     claim_id(ctx, &job, LEASE).await;
     let row = format!("{base}job:{job}");
-    for token in ["x", "0", "1.5"] {
+    for token in ["x", "-1", "1.5"] {
         let _: () = conn.hset(&row, "attempts", token).await.unwrap();
         let before = snapshot(ctx).await;
         let err = redis::cmd("EVAL")

@@ -166,7 +166,8 @@ mod tests {
         for used in [
             "local function emq_fence",
             "local function emq_leave_lane",
-            "local function emq_ring_step(",
+            "local function emq_release(",
+            "local function emq_text(",
         ] {
             assert!(complete.contains(used), "complete.lua needs {used}");
         }
