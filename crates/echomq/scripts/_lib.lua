@@ -197,12 +197,8 @@ local function emq_bury_foreign(base, id, now)
   local data = nil
   if kind == 'string' then data = redis.call('GET', jk) end
   redis.call('DEL', jk)
-  if data then
-    redis.call('HSET', jk, 'data', data, 'state', 'dead', 'last_error', defect)
-  else
-    redis.call('HSET', jk, 'state', 'dead', 'last_error', defect)
-  end
-  redis.call('ZADD', base .. 'dead', now, id)
+  if data then redis.call('HSET', jk, 'data', data) end
+  emq_bury(base, id, now, defect)
   return defect
 end
 

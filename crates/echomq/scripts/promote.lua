@@ -37,12 +37,12 @@ if #due > 0 then
   emq_bulk('ZREM', scheduled, due)
   local flat, lanes, order = 0, {}, {}
   for i, id in ipairs(due) do
-    local state, g = nil, nil
-    if rows[i] then state, g = rows[i][1], rows[i][2] end
-    if not rows[i] then
+    local row = rows[i]
+    local state, g = row and row[1], row and row[2]
+    if not row then
       emq_bury_foreign(base, id, now)
       emq_count(base, 'failed', 1)
-    elseif state == 'scheduled' and rows[i][3] then
+    elseif state == 'scheduled' and row[3] then
       emq_ready(base, id, g)
       redis.call('HDEL', base .. 'job:' .. id, 'run_at')
       if g then
@@ -53,7 +53,7 @@ if #due > 0 then
     end
       moved = moved + 1
     elseif state then
-      emq_bury(base, id, now, 'malformed row: state ' .. state .. (rows[i][3] and '' or ', no data') .. ' in scheduled')
+      emq_bury(base, id, now, 'malformed row: state ' .. state .. (row[3] and '' or ', no data') .. ' in scheduled')
       emq_count(base, 'failed', 1)
     end
   end

@@ -37,9 +37,9 @@ emq_bulk('SREM', base .. 'reclaimed', lapsed)
 local back, freed, flat = 0, 0, false
 for i = #lapsed, 1, -1 do
   local id = lapsed[i]
-  local state, g = nil, nil
-  if rows[i] then state, g = rows[i][1], rows[i][2] end
-  if not rows[i] then
+  local row = rows[i]
+  local state, g = row and row[1], row and row[2]
+  if not row then
     emq_bury_foreign(base, id, now)
     emq_count(base, 'failed', 1)
   elseif state == 'active' then

@@ -48,9 +48,9 @@ for i = #exp, 1, -1 do
   local id = exp[i]
   redis.call('ZREM', active, id)
   local jk = p .. 'job:' .. id
-  local st, g = nil, nil
-  if rows[i] then st, g = rows[i][1], rows[i][2] end
-  if not rows[i] then
+  local row = rows[i]
+  local st, g = row and row[1], row and row[2]
+  if not row then
     -- a dead row naming the defect, a string's bytes kept as its data; its group, and so its
     -- slot, unknown
     local kind = redis.call('TYPE', jk)['ok']
@@ -71,7 +71,7 @@ for i = #exp, 1, -1 do
       local left = (tonumber(redis.call('HGET', groups, 'a:' .. g)) or 0) - 1
       if left <= 0 then redis.call('HDEL', groups, 'a:' .. g) else redis.call('HSET', groups, 'a:' .. g, left) end
     end
-    local stalls = (tonumber(rows[i][3]) or 0) + 1
+    local stalls = (tonumber(row[3]) or 0) + 1
     if stalls >= maxst then
       redis.call('HSET', jk, 'stalled', stalls, 'state', 'dead', 'last_error', 'stalled')
       redis.call('ZADD', dead, now, id)
