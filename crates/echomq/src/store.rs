@@ -37,6 +37,9 @@ pub const CHUNK_DEFAULT: u32 = 1000;
 /// The default `MAXLEN ~` of the completion-record stream.
 pub const RECORDS_MAXLEN_DEFAULT: u64 = 10_000;
 
+/// Lapsed leases one reap of a beat's round ([`Recovery::Reap`]) returns at most.
+pub const REAP_LIMIT: u32 = 1000;
+
 /// The reply to one job of an enqueue or genqueue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Enqueued {
@@ -458,7 +461,7 @@ pub trait Store: Send + Sync {
     ) -> Result<Round> {
         let recovered = match recovery {
             Recovery::Off => Ok(()),
-            Recovery::Reap => self.reap(queue, crate::consumer::REAP_LIMIT).await.map(drop),
+            Recovery::Reap => self.reap(queue, REAP_LIMIT).await.map(drop),
             Recovery::Stalled(policy) => self.sweep_stalled(queue, policy).await.map(drop),
         };
         let promoted = self.promote(queue, pump).await;

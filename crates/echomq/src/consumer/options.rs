@@ -21,8 +21,6 @@ pub const CONCURRENCY_DEFAULT: usize = 1;
 pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_millis(5000);
 /// The cap of the degraded back-off, unless the beat is longer.
 pub const DEGRADED_CAP: Duration = Duration::from_secs(30);
-/// Lapsed leases one reap returns at most.
-pub const REAP_LIMIT: u32 = 1000;
 
 pub use crate::store::Recovery;
 

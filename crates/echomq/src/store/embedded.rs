@@ -988,7 +988,7 @@ impl Store for EmbeddedStore {
         self.run(queue.as_str(), "recover_promote_claim", On::Thread, move |db| {
             let recovered = db.leg(|| match recovery {
                 Recovery::Off => Ok(()),
-                Recovery::Reap => reap::reap(db, crate::consumer::REAP_LIMIT as i64).map(drop),
+                Recovery::Reap => reap::reap(db, crate::store::REAP_LIMIT as i64).map(drop),
                 Recovery::Stalled(p) => {
                     sweep_stalled::sweep_stalled(db, p.max_stalled as i64, p.limit as i64).map(drop)
                 }

@@ -878,7 +878,7 @@ impl Store for RedisStore {
         let mut calls = Vec::with_capacity(3);
         match recovery {
             Recovery::Off => {}
-            Recovery::Reap => calls.push(self.reap_call(&k, crate::consumer::REAP_LIMIT)),
+            Recovery::Reap => calls.push(self.reap_call(&k, crate::store::REAP_LIMIT)),
             Recovery::Stalled(policy) => calls.push(self.sweep_call(&k, policy)),
         }
         calls.push(self.promote_call(&k, pump));
