@@ -4,6 +4,7 @@
 use redis::Value;
 
 use crate::error::{Error, Result};
+use crate::store::Settled;
 
 pub(crate) fn protocol(verb: &'static str, v: &Value) -> Error {
     let mut reply = format!("{v:?}");
@@ -59,6 +60,17 @@ pub(crate) fn tuple<const N: usize>(verb: &'static str, v: Value) -> Result<[Val
         verb,
         reply: format!("an array of {len} items, expected {N}"),
     })
+}
+
+/// A settle's code (complete, complete_cancelled, each job of complete_many, update_data): 1 done,
+/// 0 stale token, -1 no such job.
+pub(crate) fn settled(verb: &'static str, v: &Value) -> Result<Settled> {
+    match int(verb, v)? {
+        1 => Ok(Settled::Ok),
+        0 => Ok(Settled::Stale),
+        -1 => Ok(Settled::Gone),
+        _ => Err(protocol(verb, v)),
+    }
 }
 
 #[cfg(test)]

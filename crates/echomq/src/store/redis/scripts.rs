@@ -1,7 +1,7 @@
 //! The Lua scripts, one per verb (`scripts/<verb>.lua`), loaded by SHA. Every script but the
 //! self-contained `extend_lock` and `sweep_stalled` gets the helpers of `scripts/_lib.lua` it uses
-//! prepended — only those (and what they use in turn): each `local function` costs its closure on
-//! every call, and the whole library made a call ~5 µs dearer, which small claims pay per job.
+//! prepended — only those (and what they use in turn): each `local function` builds its closure on
+//! every call, so a script must carry no helper it never calls (see `docs/performance.md`).
 
 /// One verb's script: its name, the body sent with `SCRIPT LOAD`, and that body's SHA-1.
 #[derive(Debug)]

@@ -1,0 +1,32 @@
+//! Encoding script arguments: numbers as their decimal text, optional values behind a `+`, the
+//! settle options of the settling verbs.
+
+use std::time::Duration;
+
+use crate::store::SettleOptions;
+
+pub(super) fn num(n: impl std::fmt::Display) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// An optional value: empty for none, else `+` and the value (so an empty value is still one).
+pub(super) fn opt_arg(v: Option<&[u8]>) -> Vec<u8> {
+    match v {
+        None => Vec::new(),
+        Some(b) => {
+            let mut out = Vec::with_capacity(b.len() + 1);
+            out.push(b'+');
+            out.extend_from_slice(b);
+            out
+        }
+    }
+}
+
+pub(super) fn ms(d: Duration) -> Vec<u8> {
+    num(d.as_millis())
+}
+
+/// `[retain, records MAXLEN]`, the two settle arguments of the verbs that settle a job.
+pub(super) fn settle_args(settle: SettleOptions) -> [Vec<u8>; 2] {
+    [num(settle.retain), num(crate::store::records_maxlen(settle))]
+}

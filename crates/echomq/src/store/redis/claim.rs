@@ -1,0 +1,111 @@
+//! claim (`scripts/claim.lua`): up to 1000 jobs a script call, the calls repeated until the claim
+//! has its jobs or comes back short; the reading of a claim reply (also the round's claim leg).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::args::{ms, num, settle_args};
+use super::connection::Call;
+use super::{reply, RedisStore};
+use crate::error::{Error, Result};
+use crate::job::ClaimedJob;
+use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName};
+use crate::store::{check_claim, positive, SettleOptions, BATCH_BYTES_MAX, BATCH_MAX};
+
+pub(super) async fn claim(
+    store: &RedisStore,
+    queue: &QueueName,
+    n: u32,
+    lease: Duration,
+    max_attempts: u32,
+    settle: SettleOptions,
+) -> Result<Vec<ClaimedJob>> {
+    positive("n", n as u64)?;
+    check_claim(lease, max_attempts)?;
+    let k = QueueKeys::new(queue);
+    let mut out = Vec::new();
+    let mut left = n as usize;
+    while left > 0 {
+        let take = left.min(BATCH_MAX);
+        let call = claim_call(store, &k, take, lease, max_attempts, settle);
+        let v = store.run(call.script, &call.keys, call.args).await?;
+        let got = parse_claimed(v, &mut out)?;
+        if got < take {
+            break;
+        }
+        left -= take;
+    }
+    Ok(out)
+}
+
+/// One claim script call of `n` jobs (at most [`BATCH_MAX`]).
+pub(super) fn claim_call<'a>(
+    store: &'a RedisStore,
+    k: &QueueKeys,
+    n: usize,
+    lease: Duration,
+    max_attempts: u32,
+    settle: SettleOptions,
+) -> Call<'a> {
+    let [keep, recmax] = settle_args(settle);
+    Call {
+        script: &store.scripts.claim,
+        keys: vec![
+            k.ring(),
+            k.groups(),
+            k.pending(),
+            k.active(),
+            k.paused(),
+            k.obliterating(),
+        ],
+        args: vec![
+            k.base().as_bytes().to_vec(),
+            num(n),
+            ms(lease),
+            num(max_attempts),
+            keep,
+            recmax,
+            num(BATCH_BYTES_MAX),
+        ],
+    }
+}
+
+/// Appends the claimed jobs of one claim reply to `out`; returns how many. The reply (claim.lua's
+/// header): (id, payload) per job, then an empty array when every job is a flat one on its first
+/// attempt, else (attempts, group) per job.
+pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
+    let verb = "claim";
+    let mut items = reply::array(verb, v)?;
+    let Some(more) = items.pop() else { return Ok(0) };
+    let more = reply::array(verb, more)?;
+    let got = items.len() / 2;
+    if items.len() % 2 != 0 || !(more.is_empty() || more.len() == items.len()) {
+        return Err(Error::Protocol {
+            verb,
+            reply: format!("{} job elements and {} attempt/group elements", items.len(), more.len()),
+        });
+    }
+    let mut more = more.into_iter();
+    let mut it = items.into_iter();
+    while let (Some(id), Some(payload)) = (it.next(), it.next()) {
+        let (attempts, group) = match (more.next(), more.next()) {
+            (Some(att), Some(group)) => (
+                u64::try_from(reply::int(verb, &att)?).map_err(|_| reply::protocol(verb, &att))?,
+                // a ring member that is no valid name (the keyspace edited by hand) is the
+                // handler's information only, as on the embedded store: it must not fail the
+                // batch, whose jobs are leased already and would wait out their leases (the
+                // settles read the row's group)
+                GroupName::new(reply::string(verb, group)?).ok(),
+            ),
+            _ => (1, None),
+        };
+        out.push(ClaimedJob {
+            id: JobId::from_store(reply::string(verb, id)?),
+            payload: reply::bytes(verb, payload)?,
+            attempts,
+            group,
+        });
+    }
+    Ok(got)
+}

@@ -1,0 +1,48 @@
+//! complete (`scripts/complete.lua`), and the holder's settle that finishes a job with an optional
+//! value, shared with complete_cancelled.
+
+use super::args::{num, opt_arg, settle_args};
+use super::scripts::Script;
+use super::{reply, RedisStore};
+use crate::error::Result;
+use crate::keyspace::{JobId, QueueKeys, QueueName};
+use crate::store::{check_payload, SettleOptions, Settled};
+
+pub(super) async fn complete(
+    store: &RedisStore,
+    queue: &QueueName,
+    id: &JobId,
+    token: u64,
+    output: Option<&[u8]>,
+    settle: SettleOptions,
+) -> Result<Settled> {
+    if let Some(o) = output {
+        check_payload(o.len(), store.payload_limit)?;
+    }
+    finish(store, &store.scripts.complete, queue, id, token, output, settle).await
+}
+
+/// complete and complete_cancelled: the holder's settle that finishes a job, with an optional
+/// value (the output, or the reason).
+pub(super) async fn finish(
+    store: &RedisStore,
+    script: &Script,
+    queue: &QueueName,
+    id: &JobId,
+    token: u64,
+    value: Option<&[u8]>,
+    settle: SettleOptions,
+) -> Result<Settled> {
+    let k = QueueKeys::new(queue);
+    let [keep, recmax] = settle_args(settle);
+    let args = vec![
+        k.base().as_bytes().to_vec(),
+        id.as_str().as_bytes().to_vec(),
+        num(token),
+        keep,
+        recmax,
+        opt_arg(value),
+    ];
+    let v = store.run(script, &[k.active(), k.job(id)], args).await?;
+    reply::settled(script.name, &v)
+}

@@ -1,0 +1,67 @@
+//! complete_many (`scripts/complete_many.lua`): the batch settle, split in script calls of ≤ 1000
+//! jobs and ≤ 8 MiB of outputs sent in one pipeline, and the encoding of its entries.
+
+use super::args::{num, opt_arg, settle_args};
+use super::{reply, RedisStore};
+use crate::error::Result;
+use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::{check_payload, Completion, SettleOptions, Settled};
+
+pub(super) async fn complete_many(
+    store: &RedisStore,
+    queue: &QueueName,
+    jobs: &[Completion],
+    settle: SettleOptions,
+) -> Result<Vec<Settled>> {
+    let k = QueueKeys::new(queue);
+    let mut calls = Vec::new();
+    for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
+        let [keep, recmax] = settle_args(settle);
+        for c in batch {
+            if let Some(o) = &c.output {
+                check_payload(o.len(), store.payload_limit)?;
+            }
+        }
+        let mut args = Vec::with_capacity(5 + batch.len() * 3);
+        args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
+        settle_entries(batch, &mut args);
+        calls.push((vec![k.active()], args));
+    }
+    if calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::with_capacity(jobs.len());
+    for v in store
+        .run_pipelined(&store.scripts.complete_many, calls, Vec::new())
+        .await?
+    {
+        for code in reply::array("complete_many", v)? {
+            out.push(reply::settled("complete_many", &code)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Appends complete_many's entries for `batch` to `args`, in the fewest arguments the script
+/// takes (complete_many.lua's header): the id alone after one shared token when every job of two or more
+/// has the same token and no output (a fresh backlog's batch), (id, token) when none has an
+/// output, else (id, token, output).
+fn settle_entries(batch: &[Completion], args: &mut Vec<Vec<u8>>) {
+    let plain = batch.iter().all(|c| c.output.is_none());
+    let shared = match batch {
+        [first, _, ..] if plain && batch.iter().all(|c| c.token == first.token) => Some(first.token),
+        _ => None,
+    };
+    if let Some(token) = shared {
+        args.push(num(token));
+    }
+    for c in batch {
+        args.push(c.id.as_str().as_bytes().to_vec());
+        if shared.is_none() {
+            args.push(num(c.token));
+        }
+        if !plain {
+            args.push(opt_arg(c.output.as_deref()));
+        }
+    }
+}

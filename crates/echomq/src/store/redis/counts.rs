@@ -1,0 +1,49 @@
+//! counts (`scripts/counts.lua`): the queue's sizes and metrics, the lanes' lengths summed over
+//! calls that walk the groups hash by cursor.
+
+use redis::Value;
+
+use super::{reply, RedisStore};
+use crate::error::{Error, Result};
+use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::Counts;
+
+pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Counts> {
+    let k = QueueKeys::new(queue);
+    let verb = "counts";
+    let keys = [k.pending(), k.scheduled(), k.active(), k.dead(), k.paused(), k.groups()];
+    let mut cursor = b"0".to_vec();
+    let mut lanes = std::collections::HashMap::new();
+    loop {
+        let v = store
+            .run(&store.scripts.counts, &keys, vec![k.base().as_bytes().to_vec(), cursor])
+            .await?;
+        let items = reply::array(verb, v)?;
+        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, next, groups] =
+            <[Value; 13]>::try_from(items).map_err(|_| Error::Protocol {
+                verb,
+                reply: "counts shape".into(),
+            })?;
+        let mut g = reply::array(verb, groups)?.into_iter();
+        while let (Some(name), Some(len)) = (g.next(), g.next()) {
+            lanes.insert(reply::bytes(verb, name)?, reply::int(verb, &len)?.max(0) as u64);
+        }
+        cursor = reply::bytes(verb, next)?;
+        if cursor == b"0" {
+            let n = |v: &Value| reply::int(verb, v).map(|i| i.max(0) as u64);
+            return Ok(Counts {
+                pending: n(&pending)? + lanes.values().sum::<u64>(),
+                scheduled: n(&scheduled)?,
+                active: n(&active)?,
+                dead: n(&dead)?,
+                completed: n(&completed)?,
+                cancelled: n(&cancelled)?,
+                failed: n(&failed)?,
+                retried: n(&retried)?,
+                stalled: n(&stalled)?,
+                reaped: n(&reaped)?,
+                paused: n(&paused)? == 1,
+            });
+        }
+    }
+}

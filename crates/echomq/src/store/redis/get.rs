@@ -1,0 +1,64 @@
+//! get (`scripts/get.lua`): a job's row and its score, read into a [`Job`].
+
+use super::{reply, RedisStore};
+use crate::error::{Error, Result};
+use crate::job::{Job, JobState};
+use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName};
+
+pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Result<Option<Job>> {
+    let k = QueueKeys::new(queue);
+    let verb = "get";
+    let v = store
+        .run(
+            &store.scripts.get,
+            &[k.job(id), k.active(), k.scheduled(), k.dead(), k.completed()],
+            vec![id.as_str().as_bytes().to_vec()],
+        )
+        .await?;
+    let mut items = reply::array(verb, v)?;
+    let Some(score) = items.pop() else {
+        return Ok(None);
+    };
+    let score = reply::string(verb, score)?;
+    let mut job = Job {
+        id: id.clone(),
+        state: JobState::Pending,
+        payload: Vec::new(),
+        attempts: 0,
+        max_attempts: None,
+        group: None,
+        run_at: None,
+        stalled: 0,
+        last_error: None,
+        cancel: None,
+        output: None,
+        finished_at: None,
+        score: score.parse::<f64>().ok().map(|s| s as u64),
+    };
+    let mut it = items.into_iter();
+    let bad = |field: &str| Error::Protocol {
+        verb,
+        reply: format!("malformed field {field} in the row of job {id}"),
+    };
+    while let (Some(f), Some(val)) = (it.next(), it.next()) {
+        let f = reply::string(verb, f)?;
+        let val = reply::bytes(verb, val)?;
+        let text = || String::from_utf8_lossy(&val).into_owned();
+        let int = || text().parse::<u64>().map_err(|_| bad(&f));
+        match f.as_str() {
+            "data" => job.payload = val.clone(),
+            "state" => job.state = JobState::parse(&text()).ok_or_else(|| bad(&f))?,
+            "attempts" => job.attempts = int()?,
+            "max_attempts" => job.max_attempts = Some(int()?),
+            "group" => job.group = Some(GroupName::new(text())?),
+            "run_at" => job.run_at = Some(int()?),
+            "stalled" => job.stalled = int()?,
+            "last_error" => job.last_error = Some(text()),
+            "cancel" => job.cancel = Some(text()),
+            "output" => job.output = Some(val.clone()),
+            "finished_at" => job.finished_at = Some(int()?),
+            _ => {}
+        }
+    }
+    Ok(Some(job))
+}

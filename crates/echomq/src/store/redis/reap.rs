@@ -1,0 +1,31 @@
+//! reap (`scripts/reap.lua`): lapsed leases back to ready, uncounted; its call is also the round's
+//! `Recovery::Reap` leg.
+
+use redis::Value;
+
+use super::args::num;
+use super::connection::Call;
+use super::{reply, RedisStore};
+use crate::error::Result;
+use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::positive;
+
+pub(super) async fn reap(store: &RedisStore, queue: &QueueName, limit: u32) -> Result<u64> {
+    positive("limit", limit as u64)?;
+    let call = reap_call(store, &QueueKeys::new(queue), limit);
+    parse_reaped(store.run(call.script, &call.keys, call.args).await?)
+}
+
+/// One reap script call of at most `limit` leases.
+pub(super) fn reap_call<'a>(store: &'a RedisStore, k: &QueueKeys, limit: u32) -> Call<'a> {
+    Call {
+        script: &store.scripts.reap,
+        keys: vec![k.active(), k.pending()],
+        args: vec![k.base().as_bytes().to_vec(), num(limit)],
+    }
+}
+
+/// How many leases went back to ready.
+pub(super) fn parse_reaped(v: Value) -> Result<u64> {
+    Ok(reply::int("reap", &v)?.max(0) as u64)
+}

@@ -1,0 +1,62 @@
+//! recover_promote_claim: a beat's recovery, promote and claim script calls in one pipeline, each
+//! leg's reply read by its verb's module and kept apart.
+
+use super::claim::{claim_call, parse_claimed};
+use super::promote::{parse_promoted, promote_call};
+use super::reap::{parse_reaped, reap_call};
+use super::sweep_stalled::{parse_swept, sweep_call};
+use super::RedisStore;
+use crate::error::{Error, Result};
+use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::{check_claim, positive, ClaimRequest, Recovery, Round, BATCH_MAX, REAP_LIMIT};
+
+pub(super) async fn recover_promote_claim(
+    store: &RedisStore,
+    queue: &QueueName,
+    recovery: Recovery,
+    pump: u32,
+    claim: ClaimRequest,
+) -> Result<Round> {
+    positive("pump", pump as u64)?;
+    let k = QueueKeys::new(queue);
+    let mut calls = Vec::with_capacity(3);
+    match recovery {
+        Recovery::Off => {}
+        Recovery::Reap => calls.push(reap_call(store, &k, REAP_LIMIT)),
+        Recovery::Stalled(policy) => calls.push(sweep_call(store, &k, policy)),
+    }
+    calls.push(promote_call(store, &k, pump));
+    if claim.n > 0 {
+        check_claim(claim.lease, claim.max_attempts)?;
+        let n = (claim.n as usize).min(BATCH_MAX);
+        calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
+    }
+    let mut replies = store.run_calls(calls, Vec::new()).await?.into_iter();
+    let mut next = || {
+        replies.next().unwrap_or_else(|| {
+            Err(Error::Protocol {
+                verb: "recover_promote_claim",
+                reply: "fewer replies than calls".into(),
+            })
+        })
+    };
+    let recovered = match recovery {
+        Recovery::Off => Ok(()),
+        Recovery::Reap => next().and_then(parse_reaped).map(drop),
+        Recovery::Stalled(_) => next().and_then(parse_swept).map(drop),
+    };
+    let promoted = next().and_then(parse_promoted);
+    let claimed = if claim.n > 0 {
+        next().and_then(|v| {
+            let mut out = Vec::new();
+            parse_claimed(v, &mut out).map(|_| out)
+        })
+    } else {
+        Ok(Vec::new())
+    };
+    Ok(Round {
+        recovered,
+        promoted,
+        claimed,
+    })
+}
