@@ -1,29 +1,19 @@
--- _lib.lua — helpers the loader prepends (each script gets those it uses) to every script except the self-contained extend_lock.lua
--- and sweep_stalled.lua (those two run as a raw EVAL of the file, as the seed documents).
+-- _lib.lua — helpers the loader prepends (each script gets those it uses, and what they use in
+-- turn) to every script except the self-contained extend_lock.lua and sweep_stalled.lua (those two
+-- run as a raw EVAL of the file, with the KEYS, ARGV and replies their headers give).
 -- Every key here is the queue base ARGV[1] = 'emq:{q}:' plus a suffix listed in keyspace.rs.
--- None of these raises on well-formed keys; callers read and validate before their first write.
+--
+-- Reads first. A script reads everything it will read before its first write, and reaches the keys
+-- it only writes with emq_touch there too. Redis keeps the writes of a script that fails half-way,
+-- and on a Redis Cluster any key of a slot being migrated can be refused at any call: a refusal (or
+-- any error) before the first write leaves the queue as it was, and once every key the script
+-- touches has answered, none of its later calls can be refused. Helpers named *_read only read and
+-- come before the first write; the others write.
 
 -- the store's clock, in ms
 local function emq_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- a whole count below 10^14 as text for a command argument (tostring turns larger ones into
--- exponents): Redis formats a number argument with a printf ("%.17g", about 2,200 instructions),
--- and the small counts of the hot paths (a slot count, a metric's increment, a range's index) need
--- none
-local function emq_text(n)
-  if n >= 0 and n <= 9 and n % 1 == 0 then return string.sub('0123456789', n + 1, n + 1) end
-  return tostring(n)
-end
-
--- the reserved member of `active` (keyspace.rs ACTIVE_PIN): scored +inf, so no lease deadline and
--- no recovery range ever reaches it, and over 64 bytes, so `active` is a skiplist from the first
--- claim on — a small sorted set kept as a listpack scans it whole on every insert and lookup, which
--- made claim + complete_many of 100 cost ~15 % more. Never a job id (ids are [A-Za-z0-9._:-]).
-local function emq_active_pin()
-  return '~ reserved: scored +inf, past every lease; over 64 bytes, so this sorted set stays a skiplist ~'
 end
 
 -- a group's (active count, limit): its own limit, else the queue default l:~, else 1
@@ -74,10 +64,28 @@ local function emq_whole(n, least)
   return n ~= nil and n >= least and n < 9007199254740992 and n % 1 == 0
 end
 
--- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16
-local function emq_wake(base, n)
-  -- a paused queue makes nothing claimable: resume pushes the wakes
-  if n <= 0 or redis.call('EXISTS', base .. 'paused') == 1 then return end
+-- reaches keys the script writes without reading them (suffixes of the queue base), before its
+-- first write: one EXISTS, refused whole when any of them is not served here
+local function emq_touch(base, suffixes)
+  if #suffixes == 0 then return end
+  local keys = {}
+  for i, s in ipairs(suffixes) do keys[i] = base .. s end
+  redis.call('EXISTS', unpack(keys))
+end
+
+-- whether the queue is paused: a paused queue makes nothing claimable, so its scripts push no wake
+-- (resume pushes them)
+local function emq_paused_read(base)
+  return redis.call('EXISTS', base .. 'paused') == 1
+end
+
+-- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16; none
+-- while paused. `paused` as emq_paused_read read it, before the first write; nil = read it here
+-- (only in a script whose earlier writes reached `paused` and `wake` already)
+local function emq_wake(base, n, paused)
+  if n <= 0 then return end
+  if paused == nil then paused = emq_paused_read(base) end
+  if paused then return end
   if n > 16 then n = 16 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
@@ -86,69 +94,106 @@ local function emq_wake(base, n)
   end
 end
 
--- a lane job of g left `active`: the slot invariant (one slot of g freed, a:<g> deleted at 0), then
--- the ring step for g, both from one read of g's fields (its count, flag and limits). Returns 1
--- when it put g back on the ring (a job made claimable). A caller pushing the job back on g's lane
--- pushes it first.
-local function emq_release(base, g)
+-- what a lane job of g leaving `active` needs of g, read once per script (lanes[g] keeps it, and
+-- the writes below keep it up to date): its active count a:<g>, whether it is on the ring (r:<g>),
+-- its limit (its own, else the queue default l:~, else 1) and its lane's length
+local function emq_lane_read(lanes, base, g)
+  local s = lanes[g]
+  if s then return s end
+  local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~')
+  s = {
+    a = tonumber(f[1]) or 0,
+    ringed = f[2] and true or false,
+    limit = tonumber(f[3]) or tonumber(f[4]) or 1,
+    len = redis.call('LLEN', base .. 'lane:' .. g),
+  }
+  lanes[g] = s
+  return s
+end
+
+-- a lane job of g left `active` (s: g's state from emq_lane_read): the slot invariant (a:<g> less
+-- one, deleted at 0), then the ring step for g (pushed back at the ring's tail when off it with a
+-- ready job and a free slot). Returns 1 when it put g back on the ring: a job made claimable. A
+-- caller that puts the job back on g's lane does so first (emq_lane_front).
+local function emq_lane_leave(base, g, s)
   local groups = base .. 'groups'
-  local f = redis.call('HMGET', groups, 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~')
-  local left = (tonumber(f[1]) or 0) - 1
-  if left <= 0 then
-    left = 0
+  s.a = s.a - 1
+  if s.a <= 0 then
+    s.a = 0
     redis.call('HDEL', groups, 'a:' .. g)
   else
-    redis.call('HSET', groups, 'a:' .. g, emq_text(left))
+    redis.call('HSET', groups, 'a:' .. g, s.a)
   end
-  if f[2] or left >= (tonumber(f[3]) or tonumber(f[4]) or 1) then return 0 end
-  if redis.call('LLEN', base .. 'lane:' .. g) == 0 then return 0 end
+  if s.ringed or s.a >= s.limit or s.len == 0 then return 0 end
   redis.call('RPUSH', base .. 'ring', g)
   redis.call('HSET', groups, 'r:' .. g, '1')
+  s.ringed = true
   return 1
 end
 
--- a lane job left `active`: its slot freed, the ring step, a wake when it put g back on the ring
+-- a job back at the front of g's lane (s: g's state from emq_lane_read), its row pending
+local function emq_lane_front(base, g, s, id)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  redis.call('LPUSH', base .. 'lane:' .. g, id)
+  s.len = s.len + 1
+end
+
+-- what the flat set's ring step needs, read before the first write: whether '~' is on the ring
+-- and how many jobs pending holds
+local function emq_flat_read(base)
+  return {
+    ringed = redis.call('HEXISTS', base .. 'groups', 'r:~') == 1,
+    len = redis.call('ZCARD', base .. 'pending'),
+  }
+end
+
+-- a flat job back in pending at `score` (0 = the front, where recovered jobs go), its row pending
+-- (s from emq_flat_read; emq_flat_step follows)
+local function emq_flat_ready(base, s, id, score)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  redis.call('ZADD', base .. 'pending', score, id)
+  s.len = s.len + 1
+end
+
+-- the flat set's ring step (s from emq_flat_read): '~' pushed at the ring's tail when off it and
+-- pending holds a job
+local function emq_flat_step(base, s)
+  if s.ringed or s.len == 0 then return end
+  redis.call('RPUSH', base .. 'ring', '~')
+  redis.call('HSET', base .. 'groups', 'r:~', '1')
+  s.ringed = true
+end
+
+-- a lane job of g left `active`: its slot freed and the ring step, from one read of g's fields.
+-- Returns 1 when it put g back on the ring. For scripts that write before they read g: their earlier
+-- reads must have reached `groups` and g's lane (emq_lane_read and emq_lane_leave are the rule).
+local function emq_release(base, g)
+  return emq_lane_leave(base, g, emq_lane_read({}, base, g))
+end
+
+-- a lane job left `active`: emq_release, and a wake when it put g back on the ring
 local function emq_leave_lane(base, g)
   emq_wake(base, emq_release(base, g))
 end
 
--- the fence of every holder verb (DESIGN §1): returns -1 (gone: no row) or 0 (stale: another
--- token, or none) when the caller does not hold the job; else nil and the row's group (nil for a
--- flat job). The caller then tests membership of `active` — the reply of the ZREM its settle needs
--- anyway — and answers stale on 0 (complete_many: the count of one ZREM for the batch, and the
--- row's state only when that count is neither all nor none). The fence reads no `state`: every
--- script that moves an id into or out of `active` writes the row's state in the same step, so an
--- id in `active` whose attempts equal the token is active, and a two-field HMGET costs the hot
--- settle path about 40 % less than three (callgrind: ~6,100 instructions against ~9,900: Redis 7.0
--- grows the reply's Lua table again at its third element). flat: the job is known to be flat
--- (emq_no_lanes): the token alone is read, one HGET with no reply table (about 4,000 instructions
--- per settle fewer in complete_many), and no group is returned.
-local function emq_fence(jk, token, flat)
-  local t, g
-  if flat then
-    t = redis.call('HGET', jk, 'attempts')
-  else
-    local r = redis.call('HMGET', jk, 'attempts', 'group')
-    t, g = r[1], r[2] or nil
+-- the fence of every holder verb: the caller holds the job when the row's attempts equal its token
+-- and its id is in `active` (the caller tests that). Returns -1 (gone: no row) or 0 (stale: another
+-- token, or none); else nil, the row's group (nil for a flat job) and the HMGET reply, whose fields
+-- from the third on are `...`. It reads no state: every script that moves an id into or out of
+-- `active` writes the row's state in the same step.
+local function emq_fence(jk, token, ...)
+  local r = redis.call('HMGET', jk, 'attempts', 'group', ...)
+  if r[1] ~= token then
+    if r[1] or redis.call('EXISTS', jk) == 1 then return 0 end
+    return -1
   end
-  if t == token then return nil, g end
-  if t or redis.call('EXISTS', jk) == 1 then return 0 end
-  return -1
+  return nil, r[2] or nil, r
 end
 
--- whether no lane job can be in `active`: the groups hash holds no field but the flat member's
--- (r:~, l:~). By the slot invariant every active lane job counts in its group's a:<g>, which is
--- deleted at 0; a group with no a:<g> either has no ready job or is on the ring (r:<g>).
-local function emq_no_lanes(base)
-  local groups = base .. 'groups'
-  local fields = redis.call('HLEN', groups)
-  if fields == 0 then return true end
-  if fields > 2 then return false end
-  local f = redis.call('HMGET', groups, 'r:~', 'l:~')
-  local flat = 0
-  if f[1] then flat = flat + 1 end
-  if f[2] then flat = flat + 1 end
-  return flat == fields
+-- the attempts a job has used: its claims (attempts) less the claims that used none (free); a
+-- malformed count reads as 0 (claim buries such a row before it is ever held)
+local function emq_used(attempts, free)
+  return (tonumber(attempts) or 0) - (tonumber(free) or 0)
 end
 
 -- an optional value from ARGV: '' = none, else the value behind a one-byte '+' prefix
@@ -157,7 +202,22 @@ local function emq_opt(v)
   return string.sub(v, 2)
 end
 
+-- before `adding` rows join `completed` under retention (keep the newest `keep`): reaches
+-- `completed` and the rows emq_finish will trim, so that its reads and deletes come after no refusal
+local function emq_retention_read(base, keep, adding)
+  if keep <= 0 or adding <= 0 then return end
+  local done = base .. 'completed'
+  local over = redis.call('ZCARD', done) + adding - keep
+  if over <= 0 then return end
+  local rows = {}
+  for i, old in ipairs(redis.call('ZRANGE', done, 0, over - 1)) do rows[i] = 'job:' .. old end
+  for i = 1, #rows, 1000 do
+    emq_touch(base, { unpack(rows, i, math.min(i + 999, #rows)) })
+  end
+end
+
 -- a finished job (completed / cancelled): retained (newest `keep` rows, trimmed) or deleted
+-- (emq_retention_read first, when retained)
 local function emq_finish(base, id, state, now, keep, field, value)
   local jk = base .. 'job:' .. id
   if keep <= 0 then
@@ -186,24 +246,8 @@ local function emq_bury(base, id, now, err)
   redis.call('ZADD', base .. 'dead', now, id)
 end
 
--- a job key holding no hash (a key of another type there: only by hand) met by a verb that never
--- fails its batch or beat on a bad row (claim, reap, promote): the key becomes a dead row naming the
--- defect, a string's bytes kept as its data (nothing of another type can be kept in a row), and the
--- id goes to the morgue. Returns the defect. A lane job's group is unknown then: its slot stays.
-local function emq_bury_foreign(base, id, now)
-  local jk = base .. 'job:' .. id
-  local kind = redis.call('TYPE', jk)['ok']
-  local defect = 'malformed row: a ' .. kind .. ', not a hash'
-  local data = nil
-  if kind == 'string' then data = redis.call('GET', jk) end
-  redis.call('DEL', jk)
-  if data then redis.call('HSET', jk, 'data', data) end
-  emq_bury(base, id, now, defect)
-  return defect
-end
-
 -- whether a reply of redis.pcall reading a row is Redis's refusal of a key of another type (any
--- other error is raised again: a read raises nothing else)
+-- other error is raised again: nothing is written before a row is read)
 local function emq_foreign(reply)
   local err = type(reply) == 'table' and reply['err']
   if not err then return false end
@@ -211,21 +255,42 @@ local function emq_foreign(reply)
   error(reply)
 end
 
--- a completion record, written by the settling script itself (opt-in: recmax > 0 = MAXLEN ~)
+-- a job key holding no hash (a key of another type: only by hand), met by a verb that never fails
+-- its batch or beat on a bad row: the defect naming its type, and a string's bytes (kept as the
+-- dead row's data; nothing of another type fits in a row)
+local function emq_foreign_read(base, id)
+  local jk = base .. 'job:' .. id
+  local kind = redis.call('TYPE', jk)['ok']
+  local data = nil
+  if kind == 'string' then data = redis.call('GET', jk) end
+  return 'malformed row: a ' .. kind .. ', not a hash', data
+end
+
+-- such a key (emq_foreign_read) becomes a dead row naming the defect, and the id goes to the
+-- morgue. A lane job's group is unknown then: its slot stays.
+local function emq_bury_foreign(base, id, now, defect, data)
+  local jk = base .. 'job:' .. id
+  redis.call('DEL', jk)
+  if data then redis.call('HSET', jk, 'data', data) end
+  emq_bury(base, id, now, defect)
+end
+
+-- a completion record, written by the settling script itself (opt-in: recmax > 0 = MAXLEN ~).
+-- attempts: the attempts the job has used (emq_used)
 local function emq_record(base, recmax, id, status, attempts, field, value, now)
   if recmax <= 0 then return end
   if value then
     redis.call('XADD', base .. 'completions', 'MAXLEN', '~', recmax, '*',
-      'id', id, 'status', status, 'attempts', attempts or '0', field, value, 'at', now)
+      'id', id, 'status', status, 'attempts', attempts, field, value, 'at', now)
   else
     redis.call('XADD', base .. 'completions', 'MAXLEN', '~', recmax, '*',
-      'id', id, 'status', status, 'attempts', attempts or '0', 'at', now)
+      'id', id, 'status', status, 'attempts', attempts, 'at', now)
   end
 end
 
 -- a counter of emq:{q}:metrics:<event>
 local function emq_count(base, event, n)
-  if n > 0 then redis.call('HINCRBY', base .. 'metrics:' .. event, 'count', emq_text(n)) end
+  if n > 0 then redis.call('HINCRBY', base .. 'metrics:' .. event, 'count', n) end
 end
 
 -- a job made ready again: the flat set at a fresh sequence, or its lane's tail; its state pending
@@ -238,8 +303,8 @@ local function emq_ready(base, id, g)
   end
 end
 
--- ZADD/ZREM/RPUSH (on `key`) or DEL (key = nil) with many arguments, unpacked in chunks of at
--- most 1000 (an even size, so ZADD's score/member pairs never split)
+-- ZADD/ZREM/RPUSH/HSET/HDEL (on `key`) or DEL/EXISTS (key = nil) with many arguments, unpacked in
+-- chunks of at most 1000 (an even size, so pairs never split)
 local function emq_bulk(cmd, key, args)
   for i = 1, #args, 1000 do
     local j = i + 999
@@ -252,13 +317,71 @@ local function emq_bulk(cmd, key, args)
   end
 end
 
--- `reclaimed` (set): every id in `active` whose attempts are not 1. Claim adds a job it hands out
--- again; every exit from `active` takes its id out. So an id in `active` and not in this set is on
--- its first attempt: complete_many settles a batch of first attempts without reading a row.
--- A job left `active` with its token: out of the set unless it held the first attempt (a member
--- left behind would only send complete_many to its per-entry fence)
-local function emq_unmark(base, id, token)
-  if token ~= '1' then redis.call('SREM', base .. 'reclaimed', id) end
+-- the settles that finish held jobs (complete, complete_many, complete_cancelled): each entry {id,
+-- token, value} fenced on its own, a repeated entry stale after its first settle; then every held
+-- job leaves `active` finished as `state` ('completed' or 'cancelled') — its row deleted, or
+-- retained with its value (the output, or the cancel reason as last_error) — its lane's slot freed
+-- with the ring step, the event counted and recorded. Reads first: the rows, their membership of
+-- `active`, their groups, then the writes. Returns a code per entry: 1 settled, 0 stale, -1 gone.
+local function emq_settle_finished(base, active, entries, state, keep, recmax)
+  local field, record_field = 'output', 'output'
+  if state == 'cancelled' then field, record_field = 'last_error', 'error' end
+  local reply, held, ids, firsts = {}, {}, {}, {}
+  for i, e in ipairs(entries) do
+    if firsts[e.id] then
+      reply[i] = 0
+    else
+      local refused, g, r = emq_fence(base .. 'job:' .. e.id, e.token, 'free')
+      if refused then
+        reply[i] = refused
+      else
+        firsts[e.id] = true
+        held[#held + 1] = { i = i, e = e, g = g, used = emq_used(r[1], r[3]) }
+        ids[#ids + 1] = e.id
+      end
+    end
+  end
+  if #held == 0 then return reply end
+  -- membership of `active`, for every held entry in one read (at most 1000)
+  local scores = redis.call('ZMSCORE', active, unpack(ids))
+  local done, lanes, paused = {}, {}, false
+  local touch = { 'metrics:' .. state }
+  for k, h in ipairs(held) do
+    if scores[k] then
+      reply[h.i] = 1
+      done[#done + 1] = h
+      if h.g then emq_lane_read(lanes, base, h.g) end
+    else
+      reply[h.i] = 0
+    end
+  end
+  if #done == 0 then return reply end
+  if next(lanes) then
+    paused = emq_paused_read(base)
+    touch[#touch + 1] = 'ring'
+    touch[#touch + 1] = 'wake'
+  end
+  if recmax > 0 then touch[#touch + 1] = 'completions' end
+  emq_touch(base, touch)
+  emq_retention_read(base, keep, #done)
+  local now = 0
+  if keep > 0 or recmax > 0 then now = emq_now() end
+  local gone, rows = {}, {}
+  for k, h in ipairs(done) do
+    gone[k] = h.e.id
+    rows[k] = base .. 'job:' .. h.e.id
+  end
+  emq_bulk('ZREM', active, gone)
+  if keep <= 0 then emq_bulk('DEL', nil, rows) end
+  local wakes = 0
+  for _, h in ipairs(done) do
+    if keep > 0 then emq_finish(base, h.e.id, state, now, keep, field, h.e.value) end
+    emq_record(base, recmax, h.e.id, state, h.used, record_field, h.e.value, now)
+    if h.g then wakes = wakes + emq_lane_leave(base, h.g, lanes[h.g]) end
+  end
+  emq_wake(base, wakes, paused)
+  emq_count(base, state, #done)
+  return reply
 end
 
 -- a refusal of malformed arguments, before anything is written
@@ -284,10 +407,9 @@ local function emq_publish_ready(base, g, ready)
   end
 end
 
--- the decimal texts of the n sequence values after seq, in order, built in one go — a number-to-text
--- printf once per ten values instead of once per value (each printf costs about a tenth of a bulk
--- enqueue's job), no function call per value — into `into`, each once, or twice in a row when
--- `copies` is 2 (the score/member pairs of a ZADD)
+-- the decimal texts of the n sequence values after seq, in order — the prefix of each run of ten
+-- formatted once (docs/performance.md: the bulk enqueue) — into `into`, each once, or twice in a row
+-- when `copies` is 2 (the score/member pairs of a ZADD)
 local function emq_seq_texts(seq, n, into, copies)
   local digits = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
   local tens, prefix, k = -1, '', 0

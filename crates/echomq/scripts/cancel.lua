@@ -16,7 +16,7 @@ local jk = KEYS[1]
 local base, id, reason = ARGV[1], ARGV[2], emq_opt(ARGV[3])
 local keep, recmax = tonumber(ARGV[4]), tonumber(ARGV[5])
 if not keep or not recmax then return emq_bad_args('cancel', 'settle options') end
-local r = redis.call('HMGET', jk, 'state', 'group', 'attempts')
+local r = redis.call('HMGET', jk, 'state', 'group', 'attempts', 'free')
 local state, g = r[1], r[2]
 if not state then return -1 end
 if state == 'active' then
@@ -29,5 +29,5 @@ emq_unwait(base, id, state, g)
 local now = emq_now()
 emq_finish(base, id, 'cancelled', now, keep, 'last_error', reason)
 emq_count(base, 'cancelled', 1)
-emq_record(base, recmax, id, 'cancelled', r[3], 'error', reason, now)
+emq_record(base, recmax, id, 'cancelled', emq_used(r[3], r[4]), 'error', reason, now)
 return 1

@@ -1,12 +1,18 @@
--- claim — up to n jobs off the ring, each under a lease on the store's clock (DESIGN §3).
--- Pop the head member; if eligible take one job from it (the flat set '~': its lowest score; a
--- group: its lane's head, a:<g> + 1) and push it back at the tail while still eligible, else clear
--- its r: flag; a member that gives nothing is dropped. When '~' is the last member, the rest comes
--- from one range of pending. A paused (or obliterating) queue claims nothing.
--- A job met with attempts >= its max_attempts (its own, else ARGV[4]) goes dead ("lease expired on
--- the last attempt"); a row carrying `cancel` goes to cancelled; a malformed row goes dead naming
--- its defect (a key of another type at the row's key too: emq_bury_foreign); a missing row is
--- dropped. None of these fails the batch: rows are read by pcall.
+-- claim — up to n jobs off the ring, each leased until now + lease on the store's clock.
+-- The ring is walked round-robin: pop the head member; if it is eligible take one job from it — the
+-- flat set '~' its lowest score, a group g its lane's head while a:<g> is below g's limit (its own
+-- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
+-- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
+-- once. A paused (or obliterating) queue claims nothing.
+-- A job taken is handed out — state active, attempts + 1: its new fencing token — unless its row
+-- says otherwise: at its budget (attempts - free >= its max_attempts, else ARGV[4]) it goes dead,
+-- "lease expired on the last attempt" (a job that kills its worker would otherwise loop for ever);
+-- a row carrying a cancel request goes to cancelled; a malformed row (no data, a state other than
+-- pending, a count that is no whole number) or a key of another type goes dead naming its defect; a
+-- missing row is dropped. None of these fails the batch.
+-- Reads first (_lib.lua): the walk is planned from reads alone — the ring, each member's fields,
+-- the heads of pending and of the lanes, every row it takes — then written in one go, so a refused
+-- key or any error ends the script with nothing written.
 --
 -- KEYS[1] emq:{q}:ring        (list of ring members)
 -- KEYS[2] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~ r:~)
@@ -23,19 +29,16 @@
 -- ARGV[7] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
 --
--- A job handed out past its first attempt joins emq:{q}:reclaimed (set; see complete_many).
---
--- Replies: {id, payload, …, more}: two elements per job (at most n jobs), in claim order, then
--- `more`: an empty array when every job handed out is a flat job on its first attempt (a fresh
--- backlog: half the reply elements, each a conversion and a copy), else {attempts, group ('' =
--- flat), …} for every job in order. Nothing handed out: {}. Error EMQARGS.
+-- Replies: {id, payload, token, attempt, group, …}: five elements per job handed out (at most n),
+-- in claim order — token: the row's attempts after this claim; attempt: the attempts the job has
+-- used with this one (token - free); group: '' for a flat job. {} when none. Error EMQARGS.
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local keep, recmax, maxbytes = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
--- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf would tie with the reserved
--- member of `active`, out of every count and recovery range
+-- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf is past every recovery
+-- range, and a job leased so would never be recovered
 if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_bad_args('claim', 'lease') end
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
@@ -44,216 +47,210 @@ if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
 -- the idle path (a parked consumer's beat) ends here: an empty ring has nothing to give
 local ring_len = redis.call('LLEN', ring)
 if ring_len == 0 then return {} end
-
 local now = emq_now()
--- as text once: every leased member's score would otherwise be formatted anew (a printf each)
-local deadline = tostring(now + lease)
--- out: id, payload per job; more: attempts, group per job, kept from the first job that is not a
--- fresh flat one on (fresh: whether every job so far is)
-local out, more = {}, {}
-local nout = 0
-local fresh = true
-local got, failed, cancelled, bytes = 0, 0, 0, 0
--- the jobs handed out again (attempts past 1): into `reclaimed` (emq_unmark)
-local again = {}
--- attempts counts as text: the common small ones without a number-to-text printf per job
-local ATTEMPTS = { '1', '2', '3', '4', '5', '6', '7', '8', '9', '10' }
--- read: every read of a row, so that a key of another type there is buried, not raised half-way
-local call, read, jobs = redis.call, redis.pcall, base .. 'job:'
+local call, jobs = redis.call, base .. 'job:'
 
--- one popped job: hand it out, or settle it here. True when handed out. jk: the row's key, when
--- the caller built it already.
-local function take(id, g, jk)
-  jk = jk or jobs .. id
-  -- HGETALL: a waiting row holds only the fields that apply, so this reads 2 where HMGET of every
-  -- field the guard needs would read 5 (most absent)
-  local all = read('HGETALL', jk)
+-- The walk, from reads alone.
+-- The ring as the walk sees it: its members as they were (read in pages, `popped` of them taken
+-- off its head), then the members pushed back at its tail (`back`, `repopped` of them taken again).
+local members_read, popped = {}, 0
+local back, repopped = {}, 0
+local function pop()
+  if popped < ring_len then
+    if popped == #members_read then
+      local page = call('LRANGE', ring, popped, popped + 99)
+      for i = 1, #page do members_read[popped + i] = page[i] end
+    end
+    popped = popped + 1
+    return members_read[popped]
+  end
+  if repopped < #back then
+    repopped = repopped + 1
+    return back[repopped]
+  end
+  return nil
+end
+
+-- each member met, in the order met: its ready jobs (the head of pending or of its lane, read in
+-- pages of ids, `taken` of them used, `size` in all) and, for a group, its active count and limit.
+-- A member on the ring twice (only by hand) is one member: it never exceeds its limit.
+local members, order = {}, {}
+local function member(m)
+  local s = members[m]
+  if s then return s end
+  if m == '~' then
+    s = { key = pending, size = call('ZCARD', pending), ids = {}, taken = 0 }
+  else
+    local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~')
+    local lane = base .. 'lane:' .. m
+    s = { key = lane, size = call('LLEN', lane), ids = {}, taken = 0, group = m,
+          a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0 }
+  end
+  members[m] = s
+  order[#order + 1] = s
+  return s
+end
+
+-- the next job id of s; its next page holds `ahead` ids
+local function next_id(s, ahead)
+  if s.taken == #s.ids then
+    local from, to, page = s.taken, s.taken + ahead - 1, nil
+    if s.group then page = call('LRANGE', s.key, from, to) else page = call('ZRANGE', s.key, from, to) end
+    for i = 1, #page do s.ids[from + i] = page[i] end
+  end
+  s.taken = s.taken + 1
+  return s.ids[s.taken]
+end
+
+-- out: the reply; leases: ZADD's deadline/id pairs; tokens: each handed-out row and its token;
+-- settled: the jobs settled here instead, in the order met ({id, 'dead' or 'cancelled', reason,
+-- attempt, and for a key of another type the bytes kept}); met: every id met (an id in two ready
+-- sets, only by hand, is handed out once)
+local out, nout, leases, tokens, settled, met = {}, 0, {}, {}, {}, {}
+local deadline = now + lease
+local got, bytes, failed, cancelled = 0, 0, 0, 0
+
+-- one job taken from a member (g: its group, nil for the flat set): read its row and decide.
+-- True when handed out.
+local function judge(id, g)
+  if met[id] then return false end
+  met[id] = true
+  local jk = jobs .. id
+  local all = redis.pcall('HGETALL', jk)
   if emq_foreign(all) then
-    local defect = emq_bury_foreign(base, id, now)
-    emq_record(base, recmax, id, 'dead', nil, 'error', defect, now)
+    local defect, data = emq_foreign_read(base, id)
+    settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = '0', foreign = true, data = data }
     failed = failed + 1
     return false
   end
   if #all == 0 then return false end -- a missing row: dropped
-  -- the fields picked out as they come (no table built per job; Lua compares interned strings
-  -- by address)
-  local data, state, attempts, maxattempts, cancel
+  local data, state, attempts, free, maxattempts, cancel
   for i = 1, #all, 2 do
     local k = all[i]
     if k == 'data' then data = all[i + 1]
     elseif k == 'state' then state = all[i + 1]
     elseif k == 'attempts' then attempts = all[i + 1]
+    elseif k == 'free' then free = all[i + 1]
     elseif k == 'max_attempts' then maxattempts = all[i + 1]
     elseif k == 'cancel' then cancel = all[i + 1]
     end
   end
-  -- a row never claimed and with no budget of its own (the bulk of a backlog) has no number to
-  -- parse: tonumber of a text and two checks cost about a tenth of a claimed job
-  local att, maxa, defect = 0, maxdef, nil
+  local att, fr, maxa = tonumber(attempts or '0'), tonumber(free or '0'), tonumber(maxattempts or maxdef)
+  local defect = nil
   if not data then defect = 'malformed row: no data'
   elseif state ~= 'pending' then defect = 'malformed row: state ' .. tostring(state) .. ' in a ready set'
-  elseif attempts or maxattempts then
-    att, maxa = tonumber(attempts or '0'), tonumber(maxattempts or maxdef)
-    if not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
-    elseif not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. tostring(maxattempts)
-    end
+  elseif not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
+  elseif not emq_whole(fr, 0) or fr > att then defect = 'malformed row: free ' .. free
+  elseif not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. tostring(maxattempts)
   end
+  -- the attempts it has used, as its record states them (a malformed count as it stands)
+  local used = attempts or '0'
+  if not defect then used = att - fr end
   if not defect and cancel then
-    emq_finish(base, id, 'cancelled', now, keep, 'last_error', cancel)
-    emq_record(base, recmax, id, 'cancelled', attempts, 'error', cancel, now)
+    settled[#settled + 1] = { id = id, kind = 'cancelled', reason = cancel, attempt = used }
     cancelled = cancelled + 1
     return false
   end
-  if not defect and att >= maxa then defect = 'lease expired on the last attempt' end
+  if not defect and att - fr >= maxa then defect = 'lease expired on the last attempt' end
   if defect then
-    emq_bury(base, id, now, defect)
-    emq_record(base, recmax, id, 'dead', attempts, 'error', defect, now)
+    settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = used }
     failed = failed + 1
     return false
   end
-  call('HSET', jk, 'state', 'active', 'attempts', ATTEMPTS[att + 1] or att + 1)
-  if att > 0 then again[#again + 1] = id end
+  local token = att + 1
   bytes = bytes + #data
-  if fresh and (att > 0 or g) then
-    -- the first job that is not a fresh flat one: every job before it was
-    fresh = false
-    for i = 1, nout, 2 do
-      more[i] = 1
-      more[i + 1] = ''
-    end
-  end
-  if not fresh then
-    more[nout + 1] = att + 1
-    more[nout + 2] = g or ''
-  end
   out[nout + 1] = id
   out[nout + 2] = data
-  nout = nout + 2
+  out[nout + 3] = token
+  out[nout + 4] = token - fr
+  out[nout + 5] = g or ''
+  nout = nout + 5
+  leases[#leases + 1] = deadline
+  leases[#leases + 1] = id
+  tokens[#tokens + 1] = jk
+  tokens[#tokens + 1] = token
   return true
 end
 
--- each pop either hands out a job, buries a bad row or drops a member: bounded by n, the ring's
--- length and the bad rows met (a bound keeps a ring full of bad rows from running long)
--- the ring's length kept here (this script is its only writer while it runs): no LLEN per pop
+-- each pop hands out a job, settles a bad row or drops a member: bounded by n, the ring's length
+-- and the bad rows met (a ring full of bad rows cannot keep the script running)
 local budget = n + ring_len + 1000
-local len = ring_len
--- the groups hash's writes, made once at the end, in the order the per-member writes would have
--- made them: dropped, the r: flags of the members dropped from the ring (deleted first, so the
--- hash never holds more fields than before the claim and keeps its encoding); counted, the a:<g>
--- field and count of each group a job was taken from, in the order of its first job. seen[g]: the
--- j-th such group, its count and limit kept in counts[j], limits[j] for when the claim meets g
--- again (pushed back; or a duplicate member, by hand)
-local dropped, counted, seen, counts, limits = {}, {}, {}, {}, {}
+-- the r: flags of the members dropped from the ring
+local dropped = {}
 while got < n and bytes < maxbytes and budget > 0 do
   budget = budget - 1
-  local m = redis.call('LPOP', ring)
+  local m = pop()
   if not m then break end
-  len = len - 1
-  if m == '~' then
+  local s = member(m)
+  if not s.group then
     local want = 1
-    if len == 0 then want = n - got end
-    -- ZRANGE + ZREMRANGEBYRANK rather than ZPOPMIN: no score formatted per job (a printf each);
-    -- taken in order until the bytes run out, then the ones met leave pending (take writes no
-    -- member of pending)
-    -- one member more than wanted: whether pending holds more after these, with no ZCARD
-    local popped = redis.call('ZRANGE', pending, '0', emq_text(want))
-    local met = #popped
-    if met > want then met = want end
+    if ring_len - popped + #back - repopped == 0 then want = n - got end
     local used = 0
-    while used < met and bytes < maxbytes do
+    while used < want and bytes < maxbytes and s.taken < s.size do
       used = used + 1
-      local id = popped[used]
-      local jk = jobs .. id
-      -- a fresh flat row (data, then state pending: never claimed, no budget, no cancel) is
-      -- known by its values alone: exactly two, the second 'pending'. HVALS, not HGETALL: half the
-      -- reply to turn into a Lua table, about 3k instructions per claimed job (callgrind). Every
-      -- writer creates a row with `data` first and rewrites fields in place, so a row with two
-      -- values ending in 'pending' has no field but data and state; a row changed by hand in one
-      -- step (a field set, added or deleted) never looks fresh and goes to take's checks.
-      -- A fresh row is handed out here, with no call and none of take's checks (they cannot fail
-      -- on it: attempts 0 is below every budget); any other row goes through take, which reads
-      -- it whole (a key of another type too: its error reply has no values). The lines below are
-      -- take's hand-out for attempts 0 and no group, kept inline: as a shared function the call
-      -- cost about 900 instructions per claimed job (callgrind)
-      local vals = read('HVALS', jk)
-      if #vals == 2 and vals[2] == 'pending' then
-        call('HSET', jk, 'state', 'active', 'attempts', '1')
-        local data = vals[1]
-        bytes = bytes + #data
-        if not fresh then
-          more[nout + 1] = 1
-          more[nout + 2] = ''
-        end
-        out[nout + 1] = id
-        out[nout + 2] = data
-        nout = nout + 2
-        got = got + 1
-      elseif take(id, nil, jk) then
-        got = got + 1
-      end
+      if judge(next_id(s, n - got), nil) then got = got + 1 end
     end
-    if used > 0 then redis.call('ZREMRANGEBYRANK', pending, '0', emq_text(used - 1)) end
-    -- a member of pending not used (past the wanted ones, or met once the bytes ran out): more wait
-    if used < #popped then
-      redis.call('RPUSH', ring, '~')
-      len = len + 1
-    else
-      dropped[#dropped + 1] = 'r:~'
+  elseif s.a < s.limit and s.taken < s.size then
+    if judge(next_id(s, n - got), m) then
+      got = got + 1
+      s.a = s.a + 1
     end
+  end
+  if s.taken < s.size and (not s.group or s.a < s.limit) then
+    back[#back + 1] = m
   else
-    -- the group's (active count, limit): kept here once a job was taken from it, else read as
-    -- emq_slots reads them
-    local j = seen[m]
-    local a, limit
-    if j then
-      a, limit = counts[j], limits[j]
-    else
-      local f = redis.call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~')
-      a, limit = tonumber(f[1]) or 0, tonumber(f[2]) or tonumber(f[3]) or 1
-    end
-    local lane = base .. 'lane:' .. m
-    if a < limit then
-      local id = redis.call('LPOP', lane)
-      if id and take(id, m) then
-        got = got + 1
-        a = a + 1
-        if not j then
-          j = #limits + 1
-          seen[m] = j
-          limits[j] = limit
-          counted[2 * j - 1] = 'a:' .. m
-        end
-        counts[j] = a
-        counted[2 * j] = emq_text(a)
-      end
-    end
-    if a < limit and redis.call('LLEN', lane) > 0 then
-      redis.call('RPUSH', ring, m)
-      len = len + 1
-    else
-      dropped[#dropped + 1] = 'r:' .. m
-    end
+    dropped[#dropped + 1] = 'r:' .. m
   end
 end
-if #dropped > 0 then emq_bulk('HDEL', groups, dropped) end
-if #counted > 0 then emq_bulk('HSET', groups, counted) end
--- into `active` after its reserved member (added first, it makes a new or small `active` a skiplist
--- before any lease goes in), newest id first: should `active` stay a listpack anyway (a server whose
--- zset-max-listpack-value exceeds the member's 95 bytes), equal scores sit in id order and each
--- insert scans from the head, so descending order scans once per member where ascending scans twice
--- (100 members: 143 µs against 521 µs)
-if nout > 0 then
-  local args, k = { 'inf', emq_active_pin() }, 2
-  for i = nout - 1, 1, -2 do
-    args[k + 1] = deadline
-    args[k + 2] = out[i]
-    k = k + 2
+
+-- The rest of the reads: the keys only written below.
+if #settled > 0 then
+  local touch = {}
+  if failed > 0 then
+    touch[#touch + 1] = 'dead'
+    touch[#touch + 1] = 'metrics:failed'
   end
-  emq_bulk('ZADD', active, args)
-  if #again > 0 then emq_bulk('SADD', base .. 'reclaimed', again) end
+  if cancelled > 0 then touch[#touch + 1] = 'metrics:cancelled' end
+  if recmax > 0 then touch[#touch + 1] = 'completions' end
+  emq_touch(base, touch)
+  emq_retention_read(base, keep, cancelled)
+end
+
+-- The writes.
+-- the ring: the members popped leave its head, those pushed back and not taken again join its tail
+if popped > 0 then call('LTRIM', ring, popped, -1) end
+local rest = {}
+for i = repopped + 1, #back do rest[#rest + 1] = back[i] end
+if #rest > 0 then emq_bulk('RPUSH', ring, rest) end
+-- each member's jobs used leave its set
+for _, s in ipairs(order) do
+  if s.taken > 0 then
+    if s.group then call('LTRIM', s.key, s.taken, -1) else call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1) end
+  end
+end
+-- the groups hash: the dropped members' flags first, then each group's active count (the hash never
+-- holds more fields than before the claim, so it keeps its encoding)
+if #dropped > 0 then emq_bulk('HDEL', groups, dropped) end
+local counts = {}
+for _, s in ipairs(order) do
+  if s.group and s.a ~= s.a0 then
+    counts[#counts + 1] = 'a:' .. s.group
+    counts[#counts + 1] = s.a
+  end
+end
+if #counts > 0 then emq_bulk('HSET', groups, counts) end
+for i = 1, #tokens, 2 do call('HSET', tokens[i], 'state', 'active', 'attempts', tokens[i + 1]) end
+if #leases > 0 then emq_bulk('ZADD', active, leases) end
+for _, j in ipairs(settled) do
+  if j.kind == 'cancelled' then
+    emq_finish(base, j.id, 'cancelled', now, keep, 'last_error', j.reason)
+  elseif j.foreign then
+    emq_bury_foreign(base, j.id, now, j.reason, j.data)
+  else
+    emq_bury(base, j.id, now, j.reason)
+  end
+  emq_record(base, recmax, j.id, j.kind, j.attempt, 'error', j.reason, now)
 end
 emq_count(base, 'failed', failed)
 emq_count(base, 'cancelled', cancelled)
-if nout == 0 then return out end
-if fresh then out[nout + 1] = {} else out[nout + 1] = more end
 return out

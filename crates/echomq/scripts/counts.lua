@@ -15,8 +15,7 @@
 --           retried, stalled, reaped, next cursor, {group, lane length, …}}.
 local base, cursor = ARGV[1], ARGV[2]
 local reply = {
-  -- active: every member scored below +inf (all but the reserved member)
-  redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCOUNT', KEYS[3], '-inf', '(inf'),
+  redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]), redis.call('EXISTS', KEYS[5]),
 }
 for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do

@@ -21,13 +21,8 @@ local base, state, offset, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber
 if not offset or offset < 0 or not limit or limit < 1 or limit > 10000 then return emq_bad_args('list', 'offset or limit') end
 local last = offset + limit - 1
 if state == 'scheduled' then return redis.call('ZRANGE', KEYS[2], offset, last) end
--- active by rank (a score range would walk the offset): the reserved member, at +inf, can only be
--- the last of the last page, and is left out there
-if state == 'active' then
-  local page = redis.call('ZRANGE', KEYS[3], offset, last)
-  if page[#page] == emq_active_pin() then page[#page] = nil end
-  return page
-end
+-- active by rank (a score range would walk the offset)
+if state == 'active' then return redis.call('ZRANGE', KEYS[3], offset, last) end
 if state == 'dead' then return redis.call('ZREVRANGE', KEYS[4], offset, last) end
 if state == 'completed' or state == 'cancelled' then
   local out, skipped = {}, 0

@@ -21,13 +21,10 @@
 local active = KEYS[1]
 local base, force, limit, cursor = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3]), ARGV[4]
 if not limit or limit < 1 or limit > 1000 then return emq_bad_args('obliterate', 'limit') end
--- held jobs: every member of active but the reserved one (scored +inf)
-local running = redis.call('ZCOUNT', active, '-inf', '(inf')
+-- held jobs: every member of active
+local running = redis.call('ZCARD', active)
 if running > 0 and not force then return {-1, running, 0} end
 redis.call('SET', KEYS[2], 1)
--- the reserved member is no job: out before the purge counts rows (claims are refused from here on,
--- so none puts it back)
-redis.call('ZREM', active, emq_active_pin())
 -- a forced lane job leaves active: its slot freed, then the ring step, because the lanes are found
 -- by their a:/r: fields: a group whose last slot this frees while jobs wait in its lane (it was at its
 -- limit, off the ring) would otherwise keep no field, and its lane and rows would outlive the queue
@@ -44,7 +41,7 @@ local lanes, next_cursor, finished = emq_purge_lanes(base, limit - removed, curs
 removed = removed + lanes
 if not finished then return {removed, next_cursor, 0} end
 local keys = { base .. 'id', base .. 'ring', base .. 'groups', base .. 'wake', base .. 'paused',
-  base .. 'completions', base .. 'reclaimed' }
+  base .. 'completions' }
 for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
   keys[#keys + 1] = base .. 'metrics:' .. event
 end

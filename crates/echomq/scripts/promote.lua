@@ -2,7 +2,7 @@
 -- fresh sequence, a lane job to its lane's tail (the ring step). Then reads, in the same step, how
 -- long until the next scheduled job is due — the consumer bounds its park with it.
 -- A missing row is dropped; a row not in state scheduled goes dead naming the defect, as does a
--- key of another type at the row's key (emq_bury_foreign).
+-- key of another type at the row's key.
 --
 -- KEYS[1] emq:{q}:scheduled   (zset, score = due ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence)
@@ -27,7 +27,8 @@ if #due > 0 then
     -- by pcall: a key of another type there is buried below (false here), never raised
     local row = redis.pcall('HMGET', jk, 'state', 'group')
     if emq_foreign(row) then
-      row = false
+      local defect, data = emq_foreign_read(base, id)
+      row = { foreign = defect, data = data }
     else
       -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
       row[3] = redis.call('HEXISTS', jk, 'data') == 1
@@ -38,9 +39,9 @@ if #due > 0 then
   local flat, lanes, order = 0, {}, {}
   for i, id in ipairs(due) do
     local row = rows[i]
-    local state, g = row and row[1], row and row[2]
-    if not row then
-      emq_bury_foreign(base, id, now)
+    local state, g = row[1], row[2]
+    if row.foreign then
+      emq_bury_foreign(base, id, now, row.foreign, row.data)
       emq_count(base, 'failed', 1)
     elseif state == 'scheduled' and row[3] then
       emq_ready(base, id, g)

@@ -1,5 +1,6 @@
 -- redrive — a dead job back to ready (flat: pending at a fresh sequence; lane: its tail and the ring
--- step), attempts kept (they never go down), its budget raised: max_attempts = attempts + extra;
+-- step), attempts kept (they never go down), its budget raised: max_attempts = the attempts it
+-- has used (attempts - free) + extra;
 -- its stall count and any cancel mark of an earlier run cleared. One id, or the oldest dead jobs in
 -- a chunk (the client loops).
 --
@@ -27,7 +28,7 @@ else
 end
 local rows = {}
 for i, id in ipairs(ids) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group')
+  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free')
 end
 if mode == 'one' then
   if not rows[1][1] then return -1 end
@@ -35,7 +36,7 @@ if mode == 'one' then
 end
 local done, flat, lanes, order = 0, 0, {}, {}
 for i, id in ipairs(ids) do
-  local state, att, g = rows[i][1], tonumber(rows[i][2]) or 0, rows[i][3]
+  local state, att, g = rows[i][1], emq_used(rows[i][2], rows[i][4]), rows[i][3]
   redis.call('ZREM', KEYS[1], id)
   if state == 'dead' then
     redis.call('HSET', base .. 'job:' .. id, 'max_attempts', att + extra)

@@ -16,7 +16,6 @@ if not state then return -1 end
 if state == 'active' then
   if not force then return 0 end
   if redis.call('ZREM', active, id) == 1 then
-    redis.call('SREM', base .. 'reclaimed', id)
     if g then emq_leave_lane(base, g) end
   end
 elseif state == 'pending' or state == 'scheduled' then

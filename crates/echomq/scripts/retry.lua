@@ -1,7 +1,9 @@
--- retry — fenced: the holder hands the job back after a failure. At its budget (attempts >= its own
--- max_attempts, else ARGV[5]) the job goes dead (metrics failed); else it waits in `scheduled` until
--- now + delay (delay 0: ready at once: pending at a fresh sequence or its lane's tail), with the
--- error as last_error (metrics retried). A lane job frees its slot either way.
+-- retry — fenced: the holder hands the job back after a failure. When the attempts it has used
+-- (attempts - free) reach its budget (its own max_attempts, else ARGV[5]) the job goes dead (metrics
+-- failed); else it waits in `scheduled` until now + delay (delay 0: ready at once: pending at a
+-- fresh sequence or its lane's tail), with the error as last_error (metrics retried). A lane job
+-- frees its slot either way. Reads first (_lib.lua): the row, its group or the flat set, then the
+-- writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:job:<id>    (hash, the row)
@@ -20,20 +22,30 @@ local active, jk, scheduled = KEYS[1], KEYS[2], KEYS[3]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
--- a whole token (compared with the budget after the ZREM: a text there would raise half-way)
-local attempt = tonumber(token)
-if not emq_whole(attempt, 0) then return emq_bad_args('retry', 'token') end
-local refused, g = emq_fence(jk, token)
+if not emq_whole(tonumber(token), 0) then return emq_bad_args('retry', 'token') end
+local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts')
 if refused then return refused end
-local maxa = tonumber(redis.call('HGET', jk, 'max_attempts') or maxdef) or maxdef
+local used = emq_used(r[1], r[3])
+local dead = used >= (tonumber(r[4] or maxdef) or maxdef)
+local lanes, flat = {}, nil
+if g then emq_lane_read(lanes, base, g) elseif not dead and delay <= 0 then flat = emq_flat_read(base) end
+local paused = emq_paused_read(base)
+local touch = { 'ring', 'wake' }
+if dead then
+  touch[#touch + 1] = 'metrics:failed'
+  if recmax > 0 then touch[#touch + 1] = 'completions' end
+else
+  touch[#touch + 1] = 'metrics:retried'
+  touch[#touch + 1] = 'id'
+end
+emq_touch(base, touch)
 if redis.call('ZREM', active, id) == 0 then return 0 end
-emq_unmark(base, id, token)
 local now = emq_now()
-local reply = 1
-if attempt >= maxa then
+local reply, wakes = 1, 0
+if dead then
   emq_bury(base, id, now, err)
   emq_count(base, 'failed', 1)
-  emq_record(base, recmax, id, 'dead', token, 'error', err, now)
+  emq_record(base, recmax, id, 'dead', used, 'error', err, now)
   reply = 2
 else
   redis.call('HSET', jk, 'last_error', err)
@@ -42,13 +54,17 @@ else
     redis.call('ZADD', scheduled, now + delay, id)
   else
     emq_ready(base, id, g)
-    if not g then
-      emq_ring_step_flat(base)
-      emq_wake(base, 1)
+    if g then
+      lanes[g].len = lanes[g].len + 1
+    else
+      flat.len = flat.len + 1
+      emq_flat_step(base, flat)
+      wakes = 1
     end
   end
   emq_count(base, 'retried', 1)
 end
 -- after the job is back in its lane, so the ring step sees it
-if g then emq_leave_lane(base, g) end
+if g then wakes = wakes + emq_lane_leave(base, g, lanes[g]) end
+emq_wake(base, wakes, paused)
 return reply

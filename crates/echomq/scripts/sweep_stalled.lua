@@ -99,11 +99,6 @@ for i = #exp, 1, -1 do
     end
   end
 end
--- every swept id left `active`: out of the set of active jobs past their first attempt (the
--- keyspace's `reclaimed`, which complete_many's group commit trusts)
-for i = 1, #exp, 1000 do
-  redis.call('SREM', p .. 'reclaimed', unpack(exp, i, math.min(i + 999, #exp)))
-end
 if flat and redis.call('HEXISTS', groups, 'r:~') == 0 then -- the ring step for the flat set
   redis.call('RPUSH', p .. 'ring', '~')
   redis.call('HSET', groups, 'r:~', 1)

@@ -11,15 +11,15 @@ use crate::keyspace::{GroupName, JobId};
 pub enum JobState {
     /// Ready to claim: in `pending` (flat) or its group's lane.
     /// Entered by enqueue, genqueue, promote, promote_job, reap, sweep_stalled (recovered), retry
-    /// with no delay and redrive; left by claim, cancel, remove, drain and obliterate.
+    /// and release with no delay, and redrive; left by claim, cancel, remove, drain and obliterate.
     Pending,
     /// Waiting for its due time in `scheduled` (a delay or a retry).
-    /// Entered by enqueue/genqueue with a delay and by retry; left by promote, promote_job, cancel,
-    /// remove, drain and obliterate.
+    /// Entered by enqueue/genqueue with a delay and by retry and release with one; left by promote,
+    /// promote_job, cancel, remove, drain and obliterate.
     Scheduled,
     /// Leased to a consumer, in `active` with score = lease deadline.
-    /// Entered by claim; left by complete, complete_many, complete_cancelled, retry, discard, reap,
-    /// sweep_stalled, forced remove and forced obliterate.
+    /// Entered by claim; left by complete, complete_many, complete_cancelled, retry, discard,
+    /// release, reap, sweep_stalled, forced remove and forced obliterate.
     Active,
     /// In the morgue `dead`.
     /// Entered by retry past max_attempts, discard, sweep_stalled past max_stalled and claim (the
@@ -114,7 +114,11 @@ pub struct ClaimedJob {
     pub id: JobId,
     /// The payload (the last checkpoint's, if any).
     pub payload: Vec<u8>,
-    /// The attempts count after this claim — the fencing token every holder verb takes.
+    /// The fencing token of this claim, which every holder verb takes: the row's attempts after it
+    /// (raised by 1 by every claim, never lowered).
+    pub token: u64,
+    /// The attempts the job has used with this one (1 on its first): its claims less those that
+    /// used no attempt (a release), as its budget counts them.
     pub attempts: u64,
     /// The job's group, for a lane job.
     pub group: Option<GroupName>,
@@ -130,8 +134,11 @@ pub struct Job {
     pub state: JobState,
     /// The payload bytes.
     pub payload: Vec<u8>,
-    /// Claims so far (0 before the first).
+    /// The attempts it has used (0 before its first claim): its claims less those that used none.
     pub attempts: u64,
+    /// Its claims that used no attempt (each a release); its last claim's fencing token is
+    /// `attempts + free`.
+    pub free: u64,
     /// Its own attempt budget, if it has one.
     pub max_attempts: Option<u64>,
     /// Its group, for a lane job.

@@ -16,14 +16,6 @@ pub const NAME_MAX_BYTES: usize = 128;
 /// an enqueue and `SREM` after an obliterate, never inside a script.
 pub const QUEUES_KEY: &str = "emq:queues";
 
-/// The reserved member of `emq:{q}:active`, put there by the first claim that leases a job: scored
-/// `+inf`, past every lease deadline, so no recovery range (reap, sweep_stalled) ever reaches it; over
-/// 64 bytes, so Redis keeps `active` a skiplist instead of a listpack that every insert and lookup
-/// scans whole. Never a job id (ids are `[A-Za-z0-9._:-]`). `counts` and `list` leave it out,
-/// obliterate removes it; `scripts/_lib.lua` holds the same text (a test checks they agree).
-pub const ACTIVE_PIN: &str =
-    "~ reserved: scored +inf, past every lease; over 64 bytes, so this sorted set stays a skiplist ~";
-
 /// Every suffix a key of a queue may have after its base `emq:{q}:`. A suffix ending in `:` takes a
 /// name after it (`job:<id>`, `lane:<group>`, `metrics:<event>`). A test checks that every key a
 /// script builds uses one of these.
@@ -32,7 +24,6 @@ pub const SUFFIXES: &[&str] = &[
     "job:",
     "pending",
     "active",
-    "reclaimed",
     "scheduled",
     "dead",
     "lane:",
@@ -253,11 +244,6 @@ impl QueueKeys {
     /// `emq:{q}:completions` — the stream of completion records.
     pub fn completions(&self) -> String {
         self.key("completions")
-    }
-    /// `emq:{q}:reclaimed` — the ids in `active` past their first attempt (a job handed out
-    /// again); an id in `active` and not here holds attempts 1.
-    pub fn reclaimed(&self) -> String {
-        self.key("reclaimed")
     }
     /// `emq:{q}:cancel` — the pub/sub channel of cancel requests.
     pub fn cancel(&self) -> String {

@@ -375,6 +375,12 @@ pub trait Store: Send + Sync {
         settle: SettleOptions,
     ) -> Result<Retried>;
 
+    /// release: fenced; the holder gives the job back without using an attempt (its `free` count
+    /// + 1, so the attempts it has used stay those before this claim; its token stays, so this
+    /// holder's later settles are refused as stale). `delay` zero: ready at once, at the front of
+    /// its set; else scheduled `delay` from now. Call it only once the job's handler is gone.
+    async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled>;
+
     /// discard: fenced; dead now with `error` as `last_error`.
     async fn discard(
         &self,

@@ -904,7 +904,7 @@ async fn a_cancel_for_an_earlier_job_spares_a_new_job_with_the_same_id() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     store
-        .complete(&q, &id, held[0].attempts, None, SettleOptions::default())
+        .complete(&q, &id, held[0].token, None, SettleOptions::default())
         .await
         .unwrap();
     store

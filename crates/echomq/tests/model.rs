@@ -15,7 +15,6 @@
 //! * `list` gives the model's order for pending (claim order per member), scheduled and active;
 //! * `counts` and its counters agree;
 //! * the slot invariant: each group's `a:<g>` equals its jobs in `active`;
-//! * Redis: `emq:{q}:reclaimed` holds exactly the active jobs past their first attempt;
 //! * the ring holds no duplicate, exactly the members whose `r:` flag is set, and every eligible
 //!   member (the one documented exception: a raised queue default reaches a group at its next
 //!   settle);
@@ -1347,21 +1346,6 @@ enum Probe {
 }
 
 impl Probe {
-    /// The ids the Redis store indexes as active past their first attempt (`emq:{q}:reclaimed`);
-    /// `None` for the embedded store, which keeps no such index.
-    async fn reclaimed(&mut self) -> Option<BTreeSet<String>> {
-        match self {
-            Probe::Redis(conn, keys) => Some(
-                redis::cmd("SMEMBERS")
-                    .arg(keys.reclaimed())
-                    .query_async(conn)
-                    .await
-                    .expect("SMEMBERS reclaimed"),
-            ),
-            Probe::Sqlite(_) => None,
-        }
-    }
-
     /// The ring in order, and the groups hash (field → value).
     async fn ring_and_groups(&mut self, q: &QueueName) -> (Vec<String>, BTreeMap<String, String>) {
         match self {
@@ -1544,16 +1528,6 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
                 want.payload.clone(),
             ),
         )?;
-    }
-    // the index of active jobs past their first attempt (Redis): exactly those
-    if let Some(marked) = side.probe.reclaimed().await {
-        let again: BTreeSet<String> = model
-            .rows
-            .iter()
-            .filter(|(_, r)| r.place == Place::Active && r.attempts > 1)
-            .map(|(id, _)| id.clone())
-            .collect();
-        diff("reclaimed: the active jobs past their first attempt", marked, again)?;
     }
     // the slot invariant, and the ring, read under the contract
     let (ring, groups) = side.probe.ring_and_groups(q).await;

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use echomq::keyspace::{ACTIVE_PIN, METRIC_EVENTS, SUFFIXES};
+use echomq::keyspace::{METRIC_EVENTS, SUFFIXES};
 use echomq::store::{Completion, Counts, Obliterated, SettleOptions};
 use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob};
 use redis::aio::MultiplexedConnection;
@@ -46,9 +46,9 @@ redis_cases!(
     enqueue_script_that_fails_validation_writes_nothing,
     sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
     extend_lock_raw_eval_of_the_file_answers_as_the_seed,
-    active_keeps_its_reserved_member_a_skiplist_out_of_every_reply,
+    active_holds_exactly_the_leased_jobs,
     claim_and_complete_many_that_fail_write_nothing,
-    complete_many_takes_the_shared_token_plain_and_output_layouts,
+    complete_many_takes_one_layout_and_refuses_any_other,
     a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs,
     every_verb_reloads_its_script_after_a_script_flush,
     claim_buries_a_key_of_another_type_and_hands_out_the_rest,
@@ -118,7 +118,7 @@ fn completions(claimed: &[ClaimedJob]) -> Vec<Completion> {
         .iter()
         .map(|c| Completion {
             id: c.id.clone(),
-            token: c.attempts,
+            token: c.token,
             output: None,
         })
         .collect()
@@ -336,14 +336,14 @@ pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
     let argv = |token: u64, lease_ms: u64| [id.to_string(), token.to_string(), lease_ms.to_string()];
     let before = zscore(ctx, "active", &id).await.unwrap();
     let t0 = server_ms(ctx).await;
-    let ok = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts, 60_000)).await;
+    let ok = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.token, 60_000)).await;
     let t1 = server_ms(ctx).await;
     assert_eq!(redis::from_redis_value::<i64>(ok.unwrap()).unwrap(), 1);
     let after = zscore(ctx, "active", &id).await.unwrap();
     assert!(after > before && (t0 + 60_000..=t1 + 60_000).contains(&after));
     // a lease that is no finite number of ms (Lua's tonumber takes both) is refused, nothing written
     for lease in ["inf", "nan", "0"] {
-        let args = [id.to_string(), c.attempts.to_string(), lease.to_string()];
+        let args = [id.to_string(), c.token.to_string(), lease.to_string()];
         let err = eval_file(ctx, "extend_lock.lua", &keys, &args).await.unwrap_err();
         assert_eq!(err.code(), Some("EMQARGS"), "lease {lease}: {err}");
         assert_eq!(
@@ -352,7 +352,7 @@ pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
             "lease {lease}: nothing written"
         );
     }
-    let stale = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts + 1, 60_000)).await;
+    let stale = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.token + 1, 60_000)).await;
     let err = stale.unwrap_err();
     assert_eq!(err.code(), Some("EMQSTALE"), "a stale holder gets EMQSTALE: {err}");
     assert_eq!(zscore(ctx, "active", &id).await, Some(after), "nothing written");
@@ -369,7 +369,7 @@ pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
     // DESIGN's fix: the holder's token but the id not in active → EMQSTALE, never re-added
     let (mut conn, _) = raw(ctx);
     let _: u64 = conn.zrem(&keys[0], id.as_str()).await.unwrap();
-    let out = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.attempts, 60_000)).await;
+    let out = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.token, 60_000)).await;
     assert_eq!(out.unwrap_err().code(), Some("EMQSTALE"));
     assert_eq!(zscore(ctx, "active", &id).await, None, "not re-added to active");
 }
@@ -496,25 +496,16 @@ fn every_key_suffix_a_script_builds_is_in_the_keyspace() {
     );
 }
 
-/// The first claim puts the reserved member at `+inf` in `active`, which makes the set a skiplist
-/// from its first lease on (a listpack of a claim batch was scanned whole on every insert and
-/// lookup); no reply ever shows it: counts and list leave it out, reap with only it in `active` finds
-/// nothing, and an obliterate without force is not refused by it and leaves no key.
-async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ctx) {
+/// `active` holds exactly the leased jobs: counts and list show them, and once they are settled
+/// the key is gone, reap finds nothing, and an obliterate without force is not refused.
+async fn active_holds_exactly_the_leased_jobs(ctx: &Ctx) {
     let (mut conn, base) = raw(ctx);
     let active = format!("{base}active");
     ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
     let claimed = claim(ctx, 3, LEASE).await;
     assert_eq!(claimed.len(), 3);
-    let encoding: String = redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(&active)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(encoding, "skiplist", "three leases, already a skiplist");
-    let pin: Option<f64> = conn.zscore(&active, ACTIVE_PIN).await.unwrap();
-    assert_eq!(pin, Some(f64::INFINITY));
+    let members: Vec<String> = conn.zrange(&active, 0, -1).await.unwrap();
+    assert_eq!(members, ids(&claimed).iter().map(|i| i.to_string()).collect::<Vec<_>>());
     assert_eq!(sizes(ctx).await, (0, 0, 3, 0));
     let listed = ctx.store.list(&ctx.q, JobState::Active, 0, 100).await.unwrap();
     assert_eq!(listed, ids(&claimed));
@@ -528,8 +519,8 @@ async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ct
         .complete_many(&ctx.q, &done, SettleOptions::default())
         .await
         .unwrap();
-    let left: Vec<String> = conn.zrange(&active, 0, -1).await.unwrap();
-    assert_eq!(left, [ACTIVE_PIN], "only the reserved member stays");
+    let left: bool = conn.exists(&active).await.unwrap();
+    assert!(!left, "no member stays in active");
     assert_eq!(sizes(ctx).await, (0, 0, 0, 0));
     assert!(ctx
         .store
@@ -538,7 +529,8 @@ async fn active_keeps_its_reserved_member_a_skiplist_out_of_every_reply(ctx: &Ct
         .unwrap()
         .is_empty());
     assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 0);
-    assert_eq!(left, conn.zrange::<_, Vec<String>>(&active, 0, -1).await.unwrap());
+    let still: bool = conn.exists(&active).await.unwrap();
+    assert!(!still, "reap writes nothing to active");
 
     assert_eq!(
         ctx.store.obliterate(&ctx.q, false).await.unwrap(),
@@ -652,11 +644,10 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
     assert!(zscore(ctx, "active", &id("1")).await.is_some());
 }
 
-/// complete_many's three argument layouts — one shared token then the ids (two jobs or more, no
-/// output, one token: the store sends it then), (id, token) per job when no job has an output, and
-/// (id, token, output) per job — settle alike; any other count is refused before anything is
+/// complete_many's one argument layout — (id, token, output) per job — settles each entry on its
+/// own fence; an argument count that is not 4 + 3n (n = 1..1000) is refused before anything is
 /// written.
-async fn complete_many_takes_the_shared_token_plain_and_output_layouts(ctx: &Ctx) {
+async fn complete_many_takes_one_layout_and_refuses_any_other(ctx: &Ctx) {
     let (conn, base) = raw(ctx);
     ctx.store.enqueue(&ctx.q, &jobs(5)).await.unwrap();
     let claimed = claim(ctx, 5, LEASE).await;
@@ -675,18 +666,22 @@ async fn complete_many_takes_the_shared_token_plain_and_output_layouts(ctx: &Ctx
     };
     let before = snapshot(ctx).await;
     for argv in [
-        vec!["2", "0", "0", "1", "1"],
+        // the old shared-token layout: one token, then the ids
+        vec!["2", "0", "0", "1", "1", "2"],
+        // the old (id, token) pairs
+        vec!["2", "0", "0", "1", "1", "2", "1"],
+        // one entry short, one too many, none
         vec!["2", "0", "0", "1", "1", "", "2", "1"],
-        vec!["1", "0", "0", "1"],
-        vec!["3", "0", "0", "1", "1", "2"],
+        vec!["1", "0", "0", "1", "1", "", "2"],
+        vec!["0", "0", "0"],
     ] {
         let err = run(argv.clone()).await.unwrap_err();
         assert_eq!(err.code(), Some("EMQARGS"), "{argv:?}: {err}");
         assert_eq!(snapshot(ctx).await, before, "{argv:?}: the refused batch wrote nothing");
     }
-    // plain: job 1 with its token, job 2 with another, a ghost
+    // job 1 with its token, job 2 with another, a ghost
     assert_eq!(
-        run(vec!["3", "0", "0", "1", "1", "2", "9", "ghost", "1"])
+        run(vec!["3", "0", "0", "1", "1", "", "2", "9", "", "ghost", "1", ""])
             .await
             .unwrap(),
         [1, 0, -1]
@@ -701,9 +696,13 @@ async fn complete_many_takes_the_shared_token_plain_and_output_layouts(ctx: &Ctx
     let two = get(ctx, &id("2")).await;
     assert_eq!((two.state, two.output), (JobState::Completed, Some(b"out-2".to_vec())));
     assert_eq!(get(ctx, &id("3")).await.output, None);
-    // shared token: another token for both, then theirs; an id twice is stale after its first
-    assert_eq!(run(vec!["2", "0", "0", "7", "4", "5"]).await.unwrap(), [0, 0]);
-    assert_eq!(run(vec!["3", "0", "0", "1", "4", "5", "4"]).await.unwrap(), [1, 1, 0]);
+    // an id twice is stale after its first settle
+    assert_eq!(
+        run(vec!["3", "0", "0", "4", "1", "", "5", "1", "", "4", "1", ""])
+            .await
+            .unwrap(),
+        [1, 1, 0]
+    );
     for n in ["1", "4", "5"] {
         assert!(
             ctx.store.get(&ctx.q, &id(n)).await.unwrap().is_none(),
@@ -847,7 +846,6 @@ async fn reap_sweep_and_promote_bury_a_key_of_another_type(ctx: &Ctx) {
         .unwrap();
     assert_eq!((swept.recovered, swept.dead), (vec![id("2")], vec![id("3")]));
     assert_buried_foreign(ctx, &id("3"), "set", b"").await;
-    assert_eq!(ctx.probe.reclaimed().await, Some(vec![]), "both out of the index");
 
     // promote: jobs 4, 5 due, job 4's row a sorted set
     let delayed: Vec<NewJob> = jobs(2).into_iter().map(|j| j.with_delay(SHORT)).collect();
@@ -948,4 +946,133 @@ async fn retry_refuses_a_token_that_is_no_number_and_writes_nothing(ctx: &Ctx) {
         assert_eq!(snapshot(ctx).await, before, "token {token}: nothing written");
     }
     assert!(zscore(ctx, "active", &job).await.is_some(), "still held");
+}
+
+// ---------------------------------------------------------------------------------------------
+// reads first: a refused key fails a script before its first write
+
+/// Every script reads all it will read before its first write. On a server that refuses the job
+/// rows to a user (an ACL whose key pattern leaves out `job:*`, as a Cluster slot in migration
+/// refuses keys), each verb that reads rows fails, and the queue is exactly as it was: no write
+/// happened before the refusal. ACL rules are server-wide, so the case owns its server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
+    use echomq::store::redis::RedisStore;
+    use echomq::store::{StalledPolicy, Store};
+    let server = harness::redis_server::OwnedServer::start(&[]);
+    let url = server.url();
+    let admin = RedisStore::open(&url).await.unwrap();
+    let q = harness::queue_name("reads_first");
+    let probe = harness::RedisProbe::open(&url, &q).await;
+    let plain = SettleOptions::default();
+    let g = group("g");
+    admin.enqueue(&q, &jobs(4)).await.unwrap();
+    admin.genqueue(&q, &g, &jobs(2)).await.unwrap();
+    let held = admin.claim(&q, 3, LEASE, BUDGET, plain).await.unwrap();
+    assert_eq!(held.len(), 3);
+    let lapsing = admin.claim(&q, 1, SHORT, BUDGET, plain).await.unwrap();
+    assert_eq!(lapsing.len(), 1);
+    let delayed: Vec<NewJob> = jobs(2).into_iter().map(|j| j.with_delay(SHORT)).collect();
+    admin.enqueue(&q, &delayed).await.unwrap();
+    // the short lease lapsed and the delayed jobs are due
+    tokio::time::sleep(SHORT * 4).await;
+
+    let base = format!("emq:{{{q}}}:");
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("rowless")
+        .arg("on")
+        .arg(">rowless-pw")
+        .arg(format!("~{base}[^j]*"))
+        .arg("~emq:queues")
+        .arg("+@all")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let limited_url = format!("redis://rowless:rowless-pw@127.0.0.1:{}", server.port);
+    let limited = RedisStore::open(&limited_url).await.unwrap();
+    // the user reaches the queue's other keys: counts reads no row
+    let before_counts = limited.counts(&q).await.unwrap();
+    assert_eq!((before_counts.active, before_counts.scheduled), (4, 2));
+
+    let before = probe.snapshot().await;
+    let refused = |what: &str, r: Result<String, echomq::Error>| {
+        let err = r.expect_err(&format!("{what}: refused the rows, it must fail"));
+        assert!(
+            ["NOPERM", "can't access", "permission"].iter().any(|m| err.to_string().contains(m)),
+            "{what}: the server's refusal, not another error: {err}"
+        );
+    };
+    let c = &held[0];
+    refused(
+        "claim",
+        limited
+            .claim(&q, 10, LEASE, BUDGET, plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "complete_many",
+        limited
+            .complete_many(&q, &completions(&held), plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "complete",
+        limited
+            .complete(&q, &c.id, c.token, None, plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "retry",
+        limited
+            .retry(&q, &c.id, c.token, Duration::ZERO, BUDGET, "e", plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "discard",
+        limited
+            .discard(&q, &c.id, c.token, "x", plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "release",
+        limited
+            .release(&q, &c.id, c.token, Duration::ZERO)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused("reap", limited.reap(&q, 100).await.map(|v| format!("{v:?}")));
+    refused(
+        "sweep_stalled",
+        limited
+            .sweep_stalled(
+                &q,
+                StalledPolicy {
+                    max_stalled: 1,
+                    limit: 100,
+                },
+            )
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused("promote", limited.promote(&q, 100).await.map(|v| format!("{v:?}")));
+    assert_eq!(
+        probe.snapshot().await,
+        before,
+        "no verb wrote anything before it was refused"
+    );
+    // the same verbs, by a user the server does not refuse, go through
+    assert_eq!(admin.reap(&q, 100).await.unwrap(), 1);
+    assert_eq!(admin.promote(&q, 100).await.unwrap().moved, 2);
+    drop(server);
 }

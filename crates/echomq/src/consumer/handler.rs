@@ -55,12 +55,15 @@ pub struct JobContext {
     pub id: JobId,
     /// The payload (the last checkpoint's, on a redelivery).
     pub payload: Vec<u8>,
-    /// This attempt's number (1 on the first) — also the fencing token of the lease.
+    /// This attempt's number: 1 on the first; a claim that used no attempt (the job was released)
+    /// does not count.
     pub attempts: u64,
     /// The job's group, for a lane job.
     pub group: Option<GroupName>,
     /// The job's cancel token (never fires unless cancel routing or the locks plane is on).
     pub cancel: CancelToken,
+    /// The lease's fencing token, which every fenced call of the handler passes.
+    pub(crate) token: u64,
     pub(crate) queue: QueueName,
     pub(crate) store: Arc<dyn Store>,
 }
@@ -86,15 +89,13 @@ impl JobContext {
     /// `Stale` once this consumer no longer holds the job.
     pub async fn checkpoint(&self, payload: impl AsRef<[u8]>) -> Result<Settled> {
         self.store
-            .update_data(&self.queue, &self.id, self.attempts, payload.as_ref())
+            .update_data(&self.queue, &self.id, self.token, payload.as_ref())
             .await
     }
 
     /// Moves the lease's end to `lease` from the store's now. Fenced like a settle.
     pub async fn extend_lock(&self, lease: Duration) -> Result<Extended> {
-        self.store
-            .extend_lock(&self.queue, &self.id, self.attempts, lease)
-            .await
+        self.store.extend_lock(&self.queue, &self.id, self.token, lease).await
     }
 
     /// Decodes the payload as JSON.

@@ -301,11 +301,12 @@ impl Launcher {
                 tracing::error!(queue = %shared.queue, id = %job.id, "claimed beyond the free slots");
                 continue;
             };
-            let cancel = shared.track(&job.id, job.attempts);
+            let cancel = shared.track(&job.id, job.token);
             let ctx = JobContext {
                 id: job.id.clone(),
                 payload: job.payload,
                 attempts: job.attempts,
+                token: job.token,
                 group: job.group,
                 cancel,
                 queue: shared.queue.clone(),
@@ -313,7 +314,7 @@ impl Launcher {
             };
             let handler = shared.handler.clone();
             let (tx, aborted) = (self.settle_tx.clone(), shared.aborted.clone());
-            let (id, token) = (job.id, job.attempts);
+            let (id, token) = (job.id, job.token);
             self.tracker.spawn_on(
                 async move {
                     let run = AssertUnwindSafe(handler.handle(ctx)).catch_unwind();

@@ -59,6 +59,7 @@ mod promote_job;
 mod queues;
 mod reap;
 mod redrive;
+mod release;
 mod remove;
 mod resume;
 mod retry;
@@ -754,6 +755,15 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled> {
+        let delay = millis("delay", delay)? as i64;
+        let id = id.to_string();
+        self.run(queue.as_str(), "release", On::Thread, move |db| {
+            release::release(db, &id, token, delay)
+        })
+        .await
+    }
+
     async fn retry(
         &self,
         queue: &QueueName,
@@ -1106,7 +1116,7 @@ mod tests {
         assert_eq!(jobs.len(), 2);
         assert_eq!(jobs[0].payload, b"a");
         let r = store
-            .complete(&q, &jobs[0].id, jobs[0].attempts, None, SettleOptions::default())
+            .complete(&q, &jobs[0].id, jobs[0].token, None, SettleOptions::default())
             .await
             .unwrap();
         assert_eq!(r, Settled::Ok);

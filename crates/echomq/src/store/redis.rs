@@ -57,6 +57,7 @@ mod promote_job;
 mod queues;
 mod reap;
 mod redrive;
+mod release;
 mod remove;
 mod resume;
 mod retry;
@@ -262,6 +263,10 @@ impl Store for RedisStore {
         settle: SettleOptions,
     ) -> Result<Retried> {
         retry::retry(self, queue, id, token, delay, max_attempts, error, settle).await
+    }
+
+    async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled> {
+        release::release(self, queue, id, token, delay).await
     }
 
     async fn discard(

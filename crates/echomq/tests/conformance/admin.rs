@@ -93,7 +93,7 @@ async fn discard_all(ctx: &Ctx, claimed: &[ClaimedJob]) {
     let replies = futures::future::join_all(
         claimed
             .iter()
-            .map(|c| ctx.store.discard(&ctx.q, &c.id, c.attempts, "x", PLAIN)),
+            .map(|c| ctx.store.discard(&ctx.q, &c.id, c.token, "x", PLAIN)),
     )
     .await;
     for r in replies {
@@ -131,7 +131,7 @@ pub async fn drain_drops_pending_lane_and_scheduled_jobs_but_not_active_or_dead(
     }
     assert_slot_invariant(ctx).await;
     for c in &claimed[..2] {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, PLAIN).await;
+        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
         assert_eq!(done.unwrap(), Settled::Ok);
     }
     assert_slot_invariant(ctx).await;
@@ -224,7 +224,7 @@ pub async fn obliterate_refuses_active_jobs_without_force(ctx: &Ctx) {
     // the queue still works: no obliterating mark was left behind
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     for c in &claimed {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, PLAIN).await;
+        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
         assert_eq!(done.unwrap(), Settled::Ok);
     }
     assert_slot_invariant(ctx).await;
@@ -248,10 +248,7 @@ pub async fn obliterate_with_force_deletes_every_key_of_the_queue(ctx: &Ctx) {
     let claimed = claim(ctx, 3).await;
     assert_eq!(ids(&claimed), ["1", "4", "2"]);
     let c = &claimed[0];
-    let done = ctx
-        .store
-        .complete(&ctx.q, &c.id, c.attempts, Some(b"out"), record)
-        .await;
+    let done = ctx.store.complete(&ctx.q, &c.id, c.token, Some(b"out"), record).await;
     assert_eq!(done.unwrap(), Settled::Ok);
     discard_all(ctx, &claimed[2..]).await;
     ctx.store
@@ -460,7 +457,7 @@ pub async fn get_returns_a_retried_row_with_its_last_error(ctx: &Ctx) {
     let t0 = store_now(ctx).await;
     let retried = ctx
         .store
-        .retry(&ctx.q, &c.id, c.attempts, Duration::from_secs(60), MAX, "boom", PLAIN)
+        .retry(&ctx.q, &c.id, c.token, Duration::from_secs(60), MAX, "boom", PLAIN)
         .await;
     assert_eq!(retried.unwrap(), Retried::Retrying);
     let t1 = store_now(ctx).await;
@@ -477,7 +474,7 @@ pub async fn get_returns_a_dead_row_with_its_time_of_death(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
     let t0 = store_now(ctx).await;
-    let dead = ctx.store.discard(&ctx.q, &c.id, c.attempts, "bad input", PLAIN).await;
+    let dead = ctx.store.discard(&ctx.q, &c.id, c.token, "bad input", PLAIN).await;
     assert_eq!(dead.unwrap(), Discarded::Dead);
     let t1 = store_now(ctx).await;
     let job = ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap();
@@ -494,7 +491,7 @@ pub async fn get_returns_a_retained_row_with_its_output(ctx: &Ctx) {
     let t0 = store_now(ctx).await;
     let done = ctx
         .store
-        .complete(&ctx.q, &c.id, c.attempts, Some(b"result"), RETAIN)
+        .complete(&ctx.q, &c.id, c.token, Some(b"result"), RETAIN)
         .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     let t1 = store_now(ctx).await;
@@ -606,7 +603,7 @@ pub async fn remove_deletes_a_dead_job(ctx: &Ctx) {
 pub async fn remove_deletes_a_retained_row(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, RETAIN).await;
+    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, RETAIN).await;
     assert_eq!(done.unwrap(), Settled::Ok);
     assert_eq!(ctx.store.remove(&ctx.q, &c.id, false).await.unwrap(), Removed::Removed);
     assert!(ctx.store.get(&ctx.q, &c.id).await.unwrap().is_none());
@@ -625,7 +622,7 @@ pub async fn remove_of_an_active_job_without_force_is_refused(ctx: &Ctx) {
     assert_eq!(sizes(ctx).await, (0, 0, 2, 0));
     assert_slot_invariant(ctx).await;
     for c in &claimed {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, PLAIN).await;
+        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
         assert_eq!(done.unwrap(), Settled::Ok, "the holder still holds it");
     }
 }
@@ -651,7 +648,7 @@ pub async fn remove_of_an_active_job_with_force_frees_its_slot(ctx: &Ctx) {
     );
     let settle = ctx
         .store
-        .complete(&ctx.q, &id("1"), claimed[0].attempts, None, PLAIN)
+        .complete(&ctx.q, &id("1"), claimed[0].token, None, PLAIN)
         .await;
     assert_eq!(settle.unwrap(), Settled::Gone);
     assert_eq!(ids(&claim(ctx, 10).await), ["2"], "the group's slot is free again");
@@ -689,7 +686,7 @@ async fn on_its_last_attempt(ctx: &Ctx) -> ClaimedJob {
 async fn fail_last_attempt(ctx: &Ctx, c: &ClaimedJob) {
     let dead = ctx
         .store
-        .retry(&ctx.q, &c.id, c.attempts, Duration::ZERO, MAX, "boom", PLAIN)
+        .retry(&ctx.q, &c.id, c.token, Duration::ZERO, MAX, "boom", PLAIN)
         .await;
     assert_eq!(dead.unwrap(), Retried::Dead);
 }
@@ -711,7 +708,7 @@ pub async fn redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget(ctx: 
     let again = claim(ctx, 1).await;
     assert_eq!(ids(&again), ["1"]);
     assert_eq!(again[0].attempts, 2);
-    let old = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, PLAIN).await;
+    let old = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
     assert_eq!(old.unwrap(), Settled::Stale, "the token of the dead attempt is stale");
 }
 
@@ -957,7 +954,7 @@ pub async fn cancel_of_an_active_job_requests_it_from_its_consumer(ctx: &Ctx) {
     assert_eq!((counts.active, counts.cancelled), (2, 0));
     let done = ctx
         .store
-        .complete_cancelled(&ctx.q, &claimed[0].id, claimed[0].attempts, Some("user asked"), PLAIN)
+        .complete_cancelled(&ctx.q, &claimed[0].id, claimed[0].token, Some("user asked"), PLAIN)
         .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().cancelled, 1);
@@ -968,7 +965,7 @@ pub async fn cancel_of_a_finished_job_is_finished(ctx: &Ctx) {
     let claimed = claim(ctx, 2).await;
     discard_all(ctx, &claimed[..1]).await;
     let c = &claimed[1];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, RETAIN).await;
+    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, RETAIN).await;
     assert_eq!(done.unwrap(), Settled::Ok);
     for i in ["1", "2"] {
         assert_eq!(
@@ -1260,7 +1257,7 @@ pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &
     let claimed = claim(ctx, 3).await; // 1 2 3
                                        // each wait passes the finished row's own score, so the next finish scores later
     for c in [&claimed[1], &claimed[0]] {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.attempts, None, RETAIN).await;
+        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, RETAIN).await;
         assert_eq!(done.unwrap(), Settled::Ok);
         after(ctx, ctx.probe.score("completed", &c.id).await.unwrap()).await;
     }

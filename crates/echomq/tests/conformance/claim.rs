@@ -202,7 +202,7 @@ pub async fn claim_under_16_concurrent_claimers_never_exceeds_a_group_limit(ctx:
                     tokio::task::yield_now().await;
                     *running.lock().unwrap().get_mut(&g).unwrap() -= 1;
                     let r = store
-                        .complete(&q, &job.id, job.attempts, None, SettleOptions::default())
+                        .complete(&q, &job.id, job.token, None, SettleOptions::default())
                         .await
                         .unwrap();
                     assert_eq!(r, Settled::Ok, "complete of {}", job.id);

@@ -179,21 +179,19 @@ pub async fn complete_refuses_an_oversized_output(ctx: &Ctx) {
         record: true,
     };
     let err = small
-        .complete(&ctx.q, &c.id, c.attempts, Some(&[b'o'; 17]), retain)
+        .complete(&ctx.q, &c.id, c.token, Some(&[b'o'; 17]), retain)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { size: 17, limit: 16 }), "{err:?}");
     let many = [echomq::store::Completion {
         id: c.id.clone(),
-        token: c.attempts,
+        token: c.token,
         output: Some(vec![b'o'; 17]),
     }];
     let err = small.complete_many(&ctx.q, &many, retain).await.unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { size: 17, limit: 16 }), "{err:?}");
     assert_eq!(snapshot(ctx).await, before, "nothing written");
-    let done = small
-        .complete(&ctx.q, &c.id, c.attempts, Some(&[b'o'; 16]), retain)
-        .await;
+    let done = small.complete(&ctx.q, &c.id, c.token, Some(&[b'o'; 16]), retain).await;
     assert_eq!(done.unwrap(), Settled::Ok);
 }
 
@@ -203,7 +201,7 @@ pub async fn update_data_refuses_an_oversized_payload(ctx: &Ctx) {
     let c = small.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
     let before = snapshot(ctx).await;
     let err = small
-        .update_data(&ctx.q, &c.id, c.attempts, &[b'p'; 17])
+        .update_data(&ctx.q, &c.id, c.token, &[b'p'; 17])
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { size: 17, limit: 16 }), "{err:?}");
@@ -248,7 +246,7 @@ pub async fn extend_lock_refuses_a_zero_lease(ctx: &Ctx) {
     let before = snapshot(ctx).await;
     let err = ctx
         .store
-        .extend_lock(&ctx.q, &c.id, c.attempts, Duration::ZERO)
+        .extend_lock(&ctx.q, &c.id, c.token, Duration::ZERO)
         .await
         .unwrap_err();
     assert_invalid_option(&err, "lease", "0");
@@ -261,7 +259,7 @@ pub async fn retry_refuses_max_attempts_zero(ctx: &Ctx) {
     let before = snapshot(ctx).await;
     let err = ctx
         .store
-        .retry(&ctx.q, &c.id, c.attempts, Duration::ZERO, 0, "e", PLAIN)
+        .retry(&ctx.q, &c.id, c.token, Duration::ZERO, 0, "e", PLAIN)
         .await
         .unwrap_err();
     assert_invalid_option(&err, "max_attempts", "0");
@@ -292,11 +290,11 @@ pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx)
             field(ctx.store.claim(&ctx.q, 1, d, 3, PLAIN).await.unwrap_err()),
             "lease"
         );
-        let err = ctx.store.extend_lock(&ctx.q, &c.id, c.attempts, d).await.unwrap_err();
+        let err = ctx.store.extend_lock(&ctx.q, &c.id, c.token, d).await.unwrap_err();
         assert_eq!(field(err), "lease");
         let err = ctx
             .store
-            .retry(&ctx.q, &c.id, c.attempts, d, 3, "e", PLAIN)
+            .retry(&ctx.q, &c.id, c.token, d, 3, "e", PLAIN)
             .await
             .unwrap_err();
         assert_eq!(field(err), "delay");
@@ -339,7 +337,7 @@ pub async fn set_group_limit_refuses_zero(ctx: &Ctx) {
 pub async fn redrive_refuses_zero_extra_attempts(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = ctx.store.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
-    ctx.store.discard(&ctx.q, &c.id, c.attempts, "x", PLAIN).await.unwrap();
+    ctx.store.discard(&ctx.q, &c.id, c.token, "x", PLAIN).await.unwrap();
     let before = snapshot(ctx).await;
     let err = ctx.store.redrive(&ctx.q, &c.id, 0).await.unwrap_err();
     assert_invalid_option(&err, "extra", "0");

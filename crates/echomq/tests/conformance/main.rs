@@ -11,6 +11,7 @@ mod enqueue;
 mod inputs;
 mod promote;
 mod recovery;
+mod release;
 mod settle;
 
 /// Every verb of the closed list has at least one case whose name starts with the verb.
@@ -22,6 +23,7 @@ fn every_verb_has_a_case() {
         promote::CASES,
         settle::CASES,
         recovery::CASES,
+        release::CASES,
         admin::CASES,
         inputs::CASES,
     ]

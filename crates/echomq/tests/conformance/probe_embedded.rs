@@ -34,6 +34,7 @@ fn column(field: &str) -> &'static str {
         "data" => "data",
         "state" => "state",
         "attempts" => "attempts",
+        "free" => "free",
         "group" => "grp",
         "max_attempts" => "max_attempts",
         "run_at" => "run_at",
@@ -148,10 +149,6 @@ impl EmbeddedProbe {
             .expect("keep wakes");
         })
         .await
-    }
-
-    pub async fn reclaimed(&self) -> Option<Vec<String>> {
-        None
     }
 
     pub async fn slots(&self) -> std::collections::HashMap<String, u64> {

@@ -74,17 +74,6 @@ impl RedisProbe {
             .collect()
     }
 
-    pub async fn reclaimed(&self) -> Option<Vec<String>> {
-        let mut ids: Vec<String> = self
-            .conn
-            .clone()
-            .smembers(self.key("reclaimed"))
-            .await
-            .expect("SMEMBERS reclaimed");
-        ids.sort();
-        Some(ids)
-    }
-
     pub async fn ring(&self) -> Vec<String> {
         self.conn
             .clone()
@@ -135,14 +124,9 @@ impl RedisProbe {
         score.map(|s| s as u64)
     }
 
-    /// The jobs in a sorted set: `active`'s reserved member (`keyspace::ACTIVE_PIN`, at `+inf`) is
-    /// no job, so members scored below `+inf` are counted.
+    /// The jobs in a sorted set.
     pub async fn set_len(&self, set: &str) -> u64 {
-        self.conn
-            .clone()
-            .zcount(self.key(set), "-inf", "(inf")
-            .await
-            .expect("ZCOUNT")
+        self.conn.clone().zcard(self.key(set)).await.expect("ZCARD")
     }
 
     pub async fn remove_from_set(&self, set: &str, id: &JobId) -> bool {

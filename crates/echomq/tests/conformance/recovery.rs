@@ -56,14 +56,13 @@ async fn claimed_again(ctx: &Ctx, name: &str, lease: Duration) -> (JobId, u64) {
     let held = claim_id(ctx, &id, lease).await;
     assert_eq!(held.attempts, 2);
     assert_slot_invariant(ctx).await;
-    (id, held.attempts)
+    (id, held.token)
 }
 
-/// A job active past its first attempt leaves the store's index of such jobs (Redis: `reclaimed`,
-/// which complete_many's group commit trusts) by every way out of `active`: a reap, a sweep that
-/// recovers it and one that buries it, retry, discard, complete_cancelled and a forced remove
-/// (`assert_slot_invariant` checks the index after each).
-pub async fn every_way_out_of_active_takes_a_job_claimed_again_out_of_the_index(ctx: &Ctx) {
+/// A job active past its first attempt leaves `active` and its group's slot by every way out: a
+/// reap, a sweep that recovers it and one that buries it, retry, discard, complete_cancelled and a
+/// forced remove (`assert_slot_invariant` checks after each).
+pub async fn every_way_out_of_active_frees_a_job_claimed_again(ctx: &Ctx) {
     let (a, _) = claimed_again(ctx, "a", SHORT).await;
     lapse(ctx, &a).await;
     assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
@@ -429,7 +428,7 @@ pub async fn extend_lock_moves_the_deadline_to_now_plus_the_lease(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let e = ctx
         .store
-        .extend_lock(&ctx.q, &id, c.attempts, Duration::from_secs(60))
+        .extend_lock(&ctx.q, &id, c.token, Duration::from_secs(60))
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -443,7 +442,7 @@ pub async fn extend_lock_moves_the_deadline_to_now_plus_the_lease(ctx: &Ctx) {
     // a shorter lease moves it back: the lease is now + lease, whatever it was
     let e = ctx
         .store
-        .extend_lock(&ctx.q, &id, c.attempts, Duration::from_secs(5))
+        .extend_lock(&ctx.q, &id, c.token, Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!(e, Extended::Ok);
@@ -454,18 +453,14 @@ pub async fn extend_lock_moves_the_deadline_to_now_plus_the_lease(ctx: &Ctx) {
 pub async fn extend_lock_keeps_an_extended_lease_from_being_reaped(ctx: &Ctx) {
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, SHORT).await;
-    let e = ctx.store.extend_lock(&ctx.q, &id, c.attempts, LEASE).await.unwrap();
+    let e = ctx.store.extend_lock(&ctx.q, &id, c.token, LEASE).await.unwrap();
     assert_eq!(e, Extended::Ok);
     // nothing to poll: the claim's lease would have lapsed by now
     tokio::time::sleep(SHORT * 3).await;
     assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 0);
     assert_eq!(sweep(ctx, 1, 100).await, Swept::default());
     assert_eq!(get(ctx, &id).await.state, JobState::Active);
-    let s = ctx
-        .store
-        .complete(&ctx.q, &id, c.attempts, None, plain())
-        .await
-        .unwrap();
+    let s = ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap();
     assert_eq!(s, Settled::Ok, "the holder still holds it");
 }
 
@@ -473,11 +468,7 @@ pub async fn extend_lock_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
     let g = group("g");
     let lane = add_lane(ctx, &g, 2).await;
     let c = claim_id(ctx, &lane[0], SHORT).await;
-    let e = ctx
-        .store
-        .extend_lock(&ctx.q, &lane[0], c.attempts, LEASE)
-        .await
-        .unwrap();
+    let e = ctx.store.extend_lock(&ctx.q, &lane[0], c.token, LEASE).await.unwrap();
     assert_eq!(e, Extended::Ok);
     assert_eq!(ctx.probe.slots().await, HashMap::from([("g".to_string(), 1)]));
     assert!(
@@ -492,7 +483,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
     assert!(ctx.probe.remove_from_set("active", &id).await);
-    let e = ctx.store.extend_lock(&ctx.q, &id, c.attempts, LEASE).await.unwrap();
+    let e = ctx.store.extend_lock(&ctx.q, &id, c.token, LEASE).await.unwrap();
     assert_eq!(e, Extended::Stale);
     assert_eq!(zscore(ctx, "active", &id).await, None, "not re-added to active");
     // a waiting job that was never claimed
@@ -507,7 +498,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
         .complete(
             &ctx.q,
             &waiting,
-            done.attempts,
+            done.token,
             None,
             echomq::store::SettleOptions {
                 retain: 5,
@@ -519,7 +510,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
     assert_eq!(s, Settled::Ok);
     let e = ctx
         .store
-        .extend_lock(&ctx.q, &waiting, done.attempts, LEASE)
+        .extend_lock(&ctx.q, &waiting, done.token, LEASE)
         .await
         .unwrap();
     assert_eq!(e, Extended::Stale);
@@ -532,7 +523,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
     delete_row(ctx, &orphan).await;
     let e = ctx
         .store
-        .extend_lock(&ctx.q, &orphan, c.attempts, Duration::from_secs(600))
+        .extend_lock(&ctx.q, &orphan, c.token, Duration::from_secs(600))
         .await
         .unwrap();
     assert_eq!(e, Extended::Gone);
@@ -541,7 +532,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
 }
 
 crate::conformance!(
-    every_way_out_of_active_takes_a_job_claimed_again_out_of_the_index,
+    every_way_out_of_active_frees_a_job_claimed_again,
     reap_returns_a_lapsed_lease_to_the_front_uncounted,
     reap_returns_the_count_and_honours_its_limit,
     reap_puts_lane_jobs_back_at_their_lanes_front_in_order,

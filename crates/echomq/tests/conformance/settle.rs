@@ -1,5 +1,5 @@
-//! The holder verbs — complete, complete_many, complete_cancelled, retry, discard, update_data and
-//! extend_lock — and their fence (DESIGN §1): each with the holder's token, a stale token, the token
+//! The holder verbs — complete, complete_many, complete_cancelled, retry, discard, update_data,
+//! extend_lock and release — and their fence (DESIGN §1): each with the holder's token, a stale token, the token
 //! of a reaped lease, the token of a re-driven job and an unknown id, on a flat and on a lane job.
 //! Then what each settle does besides the move: retry's budget and delays, complete_many's batches,
 //! completion records, retention, and the slot invariant on every exit of a lane job from `active`.
@@ -117,6 +117,7 @@ pub enum Holder {
     Discard,
     UpdateData,
     ExtendLock,
+    Release,
 }
 
 /// Every holder verb's reply, on one scale.
@@ -189,6 +190,7 @@ impl Holder {
                 Extended::Stale => Reply::Stale,
                 Extended::Gone => Reply::Gone,
             },
+            Holder::Release => settled(store.release(q, id, token, Duration::ZERO).await.unwrap()),
         }
     }
 }
@@ -231,6 +233,7 @@ pub async fn refused(ctx: &Ctx, verb: Holder, id: &JobId, token: u64, want: Repl
 /// `verb` answers the holder's reply, and the job is where that reply says.
 async fn held(ctx: &Ctx, verb: Holder, id: &JobId, token: u64) {
     let before = counts(ctx).await;
+    let was = get(ctx, id).await;
     assert_eq!(
         verb.call(ctx, id, token).await,
         verb.held(),
@@ -276,6 +279,20 @@ async fn held(ctx: &Ctx, verb: Holder, id: &JobId, token: u64) {
                 "the lease now ends about {LATER:?} from now"
             );
         }
+        Holder::Release => {
+            let row = row.unwrap();
+            assert_eq!(row.state, JobState::Pending, "released with no delay: ready at once");
+            assert_eq!(row.attempts, was.attempts - 1, "the released claim used no attempt");
+            assert_eq!(row.free, was.free + 1);
+            assert_eq!(
+                (after.completed, after.retried, after.failed),
+                (before.completed, before.retried, before.failed),
+                "a release settles nothing"
+            );
+            // out of the way of the scenario's next claim, which expects its own job
+            let removed = ctx.store.remove(&ctx.q, id, false).await.unwrap();
+            assert_eq!(removed, echomq::store::Removed::Removed, "a released job is not active");
+        }
     }
     if verb.keeps_the_job() {
         assert_eq!(after.active, before.active);
@@ -296,7 +313,7 @@ async fn with_the_holders_token(ctx: &Ctx, verb: Holder) {
         let id = add(ctx, g, "p").await;
         let c = claim_id(ctx, &id, LEASE).await;
         assert_eq!(c.attempts, 1);
-        held(ctx, verb, &id, c.attempts).await;
+        held(ctx, verb, &id, c.token).await;
         assert_slot_invariant(ctx).await;
         if g.is_some() && !verb.keeps_the_job() {
             assert_eq!(ctx.probe.slots().await, HashMap::new(), "the lane job's slot is free");
@@ -311,17 +328,17 @@ async fn with_a_stale_token(ctx: &Ctx, verb: Holder) {
         let first = claim_id(ctx, &id, LEASE).await;
         let r = ctx
             .store
-            .retry(&ctx.q, &id, first.attempts, Duration::ZERO, BUDGET, "again", plain())
+            .retry(&ctx.q, &id, first.token, Duration::ZERO, BUDGET, "again", plain())
             .await
             .unwrap();
         assert_eq!(r, Retried::Retrying);
         let second = claim_id(ctx, &id, LEASE).await;
         assert_eq!(second.attempts, first.attempts + 1, "each claim is a new token");
-        refused(ctx, verb, &id, first.attempts, Reply::Stale).await;
-        refused(ctx, verb, &id, second.attempts + 1, Reply::Stale).await;
+        refused(ctx, verb, &id, first.token, Reply::Stale).await;
+        refused(ctx, verb, &id, second.token + 1, Reply::Stale).await;
         refused(ctx, verb, &id, 0, Reply::Stale).await;
         assert_slot_invariant(ctx).await;
-        held(ctx, verb, &id, second.attempts).await;
+        held(ctx, verb, &id, second.token).await;
         assert_slot_invariant(ctx).await;
     }
 }
@@ -337,12 +354,12 @@ async fn after_a_reap(ctx: &Ctx, verb: Holder) {
         assert_eq!(row.state, JobState::Pending, "the reaped job is ready again");
         assert_eq!(row.attempts, old.attempts, "reap keeps attempts");
         assert_slot_invariant(ctx).await;
-        refused(ctx, verb, &id, old.attempts, Reply::Stale).await;
+        refused(ctx, verb, &id, old.token, Reply::Stale).await;
         let new = claim_id(ctx, &id, LEASE).await;
         assert_eq!(new.attempts, old.attempts + 1);
-        refused(ctx, verb, &id, old.attempts, Reply::Stale).await;
+        refused(ctx, verb, &id, old.token, Reply::Stale).await;
         assert_slot_invariant(ctx).await;
-        held(ctx, verb, &id, new.attempts).await;
+        held(ctx, verb, &id, new.token).await;
         assert_slot_invariant(ctx).await;
     }
 }
@@ -354,21 +371,21 @@ async fn after_a_redrive(ctx: &Ctx, verb: Holder) {
         let old = claim_id(ctx, &id, LEASE).await;
         let d = ctx
             .store
-            .discard(&ctx.q, &id, old.attempts, "poison", plain())
+            .discard(&ctx.q, &id, old.token, "poison", plain())
             .await
             .unwrap();
         assert_eq!(d, Discarded::Dead);
-        refused(ctx, verb, &id, old.attempts, Reply::Stale).await;
+        refused(ctx, verb, &id, old.token, Reply::Stale).await;
         assert_eq!(ctx.store.redrive(&ctx.q, &id, 3).await.unwrap(), Redriven::Redriven);
         let row = get(ctx, &id).await;
         assert_eq!(row.state, JobState::Pending);
         assert_eq!(row.attempts, old.attempts, "redrive keeps attempts");
-        refused(ctx, verb, &id, old.attempts, Reply::Stale).await;
+        refused(ctx, verb, &id, old.token, Reply::Stale).await;
         let new = claim_id(ctx, &id, LEASE).await;
         assert_eq!(new.attempts, old.attempts + 1, "the old token never comes back");
-        refused(ctx, verb, &id, old.attempts, Reply::Stale).await;
+        refused(ctx, verb, &id, old.token, Reply::Stale).await;
         assert_slot_invariant(ctx).await;
-        held(ctx, verb, &id, new.attempts).await;
+        held(ctx, verb, &id, new.token).await;
         assert_slot_invariant(ctx).await;
     }
 }
@@ -380,17 +397,14 @@ async fn of_an_unknown_id(ctx: &Ctx, verb: Holder) {
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
     assert_eq!(
-        ctx.store
-            .complete(&ctx.q, &id, c.attempts, None, plain())
-            .await
-            .unwrap(),
+        ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap(),
         Settled::Ok
     );
-    refused(ctx, verb, &id, c.attempts, Reply::Gone).await;
+    refused(ctx, verb, &id, c.token, Reply::Gone).await;
 }
 
 /// Every holder verb, for the cases that run over all of them.
-const HOLDERS: [Holder; 7] = [
+const HOLDERS: [Holder; 8] = [
     Holder::Complete,
     Holder::CompleteMany,
     Holder::CompleteCancelled,
@@ -398,6 +412,7 @@ const HOLDERS: [Holder; 7] = [
     Holder::Discard,
     Holder::UpdateData,
     Holder::ExtendLock,
+    Holder::Release,
 ];
 
 /// A job never claimed has no token (its row has no `attempts`): every holder verb is refused
@@ -431,10 +446,32 @@ pub async fn a_holder_settles_by_its_token_and_active_not_by_the_state_field(ctx
             let id = add(ctx, g.as_ref(), "p").await;
             let c = claim_id(ctx, &id, LEASE).await;
             ctx.probe.set_row_field(&id, "state", "pending").await;
-            held(ctx, verb, &id, c.attempts).await;
+            held(ctx, verb, &id, c.token).await;
             assert_slot_invariant(ctx).await;
         }
     }
+}
+
+// --- release --------------------------------------------------------------------------------------
+
+pub async fn release_with_the_holders_token_gives_the_job_back(ctx: &Ctx) {
+    with_the_holders_token(ctx, Holder::Release).await;
+}
+
+pub async fn release_with_a_stale_token_is_stale_and_writes_nothing(ctx: &Ctx) {
+    with_a_stale_token(ctx, Holder::Release).await;
+}
+
+pub async fn release_after_a_reap_is_stale_for_the_old_token(ctx: &Ctx) {
+    after_a_reap(ctx, Holder::Release).await;
+}
+
+pub async fn release_after_a_redrive_is_stale_for_the_old_token(ctx: &Ctx) {
+    after_a_redrive(ctx, Holder::Release).await;
+}
+
+pub async fn release_of_an_unknown_id_is_gone(ctx: &Ctx) {
+    of_an_unknown_id(ctx, Holder::Release).await;
 }
 
 // --- complete -------------------------------------------------------------------------------------
@@ -648,7 +685,7 @@ pub async fn retry_after_a_redrive_has_the_raised_budget(ctx: &Ctx) {
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, Duration::ZERO, BUDGET, "e1", plain())
+        .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "e1", plain())
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead, "the job's own budget of 1 wins over the default");
@@ -687,7 +724,7 @@ pub async fn retry_at_max_attempts_moves_the_job_to_dead(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, Duration::ZERO, 1, "it broke", plain())
+        .retry(&ctx.q, &id, c.token, Duration::ZERO, 1, "it broke", plain())
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -719,7 +756,7 @@ pub async fn retry_below_the_jobs_own_budget_retries_then_dead_letters_at_it(ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, Duration::ZERO, BUDGET, "first", plain())
+        .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "first", plain())
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -727,7 +764,7 @@ pub async fn retry_below_the_jobs_own_budget_retries_then_dead_letters_at_it(ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, Duration::ZERO, BUDGET, "second", plain())
+        .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "second", plain())
         .await
         .unwrap();
     assert_eq!(
@@ -748,7 +785,7 @@ pub async fn retry_with_a_delay_schedules_the_job_at_now_plus_the_delay(ctx: &Ct
     let t0 = server_ms(ctx).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, delay, BUDGET, "later", plain())
+        .retry(&ctx.q, &id, c.token, delay, BUDGET, "later", plain())
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -781,7 +818,7 @@ pub async fn retry_with_no_delay_makes_the_job_ready_at_once(ctx: &Ctx) {
     ctx.probe.clear_wakes().await;
     let r = ctx
         .store
-        .retry(&ctx.q, &first, c.attempts, Duration::ZERO, BUDGET, "again", plain())
+        .retry(&ctx.q, &first, c.token, Duration::ZERO, BUDGET, "again", plain())
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -807,7 +844,7 @@ pub async fn retry_of_a_lane_job_frees_its_slot(ctx: &Ctx) {
     ctx.probe.clear_wakes().await;
     let r = ctx
         .store
-        .retry(&ctx.q, &lane[0], c.attempts, LATER, BUDGET, "e", plain())
+        .retry(&ctx.q, &lane[0], c.token, LATER, BUDGET, "e", plain())
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -824,7 +861,7 @@ pub async fn retry_of_a_lane_job_with_no_delay_requeues_it_at_its_lanes_tail(ctx
     let c = claim_id(ctx, &lane[0], LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &lane[0], c.attempts, Duration::ZERO, BUDGET, "e", plain())
+        .retry(&ctx.q, &lane[0], c.token, Duration::ZERO, BUDGET, "e", plain())
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -835,7 +872,7 @@ pub async fn retry_of_a_lane_job_with_no_delay_requeues_it_at_its_lanes_tail(ctx
     assert_slot_invariant(ctx).await;
     let s = ctx
         .store
-        .complete(&ctx.q, &lane[1], c1.attempts, None, plain())
+        .complete(&ctx.q, &lane[1], c1.token, None, plain())
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -852,7 +889,7 @@ pub async fn retry_at_max_attempts_of_a_lane_job_frees_its_slot(ctx: &Ctx) {
     let c = claim_id(ctx, &lane[0], LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &lane[0], c.attempts, Duration::ZERO, 1, "e", plain())
+        .retry(&ctx.q, &lane[0], c.token, Duration::ZERO, 1, "e", plain())
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead);
@@ -903,19 +940,12 @@ pub async fn complete_of_a_flat_job_pushes_no_wake(ctx: &Ctx) {
     let also = add(ctx, None, "q").await;
     let c = claim_id(ctx, &id, LEASE).await;
     ctx.probe.clear_wakes().await;
-    let s = ctx
-        .store
-        .complete(&ctx.q, &id, c.attempts, None, plain())
-        .await
-        .unwrap();
+    let s = ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap();
     assert_eq!(s, Settled::Ok);
     assert_eq!(ctx.probe.wakes().await, 0, "a flat settle pushes no wake");
     let d = claim_id(ctx, &also, LEASE).await;
     assert_eq!(
-        ctx.store
-            .discard(&ctx.q, &also, d.attempts, "x", plain())
-            .await
-            .unwrap(),
+        ctx.store.discard(&ctx.q, &also, d.token, "x", plain()).await.unwrap(),
         Discarded::Dead
     );
     assert_eq!(ctx.probe.wakes().await, 0, "a flat discard pushes no wake");
@@ -1099,7 +1129,7 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
         let stale = [entry(&retried, 1, None), entry(&moved, 1, None)];
         let replies = ctx.store.complete_many(&ctx.q, &stale, plain()).await.unwrap();
         assert_eq!(replies, [Settled::Stale, Settled::Stale]);
-        let rest = [entry(&moved, old.attempts + 1, None)];
+        let rest = [entry(&moved, old.token + 1, None)];
         assert_eq!(
             ctx.store.complete_many(&ctx.q, &rest, plain()).await.unwrap(),
             [Settled::Ok]
@@ -1107,7 +1137,7 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
         let last = claim_id(ctx, &waiting, LEASE).await;
         assert_eq!(
             ctx.store
-                .complete_many(&ctx.q, &[entry(&last.id, last.attempts, None)], plain())
+                .complete_many(&ctx.q, &[entry(&last.id, last.token, None)], plain())
                 .await
                 .unwrap(),
             [Settled::Ok]
@@ -1188,7 +1218,7 @@ pub async fn complete_many_of_four_or_more_held_flat_jobs_settles_every_one(ctx:
             held.push(add(ctx, None, &format!("{label}-{i}")).await);
         }
         let got = claim(ctx, 6, LEASE).await;
-        let batch: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.attempts, None)).collect();
+        let batch: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.token, None)).collect();
         let before = records(ctx).await.len();
         let replies = ctx.store.complete_many(&ctx.q, &batch, settle).await.unwrap();
         assert_eq!(replies, vec![Settled::Ok; 6], "{label}");
@@ -1233,7 +1263,7 @@ pub async fn complete_many_of_flat_jobs_and_one_lane_job_frees_its_slot(ctx: &Ct
     assert!(ids(&got).contains(&lane[0]), "the lane job is among the claimed");
     assert_eq!(ctx.probe.slots().await, HashMap::from([("g".to_string(), 1)]));
     assert_eq!(counts(ctx).await.pending, 1, "a flat job still waits");
-    let batch: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.attempts, None)).collect();
+    let batch: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.token, None)).collect();
     let replies = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
     assert_eq!(replies, vec![Settled::Ok; 5]);
     assert_eq!(ctx.probe.slots().await, HashMap::new(), "the lane job's slot is freed");
@@ -1266,7 +1296,7 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     let c = claim_id(ctx, &quiet, LEASE).await;
     let s = ctx
         .store
-        .complete(&ctx.q, &quiet, c.attempts, Some(b"x"), plain())
+        .complete(&ctx.q, &quiet, c.token, Some(b"x"), plain())
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -1276,7 +1306,7 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let s = ctx
         .store
-        .complete(&ctx.q, &id, c.attempts, Some(b"the output"), recording())
+        .complete(&ctx.q, &id, c.token, Some(b"the output"), recording())
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -1292,7 +1322,7 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     // a refused settle writes no record
     let s = ctx
         .store
-        .complete(&ctx.q, &id, c.attempts, None, recording())
+        .complete(&ctx.q, &id, c.token, None, recording())
         .await
         .unwrap();
     assert_eq!(s, Settled::Gone);
@@ -1325,7 +1355,7 @@ pub async fn complete_cancelled_with_record_writes_a_cancelled_record(ctx: &Ctx)
     let t0 = server_ms(ctx).await;
     let s = ctx
         .store
-        .complete_cancelled(&ctx.q, &id, c.attempts, Some("user asked"), recording())
+        .complete_cancelled(&ctx.q, &id, c.token, Some("user asked"), recording())
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -1344,7 +1374,7 @@ pub async fn retry_with_record_writes_a_dead_record_only_when_it_dead_letters(ct
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, Duration::ZERO, 2, "first", recording())
+        .retry(&ctx.q, &id, c.token, Duration::ZERO, 2, "first", recording())
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -1352,7 +1382,7 @@ pub async fn retry_with_record_writes_a_dead_record_only_when_it_dead_letters(ct
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.attempts, Duration::ZERO, 2, "second", recording())
+        .retry(&ctx.q, &id, c.token, Duration::ZERO, 2, "second", recording())
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead);
@@ -1370,7 +1400,7 @@ pub async fn discard_with_record_writes_a_dead_record(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let d = ctx
         .store
-        .discard(&ctx.q, &id, c.attempts, "bad input", recording())
+        .discard(&ctx.q, &id, c.token, "bad input", recording())
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -1464,7 +1494,7 @@ pub async fn complete_cancelled_with_retain_keeps_the_row_as_cancelled(ctx: &Ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let s = ctx
         .store
-        .complete_cancelled(&ctx.q, &id, c.attempts, Some("stop now"), retaining(5))
+        .complete_cancelled(&ctx.q, &id, c.token, Some("stop now"), retaining(5))
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -1484,7 +1514,7 @@ pub async fn update_data_checkpoint_is_what_a_redelivery_sees(ctx: &Ctx) {
     let id = add(ctx, None, "step-0").await;
     let c = claim_id(ctx, &id, SHORT).await;
     let deadline = zscore(ctx, "active", &id).await;
-    let s = ctx.store.update_data(&ctx.q, &id, c.attempts, b"step-1").await.unwrap();
+    let s = ctx.store.update_data(&ctx.q, &id, c.token, b"step-1").await.unwrap();
     assert_eq!(s, Settled::Ok);
     let row = get(ctx, &id).await;
     assert_eq!((row.state, row.payload.as_slice()), (JobState::Active, &b"step-1"[..]));
@@ -1504,11 +1534,7 @@ pub async fn update_data_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
     let g = group("g");
     let lane = add_lane(ctx, &g, 2).await;
     let c = claim_id(ctx, &lane[0], LEASE).await;
-    let s = ctx
-        .store
-        .update_data(&ctx.q, &lane[0], c.attempts, b"half")
-        .await
-        .unwrap();
+    let s = ctx.store.update_data(&ctx.q, &lane[0], c.token, b"half").await.unwrap();
     assert_eq!(s, Settled::Ok);
     assert_eq!(ctx.probe.slots().await, HashMap::from([("g".to_string(), 1)]));
     assert!(
@@ -1520,6 +1546,11 @@ pub async fn update_data_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
 
 crate::conformance!(
     every_holder_verb_of_a_job_never_claimed_is_stale,
+    release_with_the_holders_token_gives_the_job_back,
+    release_with_a_stale_token_is_stale_and_writes_nothing,
+    release_after_a_reap_is_stale_for_the_old_token,
+    release_after_a_redrive_is_stale_for_the_old_token,
+    release_of_an_unknown_id_is_gone,
     a_holder_settles_by_its_token_and_active_not_by_the_state_field,
     complete_with_the_holders_token_completes,
     complete_with_a_stale_token_is_stale_and_writes_nothing,

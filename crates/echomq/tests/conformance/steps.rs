@@ -38,7 +38,7 @@ pub async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
 pub async fn complete(ctx: &Ctx, job: &ClaimedJob) {
     let r = ctx
         .store
-        .complete(&ctx.q, &job.id, job.attempts, None, SettleOptions::default())
+        .complete(&ctx.q, &job.id, job.token, None, SettleOptions::default())
         .await
         .unwrap();
     assert_eq!(r, Settled::Ok, "complete of {}", job.id);

@@ -38,7 +38,7 @@ pub(crate) fn cancel(db: &Db, id: &str, reason: Option<&str>, keep: i64, recmax:
         recmax,
         id,
         "cancelled",
-        row.attempts.as_deref().unwrap_or("0"),
+        &common::used(row.attempts.as_deref(), row.free.as_deref()).to_string(),
         "error",
         reason.map(str::as_bytes),
     )?;

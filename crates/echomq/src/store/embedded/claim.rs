@@ -1,111 +1,192 @@
-//! The twin of `scripts/claim.lua`: up to n jobs off the ring under a lease. Pop the head member; if
-//! eligible take one job from it and push it back at the tail while still eligible, else clear its
-//! flag. A paused or obliterating queue claims nothing. The max-attempts guard, claim-time cancels
-//! and malformed rows as the script.
+//! The twin of `scripts/claim.lua`, step by step: up to n jobs off the ring under a lease. The walk
+//! is planned from reads alone — the ring, each member's fields, the heads of pending and of the
+//! lanes, every row it takes — then written: pop the head member; if eligible take one job from it
+//! and push it back at the tail while still eligible, else clear its flag. A paused or obliterating
+//! queue claims nothing. The budget guard (attempts − free against max_attempts), claim-time
+//! cancels and malformed rows as the script.
+
+use std::collections::{HashMap, HashSet};
 
 use super::common::{bury, finish, lane, lua_number, slots};
-use super::db::{Db, Field, Row};
+use super::db::{Db, Field};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId};
 use crate::store::BATCH_BYTES_MAX;
 
-struct Claim<'a, 'b> {
-    db: &'a Db<'b>,
-    deadline: i64,
-    maxdef: i64,
-    keep: i64,
-    recmax: i64,
-    out: Vec<ClaimedJob>,
-    /// The payload bytes handed out so far.
-    bytes: usize,
-    failed: i64,
-    cancelled: i64,
+/// One member met by the walk: its ready jobs (the head of pending or of its lane, read in pages
+/// of ids, `taken` of them used, `size` in all) and, for a group, its active count and limit.
+struct Member {
+    /// The group; `None` for the flat set.
+    group: Option<String>,
+    size: i64,
+    ids: Vec<String>,
+    taken: usize,
+    a: i64,
+    a0: i64,
+    limit: i64,
 }
 
-impl Claim<'_, '_> {
-    /// One popped lane job: hand it out, or settle it here. True when handed out.
-    fn take(&mut self, id: &str, g: Option<&str>) -> Result<bool> {
-        let row = self.db.claim_row(id)?;
-        self.take_row(id, g, row, false)
+/// A job settled by the claim instead of handed out, in the order met.
+struct Settled {
+    id: String,
+    cancelled: bool,
+    reason: String,
+    /// The attempts it has used, as its record states them.
+    attempt: String,
+}
+
+/// The walk: its reads so far and what it decided.
+struct Walk<'a, 'b> {
+    db: &'a Db<'b>,
+    maxdef: i64,
+    deadline: i64,
+    ring_len: i64,
+    ring: Vec<String>,
+    popped: usize,
+    back: Vec<String>,
+    repopped: usize,
+    members: HashMap<String, usize>,
+    order: Vec<Member>,
+    out: Vec<ClaimedJob>,
+    settled: Vec<Settled>,
+    met: HashSet<String>,
+    bytes: usize,
+}
+
+impl Walk<'_, '_> {
+    /// The ring's next member: its members as they were (read in pages), then those pushed back.
+    fn pop(&mut self) -> Result<Option<String>> {
+        if (self.popped as i64) < self.ring_len {
+            if self.popped == self.ring.len() {
+                let page = self.db.lrange("ring", self.popped as i64, 100)?;
+                self.ring.extend(page);
+            }
+            self.popped += 1;
+            return Ok(self.ring.get(self.popped - 1).cloned());
+        }
+        if self.repopped < self.back.len() {
+            self.repopped += 1;
+            return Ok(Some(self.back[self.repopped - 1].clone()));
+        }
+        Ok(None)
     }
 
-    /// One job and its row (`None`: no row): hand it out, or settle it here. A job read at the head
-    /// of `pending` (`popped`) leaves it here: in the claim's one update when handed out, else
-    /// before it is settled or dropped. True when handed out.
-    fn take_row(&mut self, id: &str, g: Option<&str>, row: Option<Row>, popped: bool) -> Result<bool> {
-        let db = self.db;
-        let Some(row) = row else {
-            // a missing row: dropped
-            if popped {
-                db.zrem("pending", id)?;
+    fn left(&self) -> i64 {
+        self.ring_len - self.popped as i64 + (self.back.len() - self.repopped) as i64
+    }
+
+    /// The member `m`, read on first meeting.
+    fn member(&mut self, m: &str) -> Result<usize> {
+        if let Some(&i) = self.members.get(m) {
+            return Ok(i);
+        }
+        let member = if m == "~" {
+            Member {
+                group: None,
+                size: self.db.zcard("pending")?,
+                ids: Vec::new(),
+                taken: 0,
+                a: 0,
+                a0: 0,
+                limit: 0,
             }
+        } else {
+            let (a, limit) = slots(self.db, m)?;
+            Member {
+                group: Some(m.to_string()),
+                size: self.db.llen(&lane(m))?,
+                ids: Vec::new(),
+                taken: 0,
+                a,
+                a0: a,
+                limit,
+            }
+        };
+        self.order.push(member);
+        self.members.insert(m.to_string(), self.order.len() - 1);
+        Ok(self.order.len() - 1)
+    }
+
+    /// The next job id of member `i`; its next page holds `ahead` ids.
+    fn next_id(&mut self, i: usize, ahead: i64) -> Result<Option<String>> {
+        let s = &mut self.order[i];
+        if s.taken == s.ids.len() {
+            let from = s.taken as i64;
+            let page = match &s.group {
+                Some(g) => self.db.lrange(&lane(g), from, ahead)?,
+                None => self.db.zrange("pending", from, ahead, false)?,
+            };
+            s.ids.extend(page);
+        }
+        s.taken += 1;
+        Ok(s.ids.get(s.taken - 1).cloned())
+    }
+
+    /// One job taken from a member (`g`: its group): read its row and decide. True when handed out.
+    fn judge(&mut self, id: Option<String>, g: Option<&str>) -> Result<bool> {
+        let Some(id) = id else { return Ok(false) };
+        if !self.met.insert(id.clone()) {
+            return Ok(false);
+        }
+        // a missing row: dropped
+        let Some(row) = self.db.claim_row(&id)? else {
             return Ok(false);
         };
         let att = whole(row.attempts.as_deref(), 0, 0);
+        let free = whole(row.free.as_deref(), 0, 0).filter(|f| att.is_some_and(|a| *f <= a));
         let maxa = whole(row.max_attempts.as_deref(), self.maxdef, 1);
-        let mut defect = match (&row.data, row.state.as_deref(), att, maxa) {
+        let defect = match (&row.data, row.state.as_deref(), att, free, maxa) {
             (None, ..) => Some("malformed row: no data".to_string()),
             (_, s, ..) if s != Some("pending") => {
                 Some(format!("malformed row: state {} in a ready set", s.unwrap_or("nil")))
             }
-            (_, _, None, _) => Some(format!(
+            (_, _, None, ..) => Some(format!(
                 "malformed row: attempts {}",
                 row.attempts.as_deref().unwrap_or("")
             )),
-            (_, _, _, None) => Some(format!(
+            (_, _, _, None, _) => Some(format!("malformed row: free {}", row.free.as_deref().unwrap_or(""))),
+            (_, _, _, _, None) => Some(format!(
                 "malformed row: max_attempts {}",
                 row.max_attempts.clone().unwrap_or_else(|| self.maxdef.to_string())
             )),
             _ => None,
         };
-        let attempts_text = row.attempts.clone().unwrap_or_else(|| "0".into());
-        let (att, maxa) = (att.unwrap_or(0), maxa.unwrap_or(self.maxdef));
-        let cancel = if defect.is_none() { row.cancel.as_deref() } else { None };
-        if defect.is_none() && cancel.is_none() && att >= maxa {
-            defect = Some("lease expired on the last attempt".into());
-        }
-        if defect.is_none() && cancel.is_none() {
-            // handed out: active under the lease, out of pending, in one update
-            db.set_active(id, att + 1, self.deadline)?;
-            let payload = row.data.unwrap_or_default();
-            self.bytes += payload.len();
-            self.out.push(ClaimedJob {
-                id: JobId::from_store(id.to_string()),
-                payload,
-                attempts: (att + 1) as u64,
-                group: g.and_then(|g| GroupName::new(g).ok()),
+        let (att, free, maxa) = (att.unwrap_or(0), free.unwrap_or(0), maxa.unwrap_or(self.maxdef));
+        // the attempts it has used, as its record states them (a malformed count as it stands)
+        let attempt = match defect {
+            Some(_) => row.attempts.clone().unwrap_or_else(|| "0".into()),
+            None => (att - free).to_string(),
+        };
+        if let (None, Some(reason)) = (&defect, &row.cancel) {
+            self.settled.push(Settled {
+                id,
+                cancelled: true,
+                reason: reason.clone(),
+                attempt,
             });
-            return Ok(true);
+            return Ok(false);
         }
-        // settled here, out of pending first
-        if popped {
-            db.zrem("pending", id)?;
-        }
-        if let Some(reason) = cancel {
-            finish(db, id, "cancelled", self.keep, Some(Field::LastError(reason)))?;
-            db.record(
-                self.recmax,
+        let defect = defect.or_else(|| (att - free >= maxa).then(|| "lease expired on the last attempt".into()));
+        if let Some(reason) = defect {
+            self.settled.push(Settled {
                 id,
-                "cancelled",
-                &attempts_text,
-                "error",
-                Some(reason.as_bytes()),
-            )?;
-            self.cancelled += 1;
-        } else if let Some(defect) = defect {
-            bury(db, id, &defect)?;
-            db.record(
-                self.recmax,
-                id,
-                "dead",
-                &attempts_text,
-                "error",
-                Some(defect.as_bytes()),
-            )?;
-            self.failed += 1;
+                cancelled: false,
+                reason,
+                attempt,
+            });
+            return Ok(false);
         }
-        Ok(false)
+        let payload = row.data.unwrap_or_default();
+        self.bytes += payload.len();
+        self.out.push(ClaimedJob {
+            id: JobId::from_store(id),
+            payload,
+            token: (att + 1) as u64,
+            attempts: (att + 1 - free) as u64,
+            group: g.and_then(|g| GroupName::new(g).ok()),
+        });
+        Ok(true)
     }
 }
 
@@ -120,67 +201,114 @@ pub(crate) fn claim(
     if db.exists_flag("paused")? || db.exists_flag("obliterating")? {
         return Ok(Vec::new());
     }
+    // the idle path: an empty ring has nothing to give
     let ring_len = db.llen("ring")?;
     if ring_len == 0 {
         return Ok(Vec::new());
     }
-    let mut c = Claim {
+    let mut w = Walk {
         db,
-        deadline: db.now() + lease_ms,
         maxdef: max_attempts,
-        keep,
-        recmax,
+        deadline: db.now() + lease_ms,
+        ring_len,
+        ring: Vec::new(),
+        popped: 0,
+        back: Vec::new(),
+        repopped: 0,
+        members: HashMap::new(),
+        order: Vec::new(),
         out: Vec::new(),
+        settled: Vec::new(),
+        met: HashSet::new(),
         bytes: 0,
-        failed: 0,
-        cancelled: 0,
     };
+
+    // The walk, from reads alone.
     let mut got = 0;
     let mut budget = n + ring_len + 1000;
-    // no job taken once the payloads handed out reach the byte bound (the script's ARGV[7])
-    let full = |c: &Claim| c.bytes >= BATCH_BYTES_MAX;
-    while got < n && !full(&c) && budget > 0 {
+    let mut dropped = Vec::new();
+    while got < n && w.bytes < BATCH_BYTES_MAX && budget > 0 {
         budget -= 1;
-        let Some(m) = db.lpop("ring")? else { break };
-        if m == "~" {
-            let want = if db.lnonempty("ring")? { 1 } else { n - got };
-            // the head of pending with the rows, read in one go; each leaves pending as it is
-            // taken, until the bytes run out
-            for (id, row) in db.pending_head(want)? {
-                if full(&c) {
-                    break;
-                }
-                if c.take_row(&id, None, row, true)? {
-                    got += 1;
-                }
-            }
-            if db.znonempty("pending")? {
-                db.rpush("ring", "~")?;
-            } else {
-                db.gdel("r:~")?;
-            }
-        } else {
-            let (mut a, limit) = slots(db, &m)?;
-            let lane = lane(&m);
-            if a < limit {
-                if let Some(id) = db.lpop(&lane)? {
-                    if c.take(&id, Some(&m))? {
+        let Some(m) = w.pop()? else { break };
+        let i = w.member(&m)?;
+        match w.order[i].group.clone() {
+            None => {
+                let want = if w.left() == 0 { n - got } else { 1 };
+                let mut used = 0;
+                while used < want && w.bytes < BATCH_BYTES_MAX && (w.order[i].taken as i64) < w.order[i].size {
+                    used += 1;
+                    let id = w.next_id(i, n - got)?;
+                    if w.judge(id, None)? {
                         got += 1;
-                        a += 1;
-                        db.gset(&format!("a:{m}"), &a.to_string())?;
                     }
                 }
             }
-            if a < limit && db.lnonempty(&lane)? {
-                db.rpush("ring", &m)?;
-            } else {
-                db.gdel(&format!("r:{m}"))?;
+            Some(g) => {
+                let s = &w.order[i];
+                if s.a < s.limit && (s.taken as i64) < s.size {
+                    let id = w.next_id(i, n - got)?;
+                    if w.judge(id, Some(&g))? {
+                        got += 1;
+                        w.order[i].a += 1;
+                    }
+                }
             }
         }
+        let s = &w.order[i];
+        if (s.taken as i64) < s.size && (s.group.is_none() || s.a < s.limit) {
+            w.back.push(m);
+        } else {
+            dropped.push(format!("r:{m}"));
+        }
     }
-    db.count("failed", c.failed)?;
-    db.count("cancelled", c.cancelled)?;
-    Ok(c.out)
+
+    // The writes.
+    // the ring: the members popped leave its head, those pushed back and not taken again join its tail
+    if w.popped > 0 {
+        db.ltrim_head("ring", w.popped as i64)?;
+    }
+    for m in &w.back[w.repopped..] {
+        db.rpush("ring", m)?;
+    }
+    // each member's jobs used leave its set
+    for s in &w.order {
+        match &s.group {
+            Some(g) if s.taken > 0 => db.ltrim_head(&lane(g), s.taken as i64)?,
+            None => {
+                for id in &s.ids[..s.taken] {
+                    db.zrem("pending", id)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    // the groups hash: the dropped members' flags first, then each group's active count
+    for f in &dropped {
+        db.gdel(f)?;
+    }
+    for s in &w.order {
+        if let Some(g) = s.group.as_deref().filter(|_| s.a != s.a0) {
+            db.gset(&format!("a:{g}"), &s.a.to_string())?;
+        }
+    }
+    for job in &w.out {
+        db.set_active(job.id.as_str(), job.token as i64, w.deadline)?;
+    }
+    let (mut failed, mut cancelled) = (0, 0);
+    for j in &w.settled {
+        if j.cancelled {
+            finish(db, &j.id, "cancelled", keep, Some(Field::LastError(&j.reason)))?;
+            cancelled += 1;
+        } else {
+            bury(db, &j.id, &j.reason)?;
+            failed += 1;
+        }
+        let status = if j.cancelled { "cancelled" } else { "dead" };
+        db.record(recmax, &j.id, status, &j.attempt, "error", Some(j.reason.as_bytes()))?;
+    }
+    db.count("failed", failed)?;
+    db.count("cancelled", cancelled)?;
+    Ok(w.out)
 }
 
 /// A row's count as the script's `emq_whole` takes it: absent is `default`; else a number that is

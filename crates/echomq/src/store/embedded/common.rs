@@ -85,34 +85,50 @@ pub(crate) struct Held {
     pub(crate) group: Option<String>,
     /// Whether its id is in `active` (the settles' membership test, read with the fence).
     pub(crate) active: bool,
+    /// The attempts it has used (attempts − free; `emq_used`).
+    pub(crate) used: i64,
+    /// Its `free` count as stored.
+    pub(crate) free: Option<String>,
+}
+
+/// The attempts a job has used: its claims (attempts) less the claims that used none (free); a
+/// malformed count reads as 0 (the twin of `emq_used`).
+pub(crate) fn used(attempts: Option<&str>, free: Option<&str>) -> i64 {
+    let n = |v: Option<&str>| v.and_then(lua_number).map_or(0, |f| f as i64);
+    n(attempts) - n(free)
 }
 
 /// [`fence`], with the job's membership of `active` read in the same look.
 pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Held, Settled>> {
     use rusqlite::OptionalExtension;
-    /// attempts, group, in active, has a field
-    type Look = (Option<String>, Option<String>, bool, bool);
+    /// attempts, group, in active, has a field, free
+    type Look = (Option<String>, Option<String>, bool, bool, Option<String>);
     let row: Option<Look> = db
         .sql()
         .prepare_cached(concat!(
             "SELECT attempts, grp, lease IS NOT NULL, ",
             super::db::fields!(),
-            " IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2"
+            " IS NOT NULL, free FROM emq_jobs WHERE queue = ?1 AND id = ?2"
         ))
         .and_then(|mut s| {
             s.query_row(rusqlite::params![db.queue(), id], |r| {
-                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, r.get(3)?))
+                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, r.get(3)?, text(r, 4)?))
             })
             .optional()
         })
         .map_err(|e| db.err(e))?;
-    let Some((attempts, group, active, true)) = row else {
+    let Some((attempts, group, active, true, free)) = row else {
         return Ok(Err(Settled::Gone));
     };
     if attempts.as_deref() != Some(token.to_string().as_str()) {
         return Ok(Err(Settled::Stale));
     }
-    Ok(Ok(Held { group, active }))
+    Ok(Ok(Held {
+        group,
+        active,
+        used: used(attempts.as_deref(), free.as_deref()),
+        free,
+    }))
 }
 
 /// A held job in `active` leaves it finished: its row deleted with its lease in one delete, or
@@ -146,42 +162,62 @@ pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Fi
     Ok(())
 }
 
-/// complete and complete_cancelled: fenced, out of `active` (Stale when the fence finds it not
-/// there), finished as `state` with the verdict's value (an output, or a reason kept as
-/// last_error), a lane job's slot freed, the event counted and recorded. A flat job whose row is
-/// not kept takes one delete ([`Db::del_held_flat`]); the rest go step by step.
+/// One entry of a settle that finishes a held job: the job, its holder's token, and the verdict's
+/// value (an output, or a cancel reason).
+pub(crate) struct Finishing<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) token: u64,
+    /// `Field::Output` or `Field::LastError`.
+    pub(crate) value: Option<Field<'a>>,
+}
+
+/// complete, complete_many and complete_cancelled (the twin of `emq_settle_finished`): each entry
+/// fenced on its own, a repeated entry stale after its first settle; then every held job leaves
+/// `active` finished as `state` ("completed" or "cancelled") — deleted, or retained with its value
+/// (the output, or the reason as last_error) — its lane's slot freed with the ring step, the event
+/// counted and recorded. Reads first, as the script: every fence, then the writes.
 pub(crate) fn settle_finished(
     db: &Db,
-    id: &str,
-    token: u64,
+    entries: &[Finishing<'_>],
     state: &str,
     (keep, recmax): (i64, i64),
-    value: Option<Field<'_>>,
-) -> Result<Settled> {
-    let group = if keep <= 0 && db.del_held_flat(id, token)? {
-        None
-    } else {
-        match fence_held(db, id, token)? {
-            Err(refused) => return Ok(refused),
-            Ok(held) if !held.active => return Ok(Settled::Stale),
+) -> Result<Vec<Settled>> {
+    let mut reply = Vec::with_capacity(entries.len());
+    let mut firsts = std::collections::HashSet::new();
+    let mut done = Vec::new();
+    for e in entries {
+        if firsts.contains(e.id) {
+            reply.push(Settled::Stale);
+            continue;
+        }
+        match fence_held(db, e.id, e.token)? {
+            Err(refused) => reply.push(refused),
             Ok(held) => {
-                finish_active(db, id, state, keep, value.clone())?;
-                held.group
+                firsts.insert(e.id);
+                if held.active {
+                    reply.push(Settled::Ok);
+                    done.push((e, held));
+                } else {
+                    reply.push(Settled::Stale);
+                }
             }
         }
-    };
-    let (record_field, record_value) = match value {
-        Some(Field::LastError(reason)) => ("error", Some(reason.as_bytes())),
-        Some(Field::Output(output)) => ("output", Some(output)),
-        _ if state == "completed" => ("output", None),
-        _ => ("error", None),
-    };
-    if let Some(g) = group {
-        leave_lane(db, &g)?;
     }
-    db.count(state, 1)?;
-    db.record(recmax, id, state, &token.to_string(), record_field, record_value)?;
-    Ok(Settled::Ok)
+    let record_field = if state == "cancelled" { "error" } else { "output" };
+    for (e, held) in &done {
+        finish_active(db, e.id, state, keep, e.value.clone())?;
+        let value = match &e.value {
+            Some(Field::LastError(reason)) => Some(reason.as_bytes()),
+            Some(Field::Output(output)) => Some(*output),
+            _ => None,
+        };
+        db.record(recmax, e.id, state, &held.used.to_string(), record_field, value)?;
+        if let Some(g) = &held.group {
+            leave_lane(db, g)?;
+        }
+    }
+    db.count(state, done.len() as i64)?;
+    Ok(reply)
 }
 
 /// A job to the morgue, scored with the store's time of death.
@@ -375,6 +411,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             handed.push(ClaimedJob {
                 id: JobId::from_store(id.clone()),
                 payload: job.payload.clone(),
+                token: 1,
                 attempts: 1,
                 group: None,
             });

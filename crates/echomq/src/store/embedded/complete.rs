@@ -1,7 +1,7 @@
 //! The twin of `scripts/complete.lua`: fenced by the attempts token; the row deleted (or retained as
 //! completed); a lane job frees its slot (ring step, a wake when that put its group back on the ring).
 
-use super::common::settle_finished;
+use super::common::{settle_finished, Finishing};
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::Settled;
@@ -14,5 +14,11 @@ pub(crate) fn complete(
     keep: i64,
     recmax: i64,
 ) -> Result<Settled> {
-    settle_finished(db, id, token, "completed", (keep, recmax), output.map(Field::Output))
+    let entry = Finishing {
+        id,
+        token,
+        value: output.map(Field::Output),
+    };
+    let reply = settle_finished(db, &[entry], "completed", (keep, recmax))?;
+    Ok(reply.first().copied().unwrap_or(Settled::Gone))
 }

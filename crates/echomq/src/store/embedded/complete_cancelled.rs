@@ -1,7 +1,7 @@
-//! The twin of `scripts/complete_cancelled.lua`: the `cancel(reason)` verdict, fenced like complete,
-//! ending in cancelled (deleted, or retained with the reason as last_error).
+//! The twin of `scripts/complete_cancelled.lua`: fenced like complete, ending in cancelled (the row
+//! deleted, or retained with the reason as last_error); a lane job frees its slot.
 
-use super::common::settle_finished;
+use super::common::{settle_finished, Finishing};
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::Settled;
@@ -14,5 +14,11 @@ pub(crate) fn complete_cancelled(
     keep: i64,
     recmax: i64,
 ) -> Result<Settled> {
-    settle_finished(db, id, token, "cancelled", (keep, recmax), reason.map(Field::LastError))
+    let entry = Finishing {
+        id,
+        token,
+        value: reason.map(Field::LastError),
+    };
+    let reply = settle_finished(db, &[entry], "cancelled", (keep, recmax))?;
+    Ok(reply.first().copied().unwrap_or(Settled::Gone))
 }

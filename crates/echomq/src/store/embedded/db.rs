@@ -20,6 +20,8 @@ pub(crate) struct Row {
     pub(crate) data: Option<Vec<u8>>,
     pub(crate) state: Option<String>,
     pub(crate) attempts: Option<String>,
+    /// The claims that used no attempt (release), absent = 0.
+    pub(crate) free: Option<String>,
     pub(crate) group: Option<String>,
     pub(crate) max_attempts: Option<String>,
     pub(crate) run_at: Option<String>,
@@ -57,7 +59,7 @@ pub(crate) const ACTIVE: &str = "active";
 /// `emq:{q}:job:<id>` hash: only a lease left on it, see [`ACTIVE`]).
 macro_rules! fields {
     () => {
-        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at)"
+        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at, free)"
     };
 }
 pub(crate) use fields;
@@ -70,7 +72,7 @@ macro_rules! new_row_conflict {
     () => {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
          grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, \
-         attempts = excluded.attempts, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
+         attempts = excluded.attempts, free = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
          finished_at = NULL, \
          pending = CASE WHEN excluded.lease IS NULL THEN coalesce(excluded.pending, emq_jobs.pending) END, \
          lease = coalesce(excluded.lease, emq_jobs.lease)"
@@ -87,14 +89,15 @@ fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String
     format!("{head} {}{tail}", rows.join(", "))
 }
 
-/// The fields a claim reads (data, state, attempts, max_attempts, cancel), from column `at` on.
+/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel), from column `at` on.
 fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
     Ok(Row {
         data: bytes(r, at)?,
         state: text(r, at + 1)?,
         attempts: text(r, at + 2)?,
-        max_attempts: text(r, at + 3)?,
-        cancel: text(r, at + 4)?,
+        free: text(r, at + 3)?,
+        max_attempts: text(r, at + 4)?,
+        cancel: text(r, at + 5)?,
         ..Row::default()
     })
 }
@@ -135,6 +138,7 @@ pub(crate) enum Field<'a> {
     Cancel(&'a str),
     Output(&'a [u8]),
     FinishedAt(i64),
+    Free(i64),
 }
 
 impl Field<'_> {
@@ -149,6 +153,7 @@ impl Field<'_> {
             Field::Cancel(_) => "cancel",
             Field::Output(_) => "output",
             Field::FinishedAt(_) => "finished_at",
+            Field::Free(_) => "free",
         }
     }
 
@@ -159,7 +164,7 @@ impl Field<'_> {
             Field::State(s) | Field::MaxAttempts(s) | Field::LastError(s) | Field::Cancel(s) => {
                 Value::Text(s.to_string())
             }
-            Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) => Value::Text(n.to_string()),
+            Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) | Field::Free(n) => Value::Text(n.to_string()),
         }
     }
 }
@@ -347,7 +352,7 @@ impl<'a> Db<'a> {
         self.tx
             .prepare_cached(concat!(
                 "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, \
-                     finished_at FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                     finished_at, free FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -365,6 +370,7 @@ impl<'a> Db<'a> {
                         cancel: text(r, 8)?,
                         output: bytes(r, 9)?,
                         finished_at: text(r, 10)?,
+                        free: text(r, 11)?,
                     })
                 })
                 .optional()
@@ -372,41 +378,17 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// The fields a claim reads (HMGET data state attempts max_attempts cancel).
+    /// The fields a claim reads (HGETALL, of which it uses data state attempts free max_attempts
+    /// cancel).
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
         self.tx
             .prepare_cached(concat!(
-                "SELECT data, state, attempts, max_attempts, cancel FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                "SELECT data, state, attempts, free, max_attempts, cancel FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
             .and_then(|mut s| s.query_row(params![self.q, id], |r| claim_fields(r, 0)).optional())
             .map_err(|e| self.e(e))
-    }
-
-    /// The first `n` ids of `pending` with the fields a claim reads (`None`: no row, only its place
-    /// in pending left), in (sequence, id) order; nothing is removed.
-    pub(crate) fn pending_head(&self, n: i64) -> R<Vec<(String, Option<Row>)>> {
-        let mut stmt = self
-            .tx
-            .prepare_cached(concat!(
-                "SELECT id, data, state, attempts, max_attempts, cancel, ",
-                fields!(),
-                " IS NULL FROM emq_jobs WHERE queue = ?1 AND pending IS NOT NULL ORDER BY pending, id LIMIT ?2"
-            ))
-            .map_err(|e| self.e(e))?;
-        let rows = stmt
-            .query_map(params![self.q, n], |r| {
-                let id: String = r.get(0)?;
-                let row = if r.get::<_, bool>(6)? {
-                    None
-                } else {
-                    Some(claim_fields(r, 1)?)
-                };
-                Ok((id, row))
-            })
-            .map_err(|e| self.e(e))?;
-        rows.collect::<std::result::Result<Vec<_>, _>>().map_err(|e| self.e(e))
     }
 
     /// HSET state active attempts n, ZREM pending and ZADD active deadline, of a row known to exist
@@ -600,19 +582,6 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// A settle's common case: the row of a flat job in `active` deleted, with its lease, when the
-    /// caller holds it (attempts = its token; in `active`). True when deleted; nothing written else.
-    pub(crate) fn del_held_flat(&self, id: &str, token: u64) -> R<bool> {
-        self.tx
-            .prepare_cached(
-                "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND attempts = ?3 AND grp IS NULL \
-                 AND lease IS NOT NULL",
-            )
-            .and_then(|mut s| s.execute(params![self.q, id, token.to_string()]))
-            .map(|n| n > 0)
-            .map_err(|e| self.e(e))
-    }
-
     /// ZREM active + DEL of the row, of a job its caller holds: one delete.
     pub(crate) fn del_active_row(&self, id: &str) -> R<()> {
         self.tx
@@ -762,23 +731,6 @@ impl<'a> Db<'a> {
         self.list_put(list, pos, member)
     }
 
-    pub(crate) fn lpop(&self, list: &str) -> R<Option<String>> {
-        let head: Option<(i64, String)> = self
-            .tx
-            .prepare_cached("SELECT pos, member FROM emq_lists WHERE queue = ?1 AND list = ?2 ORDER BY pos LIMIT 1")
-            .and_then(|mut s| {
-                s.query_row(params![self.q, list], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-            })
-            .map_err(|e| self.e(e))?;
-        let Some((pos, member)) = head else { return Ok(None) };
-        self.tx
-            .prepare_cached("DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos = ?3")
-            .and_then(|mut s| s.execute(params![self.q, list, pos]))
-            .map_err(|e| self.e(e))?;
-        Ok(Some(member))
-    }
-
     pub(crate) fn llen(&self, list: &str) -> R<i64> {
         self.tx
             .prepare_cached("SELECT count(*) FROM emq_lists WHERE queue = ?1 AND list = ?2")
@@ -800,6 +752,18 @@ impl<'a> Db<'a> {
             "SELECT member FROM emq_lists WHERE queue = ?1 AND list = ?2 ORDER BY pos LIMIT ?3 OFFSET ?4",
             params![self.q, list, limit, offset],
         )
+    }
+
+    /// LTRIM list count -1: its first `count` members gone.
+    pub(crate) fn ltrim_head(&self, list: &str, count: i64) -> R<()> {
+        self.tx
+            .prepare_cached(
+                "DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos IN \
+                 (SELECT pos FROM emq_lists WHERE queue = ?1 AND list = ?2 ORDER BY pos LIMIT ?3)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, list, count]))
+            .map(drop)
+            .map_err(|e| self.e(e))
     }
 
     /// LREM list 1 member: the first occurrence. True when found.

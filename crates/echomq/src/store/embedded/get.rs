@@ -31,16 +31,16 @@ pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<Job>> {
         Some(s) => JobState::parse(s).ok_or_else(|| bad("state"))?,
         None => JobState::Pending,
     };
+    let count = |field: &str, v: Option<&str>| v.map(|v| int(field, v)).transpose().map(Option::unwrap_or_default);
+    let attempts = count("attempts", row.attempts.as_deref())?;
+    let free = count("free", row.free.as_deref())?;
     Ok(Some(Job {
         id: id.clone(),
         state,
         payload: row.data.unwrap_or_default(),
-        attempts: row
-            .attempts
-            .as_deref()
-            .map(|v| int("attempts", v))
-            .transpose()?
-            .unwrap_or(0),
+        // the attempts it has used: its claims less those that used none
+        attempts: attempts.saturating_sub(free),
+        free,
         max_attempts: row
             .max_attempts
             .as_deref()

@@ -1,6 +1,6 @@
 //! The twin of scripts/redrive.lua: a dead job back to ready (flat: pending at a fresh sequence;
 //! lane: its tail and the ring step), attempts kept (they never go down), its budget raised:
-//! `max_attempts = attempts + extra`; its stall count cleared. One id, or the oldest dead jobs in a
+//! `max_attempts` = the attempts it has used (attempts − free) + extra; its stall count cleared. One id, or the oldest dead jobs in a
 //! chunk (the store loops). One wake per job made claimable (at most 16).
 
 use super::common;
@@ -46,7 +46,7 @@ fn drive(db: &Db, rows: &[(String, Option<Row>)], extra: i64) -> Result<u64> {
         if row.state.as_deref() != Some("dead") {
             continue;
         }
-        let attempts = common::number(row.attempts.as_deref(), 0).unwrap_or(0);
+        let attempts = common::used(row.attempts.as_deref(), row.free.as_deref());
         db.hset(id, &[Field::MaxAttempts(&(attempts + extra).to_string())])?;
         // a cancel asked of an earlier run is spent: the operator asked for this one
         db.hdel(id, &[Col::Stalled, Col::Cancel])?;

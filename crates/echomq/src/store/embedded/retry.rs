@@ -1,11 +1,12 @@
 //! The twin of `scripts/retry.lua`: fenced; the holder hands the job back after a failure. At its
-//! budget (attempts ≥ its own max_attempts, else the default) it goes dead (metrics failed); else it
+//! budget (the attempts it has used, attempts − free, reaching its own max_attempts, else the
+//! default) it goes dead (metrics failed); else it
 //! waits in `scheduled` until now + delay (delay 0: ready at once), the error as last_error (metrics
 //! retried). A lane job frees its slot either way.
 
 use rusqlite::{params, OptionalExtension};
 
-use super::common::{bury, fence, leave_lane, lua_number, ready, ring_step_flat};
+use super::common::{bury, fence_held, leave_lane, lua_number, ready, ring_step_flat};
 use super::db::{text, Db, Field};
 use crate::error::{Error, Result};
 use crate::store::{Retried, Settled};
@@ -25,11 +26,12 @@ pub(crate) fn retry(
             reason: "retry: delay, max_attempts or record".into(),
         });
     }
-    let g = match fence(db, id, token)? {
-        Ok(g) => g,
+    let held = match fence_held(db, id, token)? {
+        Ok(held) => held,
         Err(Settled::Gone) => return Ok(Retried::Gone),
         Err(_) => return Ok(Retried::Stale),
     };
+    let g = held.group;
     // tonumber(HGET max_attempts or default) or default
     let maxa = hget_max_attempts(db, id)?
         .and_then(|m| lua_number(&m))
@@ -38,11 +40,17 @@ pub(crate) fn retry(
         return Ok(Retried::Stale);
     }
     let now = db.now();
-    let token_s = token.to_string();
-    let reply = if token as f64 >= maxa {
+    let reply = if held.used as f64 >= maxa {
         bury(db, id, error)?;
         db.count("failed", 1)?;
-        db.record(recmax, id, "dead", &token_s, "error", Some(error.as_bytes()))?;
+        db.record(
+            recmax,
+            id,
+            "dead",
+            &held.used.to_string(),
+            "error",
+            Some(error.as_bytes()),
+        )?;
         Retried::Dead
     } else {
         db.hset(id, &[Field::LastError(error)])?;

@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -85,6 +85,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX emq_zsets_order ON emq_zsets (queue, zset, score, member);
     CREATE INDEX emq_jobs_lease ON emq_jobs (queue, lease, id) WHERE lease IS NOT NULL;
     CREATE INDEX emq_jobs_pending ON emq_jobs (queue, pending, id) WHERE pending IS NOT NULL;
+    ",
+    "
+    -- free: the claims that used no attempt (release), written only when above 0
+    ALTER TABLE emq_jobs ADD COLUMN free TEXT;
     ",
 ];
 

@@ -72,39 +72,32 @@ pub(super) fn claim_call<'a>(
 }
 
 /// Appends the claimed jobs of one claim reply to `out`; returns how many. The reply (claim.lua's
-/// header): (id, payload) per job, then an empty array when every job is a flat one on its first
-/// attempt, else (attempts, group) per job.
+/// header): (id, payload, token, attempt, group) per job, group '' for a flat job.
 pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
     let verb = "claim";
-    let mut items = reply::array(verb, v)?;
-    let Some(more) = items.pop() else { return Ok(0) };
-    let more = reply::array(verb, more)?;
-    let got = items.len() / 2;
-    if items.len() % 2 != 0 || !(more.is_empty() || more.len() == items.len()) {
+    let items = reply::array(verb, v)?;
+    if items.len() % 5 != 0 {
         return Err(Error::Protocol {
             verb,
-            reply: format!("{} job elements and {} attempt/group elements", items.len(), more.len()),
+            reply: format!("{} elements: not five per job", items.len()),
         });
     }
-    let mut more = more.into_iter();
+    let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
+    let got = items.len() / 5;
     let mut it = items.into_iter();
-    while let (Some(id), Some(payload)) = (it.next(), it.next()) {
-        let (attempts, group) = match (more.next(), more.next()) {
-            (Some(att), Some(group)) => (
-                u64::try_from(reply::int(verb, &att)?).map_err(|_| reply::protocol(verb, &att))?,
-                // a ring member that is no valid name (the keyspace edited by hand) is the
-                // handler's information only, as on the embedded store: it must not fail the
-                // batch, whose jobs are leased already and would wait out their leases (the
-                // settles read the row's group)
-                GroupName::new(reply::string(verb, group)?).ok(),
-            ),
-            _ => (1, None),
-        };
+    while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group)) =
+        (it.next(), it.next(), it.next(), it.next(), it.next())
+    {
+        let group = reply::string(verb, group)?;
         out.push(ClaimedJob {
             id: JobId::from_store(reply::string(verb, id)?),
             payload: reply::bytes(verb, payload)?,
-            attempts,
-            group,
+            token: count(&token)?,
+            attempts: count(&attempt)?,
+            // a ring member that is no valid name (the keyspace edited by hand) is the handler's
+            // information only, as on the embedded store: it must not fail the batch, whose jobs
+            // are leased already and would wait out their leases (the settles read the row's group)
+            group: (!group.is_empty()).then(|| GroupName::new(group).ok()).flatten(),
         });
     }
     Ok(got)

@@ -42,26 +42,12 @@ pub(super) async fn complete_many(
     Ok(out)
 }
 
-/// Appends complete_many's entries for `batch` to `args`, in the fewest arguments the script
-/// takes (complete_many.lua's header): the id alone after one shared token when every job of two or more
-/// has the same token and no output (a fresh backlog's batch), (id, token) when none has an
-/// output, else (id, token, output).
+/// Appends complete_many's entries for `batch` to `args`: (id, token, output) per job, as the
+/// script's header gives them.
 fn settle_entries(batch: &[Completion], args: &mut Vec<Vec<u8>>) {
-    let plain = batch.iter().all(|c| c.output.is_none());
-    let shared = match batch {
-        [first, _, ..] if plain && batch.iter().all(|c| c.token == first.token) => Some(first.token),
-        _ => None,
-    };
-    if let Some(token) = shared {
-        args.push(num(token));
-    }
     for c in batch {
         args.push(c.id.as_str().as_bytes().to_vec());
-        if shared.is_none() {
-            args.push(num(c.token));
-        }
-        if !plain {
-            args.push(opt_arg(c.output.as_deref()));
-        }
+        args.push(num(c.token));
+        args.push(opt_arg(c.output.as_deref()));
     }
 }

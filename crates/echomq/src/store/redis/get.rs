@@ -25,6 +25,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
         state: JobState::Pending,
         payload: Vec::new(),
         attempts: 0,
+        free: 0,
         max_attempts: None,
         group: None,
         run_at: None,
@@ -49,6 +50,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
             "data" => job.payload = val.clone(),
             "state" => job.state = JobState::parse(&text()).ok_or_else(|| bad(&f))?,
             "attempts" => job.attempts = int()?,
+            "free" => job.free = int()?,
             "max_attempts" => job.max_attempts = Some(int()?),
             "group" => job.group = Some(GroupName::new(text())?),
             "run_at" => job.run_at = Some(int()?),
@@ -60,5 +62,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
             _ => {}
         }
     }
+    // the attempts it has used: its claims less those that used none
+    job.attempts = job.attempts.saturating_sub(job.free);
     Ok(Some(job))
 }

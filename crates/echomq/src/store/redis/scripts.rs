@@ -125,6 +125,7 @@ scripts! {
     complete_cancelled: true,
     retry: true,
     discard: true,
+    release: true,
     reap: true,
     sweep_stalled: false,
     promote: true,
@@ -164,10 +165,9 @@ mod tests {
     fn a_script_gets_the_helpers_it_uses_and_what_they_use() {
         let complete = needed(include_str!("../../../scripts/complete.lua"));
         for used in [
-            "local function emq_fence",
-            "local function emq_leave_lane",
-            "local function emq_release(",
-            "local function emq_text(",
+            "local function emq_settle_finished(",
+            "local function emq_fence(",
+            "local function emq_lane_leave(",
         ] {
             assert!(complete.contains(used), "complete.lua needs {used}");
         }
@@ -176,17 +176,5 @@ mod tests {
             "complete.lua does not need emq_new_jobs"
         );
         assert_eq!(needed("return 1"), "");
-    }
-
-    #[test]
-    fn the_reserved_member_of_active_is_the_keyspace_s_and_no_job_id() {
-        let quoted = format!("'{}'", crate::keyspace::ACTIVE_PIN);
-        assert!(
-            LIB.contains(&quoted),
-            "_lib.lua's emq_active_pin returns keyspace::ACTIVE_PIN"
-        );
-        // over zset-max-listpack-value's default of 64 bytes: the set it joins is a skiplist
-        assert!(crate::keyspace::ACTIVE_PIN.len() > 64);
-        assert!(crate::keyspace::JobId::new(crate::keyspace::ACTIVE_PIN).is_err());
     }
 }
