@@ -3,7 +3,9 @@
 //! * three workers on one queue of 3,000 jobs, one SIGKILLed half-way while it runs a command and
 //!   started again: every job completes, none is dead, and `emq stats` agrees;
 //! * groups with limit 1 never run two jobs of one group at once, while different groups run side
-//!   by side.
+//!   by side;
+//! * at concurrency 1 the jobs run in the store's pinned order, round after round: each next claim
+//!   reaches the store behind the settle of the job before it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -184,4 +186,40 @@ rmdir "$d/lock-$EMQ_GROUP""#,
         "groups ran side by side: at most {widest} group(s) ran at once"
     );
     assert_all_completed(&b.stats(&q), total);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the pinned order at concurrency 1
+
+on_both_stores!(concurrency_1_runs_flat_jobs_and_groups_of_limit_1_in_the_pinned_order);
+
+/// Three flat jobs and three groups of two (limit 1, enqueued after the flat ones) run, at
+/// concurrency 1, as `f1 a1 b1 c1 f2 a2 b2 c2 f3`: the ring hands each member one job in turn, and a
+/// group is back in the ring only once its job's settle has run. A claim sent before the settle of
+/// the job before it would find that group still at its limit and skip it (`… b2 f3 c2`). Three
+/// rounds, each a fresh queue and a fresh worker.
+fn concurrency_1_runs_flat_jobs_and_groups_of_limit_1_in_the_pinned_order(b: &Backend) {
+    for round in 0..3 {
+        let q = queue(&format!("pinned-{round}"));
+        let dir = scratch(&format!("pinned-{round}"));
+        for f in ["f1", "f2", "f3"] {
+            assert_exit(&b.emq(&["enqueue", &q, f]), 0);
+        }
+        for g in ["a", "b", "c"] {
+            for n in 1..=2 {
+                assert_exit(&b.emq(&["enqueue", &q, &format!("{g}{n}"), "--group", g]), 0);
+            }
+        }
+        let exec = format!(r#"{{ cat; echo; }} >> '{}/order'"#, dir.display());
+        let w = b.work(&q, &exec, &["--concurrency", "1"]);
+        let l = b.lib();
+        wait_for_counts(&l, &q, "all nine jobs completed", |c| c.completed >= 9);
+        w.stop();
+        let order: Vec<String> = read(&dir.join("order")).lines().map(str::to_string).collect();
+        assert_eq!(
+            order,
+            ["f1", "a1", "b1", "c1", "f2", "a2", "b2", "c2", "f3"],
+            "round {round}: the pinned order"
+        );
+    }
 }

@@ -7,9 +7,12 @@
 //! ```
 //!
 //! Each claimed job runs on a task of its own (a panic becomes `Verdict::Error("panic: …")`); its
-//! verdict goes to the settler, which sends a lone settle at once and everything that finished
-//! meanwhile together in the next `complete_many`. The loop, the settler, the parks (on a
-//! connection of their own) and the lease renewals never wait behind one another.
+//! verdict, and the slot it ran on, go to the settler, which sends a lone settle at once and
+//! everything that finished meanwhile together in the next `complete_many`, with the claim for
+//! those slots in the same round trip behind it: a slot is free for a claim only once its settle
+//! is ahead of that claim, so the next job is the one the store's order gives. The loop, the
+//! settler, the parks (on a connection of their own) and the lease renewals never wait behind one
+//! another.
 
 mod handler;
 mod locks;
@@ -65,6 +68,10 @@ pub(crate) struct Shared {
     /// kept for [`EARLY_CANCEL_TTL`]: a job tracked right after its request arrived is still
     /// cancelled; a later job that reuses the id is not.
     pub(crate) early_cancels: Mutex<Vec<(JobId, Option<String>, std::time::Instant)>>,
+    /// When the consumer started (its ttl runs from here).
+    pub(crate) started: std::time::Instant,
+    /// Fired when the loop leaves its beat: the settler claims no more.
+    pub(crate) closing: CancellationToken,
 }
 
 /// How long a cancel request for a job not tracked here is remembered: the race it covers (a
@@ -72,6 +79,23 @@ pub(crate) struct Shared {
 pub(crate) const EARLY_CANCEL_TTL: Duration = Duration::from_secs(5);
 
 impl Shared {
+    /// Whether new jobs may be claimed: no stop, the loop still beating, the ttl not reached.
+    pub(crate) fn claiming(&self) -> bool {
+        !self.stop.is_cancelled()
+            && !self.closing.is_cancelled()
+            && self.opts.ttl.is_none_or(|ttl| self.started.elapsed() < ttl)
+    }
+
+    /// A claim of `n` jobs under the consumer's options.
+    pub(crate) fn claim_request(&self, n: usize) -> crate::store::ClaimRequest {
+        crate::store::ClaimRequest {
+            n: n as u32,
+            lease: self.opts.lease,
+            max_attempts: self.opts.max_attempts,
+            settle: self.opts.settle_options(),
+        }
+    }
+
     pub(crate) fn track(&self, id: &JobId, token: u64) -> CancelToken {
         let cancel = CancelToken::new();
         let early = {
@@ -168,6 +192,8 @@ impl Consumer {
             back: tokio::sync::Notify::new(),
             inflight: Mutex::new(HashMap::new()),
             early_cancels: Mutex::new(Vec::new()),
+            started: std::time::Instant::now(),
+            closing: CancellationToken::new(),
         });
         let mut aborts = Vec::new();
         if shared.opts.cancel {
@@ -176,13 +202,15 @@ impl Consumer {
         if shared.opts.locks {
             aborts.push(tokio::spawn(locks::renew(shared.clone())).abort_handle());
         }
-        let (settler, settle_tx) = settle::Settler::spawn(shared.clone());
+        let (settle_tx, settle_rx) = tokio::sync::mpsc::unbounded_channel();
+        let launcher = run::Launcher::new(shared.clone(), &settle_tx);
+        let settler = settle::Settler::spawn(shared.clone(), settle_rx, launcher.clone());
         aborts.push(settler.abort_handle());
         let (done_tx, done) = tokio::sync::watch::channel(false);
         let task = tokio::spawn({
             let shared = shared.clone();
             async move {
-                run::run(shared, settle_tx, settler).await;
+                run::run(shared, launcher, settle_tx, settler).await;
                 let _ = done_tx.send(true);
             }
         });

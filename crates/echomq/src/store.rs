@@ -301,6 +301,16 @@ pub struct Round {
     pub claimed: Result<Vec<ClaimedJob>>,
 }
 
+/// The replies of [`Store::complete_then_claim`]: the completions, then the claim that came after
+/// them, each on its own (a refused batch never discards the jobs the claim leased).
+#[derive(Debug)]
+pub struct CompletedThenClaimed {
+    /// One reply per completion, in order, or the batch's error.
+    pub completed: Result<Vec<Settled>>,
+    /// The jobs the claim leased.
+    pub claimed: Result<Vec<ClaimedJob>>,
+}
+
 /// A cancel request for a running job, as delivered to the consumers of its queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CancelRequest {
@@ -494,6 +504,31 @@ pub trait Store: Send + Sync {
             promoted,
             claimed,
         })
+    }
+
+    /// complete_many, then a claim, in one round trip where the store can (Redis: one pipeline).
+    /// The completions reach the store ahead of the claim, so the slots they free (a lane job's)
+    /// are free for it: a consumer's next job is the one the store's order gives, never one that
+    /// overtook the settle of the job before it. `Err` only when the store could not be reached at
+    /// all; each part's own reply or error is in the [`CompletedThenClaimed`].
+    async fn complete_then_claim(
+        &self,
+        queue: &QueueName,
+        jobs: &[Completion],
+        settle: SettleOptions,
+        claim: ClaimRequest,
+    ) -> Result<CompletedThenClaimed> {
+        let completed = match self.complete_many(queue, jobs, settle).await {
+            Err(e) if e.is_unreachable() => return Err(e),
+            r => r,
+        };
+        let claimed = if claim.n == 0 {
+            Ok(Vec::new())
+        } else {
+            self.claim(queue, claim.n, claim.lease, claim.max_attempts, claim.settle)
+                .await
+        };
+        Ok(CompletedThenClaimed { completed, claimed })
     }
 
     /// park: wait up to `timeout` (at most [`PARK_TIMEOUT_MAX`]) for a wake token of `queue`.

@@ -1004,7 +1004,9 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let refused = |what: &str, r: Result<String, echomq::Error>| {
         let err = r.expect_err(&format!("{what}: refused the rows, it must fail"));
         assert!(
-            ["NOPERM", "can't access", "permission"].iter().any(|m| err.to_string().contains(m)),
+            ["NOPERM", "can't access", "permission"]
+                .iter()
+                .any(|m| err.to_string().contains(m)),
             "{what}: the server's refusal, not another error: {err}"
         );
     };

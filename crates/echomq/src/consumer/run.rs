@@ -16,13 +16,18 @@ use crate::error::Error;
 use crate::job::ClaimedJob;
 use crate::store::{ClaimRequest, BATCH_MAX};
 
-/// Starts claimed jobs, each on a task of its own. Cloned into every offer a park makes: a store
-/// that serves the offer starts its jobs right after the commit, on the thread that committed (no
-/// hop through this loop), and an offer served after its park ended starts them all the same.
+/// Starts claimed jobs, each on a task of its own. Cloned into every offer a park makes (a store
+/// that serves the offer starts its jobs right after the commit, on the thread that committed: no
+/// hop through this loop; an offer served after its park ended starts them all the same) and into
+/// the settler, which starts the jobs it claimed behind a settle.
 #[derive(Clone)]
-struct Launcher {
+pub(crate) struct Launcher {
     shared: Arc<Shared>,
-    settle_tx: mpsc::UnboundedSender<Finished>,
+    /// The settler's inbox, held weakly: the loop and the running handlers keep it open, and the
+    /// settler (which holds a launcher too) ends once they are gone.
+    settle_tx: mpsc::WeakUnboundedSender<Finished>,
+    /// The consumer's slots, one per job it may run at once.
+    slots: Arc<Semaphore>,
     /// The handler tasks, and the offers still in a store's hands (a token each): the loop's end
     /// waits for both.
     tracker: TaskTracker,
@@ -32,8 +37,9 @@ struct Launcher {
 struct Beat {
     shared: Arc<Shared>,
     launcher: Launcher,
+    /// Keeps the settler's inbox open while the loop runs.
+    _settle_tx: mpsc::UnboundedSender<Finished>,
     slots: Arc<Semaphore>,
-    started: Instant,
     streak: u32,
 }
 
@@ -47,17 +53,18 @@ enum Leg {
     Exit,
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Finished>, settler: JoinHandle<()>) {
-    let slots = Arc::new(Semaphore::new(shared.opts.concurrency));
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    launcher: Launcher,
+    settle_tx: mpsc::UnboundedSender<Finished>,
+    settler: JoinHandle<()>,
+) {
+    let slots = launcher.slots.clone();
     let mut beat = Beat {
         shared: shared.clone(),
-        launcher: Launcher {
-            shared: shared.clone(),
-            settle_tx,
-            tracker: TaskTracker::new(),
-        },
+        launcher,
+        _settle_tx: settle_tx,
         slots,
-        started: Instant::now(),
         streak: 0,
     };
     loop {
@@ -86,7 +93,8 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
         }
     }
     // jobs a store is still handing over are claimed: they run like the others; in-flight handlers
-    // finish and hand their verdicts to the settler, which drains and ends
+    // finish and hand their verdicts to the settler, which claims no more, drains and ends
+    shared.closing.cancel();
     let tracker = beat.launcher.tracker.clone();
     tracker.close();
     tracker.wait().await;
@@ -99,7 +107,7 @@ pub(crate) async fn run(shared: Arc<Shared>, settle_tx: mpsc::UnboundedSender<Fi
 
 impl Beat {
     fn should_exit(&self) -> bool {
-        self.shared.stop.is_cancelled() || self.shared.opts.ttl.is_some_and(|ttl| self.started.elapsed() >= ttl)
+        !self.shared.claiming()
     }
 
     /// One beat: recover + promote + the first claim in one round trip, the drain leg, the park.
@@ -154,13 +162,7 @@ impl Beat {
     }
 
     fn claim(&self, n: usize) -> ClaimRequest {
-        let opts = &self.shared.opts;
-        ClaimRequest {
-            n: n as u32,
-            lease: opts.lease,
-            max_attempts: opts.max_attempts,
-            settle: opts.settle_options(),
-        }
+        self.shared.claim_request(n)
     }
 
     /// Claims until the ring is empty or one beat has passed since the leg began (then the next
@@ -283,9 +285,19 @@ impl Beat {
 }
 
 impl Launcher {
+    pub(crate) fn new(shared: Arc<Shared>, settle_tx: &mpsc::UnboundedSender<Finished>) -> Launcher {
+        Launcher {
+            slots: Arc::new(Semaphore::new(shared.opts.concurrency)),
+            shared,
+            settle_tx: settle_tx.downgrade(),
+            tracker: TaskTracker::new(),
+        }
+    }
+
     /// Starts each job on one of `permits`; surplus permits are freed. After an abort it starts
-    /// nothing: the leases lapse and recovery returns the jobs.
-    fn start_all(&self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) {
+    /// nothing: the leases lapse and recovery returns the jobs. When the consumer has ended before
+    /// they could start (no handler could report), each is released, its attempt unused.
+    pub(crate) fn start_all(&self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) {
         let shared = &self.shared;
         if shared.aborted.is_cancelled() {
             if !jobs.is_empty() {
@@ -294,6 +306,10 @@ impl Launcher {
             }
             return;
         }
+        let Some(settle_tx) = self.settle_tx.upgrade() else {
+            self.release_all(jobs);
+            return;
+        };
         let mut permits = permits.into_iter();
         for job in jobs {
             let Some(permit) = permits.next() else {
@@ -313,7 +329,7 @@ impl Launcher {
                 store: shared.store.clone(),
             };
             let handler = shared.handler.clone();
-            let (tx, aborted) = (self.settle_tx.clone(), shared.aborted.clone());
+            let (tx, aborted) = (settle_tx.clone(), shared.aborted.clone());
             let (id, token) = (job.id, job.token);
             self.tracker.spawn_on(
                 async move {
@@ -327,11 +343,35 @@ impl Launcher {
                             Err(panic) => Verdict::Error(format!("panic: {}", panic_message(&panic))),
                         },
                     };
-                    drop(permit);
-                    // the settler outlives every handler; a closed channel means an abort
-                    let _ = tx.send(Finished { id, token, verdict });
+                    // the slot goes with the verdict: free for a claim once its settle is sent.
+                    // The settler outlives every handler; a closed channel means an abort
+                    let _ = tx.send(Finished {
+                        id,
+                        token,
+                        verdict,
+                        permit: Some(permit),
+                    });
                 },
                 &shared.runtime,
+            );
+        }
+    }
+}
+
+impl Launcher {
+    /// Gives back jobs no handler will run, each with its attempt unused (a release).
+    fn release_all(&self, jobs: Vec<ClaimedJob>) {
+        for job in jobs {
+            let shared = self.shared.clone();
+            self.tracker.spawn_on(
+                async move {
+                    let r = shared.store.release(&shared.queue, &job.id, job.token, Duration::ZERO).await;
+                    match r {
+                        Ok(_) => tracing::debug!(queue = %shared.queue, id = %job.id, "claimed as the consumer ended; released"),
+                        Err(e) => tracing::warn!(queue = %shared.queue, id = %job.id, error = %e, "releasing a job the consumer will not run failed; it returns when its lease lapses"),
+                    }
+                },
+                &self.shared.runtime,
             );
         }
     }

@@ -1,15 +1,21 @@
-//! The settler: turns verdicts into fenced settles. A lone finished job settles at once; jobs that
-//! finish while a settle call is in flight go together in the next `complete_many` (the group
-//! commit), so settles never wait behind claims or parks and one round trip settles many.
+//! The settler: turns verdicts into fenced settles, and fills the slots they free. A lone finished
+//! job settles at once; jobs that finish while a settle call is in flight go together in the next
+//! `complete_many` (the group commit), so settles never wait behind claims or parks and one round
+//! trip settles many. The slots of a batch stay taken until its settles are sent: the claim for
+//! them rides behind the completions in the same round trip (`complete_then_claim`), or follows
+//! the other settles, so a claim never overtakes the settle whose slot it fills (a lane job's slot
+//! is free in the store only once its settle has run).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 
+use super::run::Launcher;
 use super::{Shared, Verdict};
 use crate::error::Result;
+use crate::job::ClaimedJob;
 use crate::keyspace::JobId;
 use crate::store::{Completion, Settled, BATCH_MAX, DURATION_MAX_MS};
 
@@ -19,15 +25,21 @@ pub(crate) struct Finished {
     pub(crate) id: JobId,
     pub(crate) token: u64,
     pub(crate) verdict: Verdict,
+    /// The slot the job ran on: held until its settle is sent, then filled by the claim behind it
+    /// or freed.
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
 }
 
 pub(crate) struct Settler;
 
 impl Settler {
     /// Spawns the settler; it ends once every sender is gone and the channel is drained.
-    pub(crate) fn spawn(shared: Arc<Shared>) -> (JoinHandle<()>, mpsc::UnboundedSender<Finished>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Finished>();
-        let task = tokio::spawn(async move {
+    pub(crate) fn spawn(
+        shared: Arc<Shared>,
+        mut rx: mpsc::UnboundedReceiver<Finished>,
+        launcher: Launcher,
+    ) -> JoinHandle<()> {
+        tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
                 while batch.len() < BATCH_MAX {
@@ -36,20 +48,75 @@ impl Settler {
                         Err(_) => break,
                     }
                 }
-                settle_batch(&shared, batch).await;
+                settle_batch(&shared, &launcher, batch).await;
             }
-        });
-        (task, tx)
+        })
     }
 }
 
-async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
+async fn settle_batch(shared: &Shared, launcher: &Launcher, mut batch: Vec<Finished>) {
+    let permits: Vec<OwnedSemaphorePermit> = batch.iter_mut().filter_map(|f| f.permit.take()).collect();
     let (done, other): (Vec<Finished>, Vec<Finished>) = batch
         .into_iter()
         .partition(|f| matches!(f.verdict, Verdict::Done | Verdict::DoneWith(_)));
-    let completes = replayed(shared, || complete_all(shared, &done));
-    let others = futures::future::join_all(other.iter().map(|f| replayed(shared, || settle_one(shared, f))));
-    let (completed, others) = tokio::join!(completes, others);
+    // the other verdicts settle first, each on its own: the claim comes after them all
+    let others = futures::future::join_all(other.iter().map(|f| replayed(shared, || settle_one(shared, f)))).await;
+    for (f, r) in other.iter().zip(others) {
+        report(shared, f, r.map_err(|e| e.to_string()));
+    }
+    let want = if shared.claiming() {
+        permits.len().min(BATCH_MAX)
+    } else {
+        0
+    };
+    let claimed = complete_then_claim(shared, &done, want).await;
+    // untrack even when the settle failed: the lease will lapse and recovery return the job
+    for f in done.iter().chain(other.iter()) {
+        shared.untrack(&f.id, f.token);
+    }
+    // the claimed jobs start on the batch's slots; the slots left over are freed
+    launcher.start_all(claimed, permits);
+}
+
+/// The completions of `done`, then a claim of `want` jobs behind them, in one round trip; the
+/// jobs it claimed. Each completion's reply is reported here.
+async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) -> Vec<ClaimedJob> {
+    let (store, q) = (&shared.store, &shared.queue);
+    let claimed = |r: Result<Vec<ClaimedJob>>| {
+        r.unwrap_or_else(|e| {
+            tracing::debug!(queue = %q, error = %e, "the claim behind a settle failed; the loop claims next");
+            Vec::new()
+        })
+    };
+    if done.is_empty() {
+        if want == 0 {
+            return Vec::new();
+        }
+        let c = shared.claim_request(want);
+        return claimed(store.claim(q, c.n, c.lease, c.max_attempts, c.settle).await);
+    }
+    let jobs: Vec<Completion> = done
+        .iter()
+        .map(|f| Completion {
+            id: f.id.clone(),
+            token: f.token,
+            output: match &f.verdict {
+                Verdict::DoneWith(o) => Some(o.clone()),
+                _ => None,
+            },
+        })
+        .collect();
+    let settle = shared.opts.settle_options();
+    let (completed, jobs) = match store
+        .complete_then_claim(q, &jobs, settle, shared.claim_request(want))
+        .await
+    {
+        Ok(r) => (r.completed, claimed(r.claimed)),
+        // nothing known of the round trip: the completions are sent again on their own (fenced:
+        // one whose first try landed answers stale) and nothing is claimed
+        Err(e) if e.is_unreachable() => (replayed(shared, || complete_all(shared, done)).await, Vec::new()),
+        Err(e) => (Err(e), Vec::new()),
+    };
     match completed {
         Ok(replies) => {
             for (f, r) in done.iter().zip(replies) {
@@ -58,26 +125,20 @@ async fn settle_batch(shared: &Shared, batch: Vec<Finished>) {
         }
         // one entry refused the whole call before it wrote (an output over the store's limit,
         // say): each settles alone, so only that one fails
-        Err(e) if !e.is_unreachable() && done.len() > 1 => {
+        Err(e) if !e.is_unreachable() => {
             tracing::debug!(queue = %shared.queue, error = %e, "complete_many refused; settling one by one");
-            for f in &done {
+            for f in done {
                 let r = complete_alone(shared, f).await;
                 report(shared, f, r.map_err(|e| e.to_string()));
             }
         }
         Err(e) => {
-            for f in &done {
+            for f in done {
                 report(shared, f, Err(e.to_string()));
             }
         }
     }
-    for (f, r) in other.iter().zip(others) {
-        report(shared, f, r.map_err(|e| e.to_string()));
-    }
-    // untrack even when the settle failed: the lease will lapse and recovery return the job
-    for f in done.iter().chain(other.iter()) {
-        shared.untrack(&f.id, f.token);
-    }
+    jobs
 }
 
 /// Runs a settle again while the store is unreachable, with a doubling pause (50 ms up to 1 s),
@@ -142,6 +203,7 @@ async fn complete_alone(shared: &Shared, f: &Finished) -> Result<Settled> {
                 id: f.id.clone(),
                 token: f.token,
                 verdict: Verdict::Error(format!("completion refused: {e}")),
+                permit: None,
             };
             settle_one(shared, &failed).await
         }

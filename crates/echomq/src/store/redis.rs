@@ -26,9 +26,9 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
-    CancelRequest, Cancelled, ClaimRequest, Completion, Counts, Discarded, Enqueued, Extended, LimitTarget,
-    Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions, Settled,
-    StalledPolicy, Store, Swept, PAYLOAD_LIMIT_DEFAULT,
+    CancelRequest, Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
+    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
+    Settled, StalledPolicy, Store, Swept, PAYLOAD_LIMIT_DEFAULT,
 };
 
 mod args;
@@ -300,6 +300,16 @@ impl Store for RedisStore {
         claim: ClaimRequest,
     ) -> Result<Round> {
         round::recover_promote_claim(self, queue, recovery, pump, claim).await
+    }
+
+    async fn complete_then_claim(
+        &self,
+        queue: &QueueName,
+        jobs: &[Completion],
+        settle: SettleOptions,
+        claim: ClaimRequest,
+    ) -> Result<CompletedThenClaimed> {
+        round::complete_then_claim(self, queue, jobs, settle, claim).await
     }
 
     async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {

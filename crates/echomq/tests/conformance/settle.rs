@@ -1544,7 +1544,50 @@ pub async fn update_data_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
     assert_slot_invariant(ctx).await;
 }
 
+/// complete_then_claim: the completions land ahead of the claim behind them, so a lane job's slot
+/// is free for that claim (its group comes round again in the ring's order), and each part answers
+/// on its own: a stale completion does not stop the claim.
+pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &Ctx) {
+    let a = add_lane(ctx, &group("a"), 2).await;
+    let b = add_lane(ctx, &group("b"), 1).await;
+    let first = claim(ctx, 1, LEASE).await;
+    assert_eq!(ids(&first), std::slice::from_ref(&a[0]));
+    let claim_two = echomq::store::ClaimRequest {
+        n: 2,
+        lease: LEASE,
+        max_attempts: BUDGET,
+        settle: plain(),
+    };
+    let batch = [entry(&a[0], first[0].token, Some("out")), entry(&b[0], 7, None)];
+    let r = ctx
+        .store
+        .complete_then_claim(&ctx.q, &batch, plain(), claim_two)
+        .await
+        .unwrap();
+    assert_eq!(r.completed.unwrap(), [Settled::Ok, Settled::Stale]);
+    let got = r.claimed.unwrap();
+    assert_eq!(
+        ids(&got),
+        [b[0].clone(), a[1].clone()],
+        "b's turn, then a's: its slot was freed first"
+    );
+    assert_slot_invariant(ctx).await;
+    // no claim asked: only the completions
+    let none = echomq::store::ClaimRequest { n: 0, ..claim_two };
+    let done: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.token, None)).collect();
+    let r = ctx
+        .store
+        .complete_then_claim(&ctx.q, &done, plain(), none)
+        .await
+        .unwrap();
+    assert_eq!(r.completed.unwrap(), [Settled::Ok, Settled::Ok]);
+    assert!(r.claimed.unwrap().is_empty());
+    assert_eq!(counts(ctx).await.completed, 3);
+    assert_slot_invariant(ctx).await;
+}
+
 crate::conformance!(
+    complete_then_claim_frees_the_slots_for_the_claim_behind_it,
     every_holder_verb_of_a_job_never_claimed_is_stale,
     release_with_the_holders_token_gives_the_job_back,
     release_with_a_stale_token_is_stale_and_writes_nothing,

@@ -2,6 +2,9 @@
 //! jobs and ≤ 8 MiB of outputs sent in one pipeline, and the encoding of its entries.
 
 use super::args::{num, opt_arg, settle_args};
+use redis::Value;
+
+use super::connection::Call;
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{QueueKeys, QueueName};
@@ -13,7 +16,21 @@ pub(super) async fn complete_many(
     jobs: &[Completion],
     settle: SettleOptions,
 ) -> Result<Vec<Settled>> {
-    let k = QueueKeys::new(queue);
+    let calls = complete_many_calls(store, &QueueKeys::new(queue), jobs, settle)?;
+    if calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    parse_completed(store.run_calls(calls, Vec::new()).await?)
+}
+
+/// The script calls of a batch: ≤ 1000 jobs and ≤ 8 MiB of outputs each. An output over the
+/// store's payload limit refuses the whole batch before anything is sent.
+pub(super) fn complete_many_calls<'a>(
+    store: &'a RedisStore,
+    k: &QueueKeys,
+    jobs: &[Completion],
+    settle: SettleOptions,
+) -> Result<Vec<Call<'a>>> {
     let mut calls = Vec::new();
     for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
         let [keep, recmax] = settle_args(settle);
@@ -22,20 +39,24 @@ pub(super) async fn complete_many(
                 check_payload(o.len(), store.payload_limit)?;
             }
         }
-        let mut args = Vec::with_capacity(5 + batch.len() * 3);
+        let mut args = Vec::with_capacity(4 + batch.len() * 3);
         args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
         settle_entries(batch, &mut args);
-        calls.push((vec![k.active()], args));
+        calls.push(Call {
+            script: &store.scripts.complete_many,
+            keys: vec![k.active()],
+            args,
+        });
     }
-    if calls.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::with_capacity(jobs.len());
-    for v in store
-        .run_pipelined(&store.scripts.complete_many, calls, Vec::new())
-        .await?
-    {
-        for code in reply::array("complete_many", v)? {
+    Ok(calls)
+}
+
+/// The replies of [`complete_many_calls`], one per entry in order; the first failed call fails
+/// the batch.
+pub(super) fn parse_completed(replies: Vec<Result<Value>>) -> Result<Vec<Settled>> {
+    let mut out = Vec::new();
+    for v in replies {
+        for code in reply::array("complete_many", v?)? {
             out.push(reply::settled("complete_many", &code)?);
         }
     }

@@ -1,14 +1,19 @@
-//! recover_promote_claim: a beat's recovery, promote and claim script calls in one pipeline, each
-//! leg's reply read by its verb's module and kept apart.
+//! The consumer's pipelined rounds, each leg's reply read by its verb's module and kept apart:
+//! recover_promote_claim (a beat's recovery, promote and claim) and complete_then_claim (a batch of
+//! completions, then the claim for the slots they free).
 
 use super::claim::{claim_call, parse_claimed};
+use super::complete_many::{complete_many_calls, parse_completed};
 use super::promote::{parse_promoted, promote_call};
 use super::reap::{parse_reaped, reap_call};
 use super::sweep_stalled::{parse_swept, sweep_call};
 use super::RedisStore;
 use crate::error::{Error, Result};
 use crate::keyspace::{QueueKeys, QueueName};
-use crate::store::{check_claim, positive, ClaimRequest, Recovery, Round, BATCH_MAX, REAP_LIMIT};
+use crate::store::{
+    check_claim, positive, ClaimRequest, CompletedThenClaimed, Completion, Recovery, Round, SettleOptions, BATCH_MAX,
+    REAP_LIMIT,
+};
 
 pub(super) async fn recover_promote_claim(
     store: &RedisStore,
@@ -57,6 +62,44 @@ pub(super) async fn recover_promote_claim(
     Ok(Round {
         recovered,
         promoted,
+        claimed,
+    })
+}
+
+pub(super) async fn complete_then_claim(
+    store: &RedisStore,
+    queue: &QueueName,
+    jobs: &[Completion],
+    settle: SettleOptions,
+    claim: ClaimRequest,
+) -> Result<CompletedThenClaimed> {
+    let k = QueueKeys::new(queue);
+    // a batch refused before sending (an output over the limit) sends no claim either: the
+    // caller settles its entries one by one, then claims
+    let mut calls = complete_many_calls(store, &k, jobs, settle)?;
+    let settles = calls.len();
+    if claim.n > 0 {
+        check_claim(claim.lease, claim.max_attempts)?;
+        let n = (claim.n as usize).min(BATCH_MAX);
+        calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
+    }
+    let mut replies = store.run_calls(calls, Vec::new()).await?;
+    let claimed = if claim.n > 0 {
+        match replies.pop() {
+            Some(v) if replies.len() == settles => v.and_then(|v| {
+                let mut out = Vec::new();
+                parse_claimed(v, &mut out).map(|_| out)
+            }),
+            _ => Err(Error::Protocol {
+                verb: "complete_then_claim",
+                reply: "fewer replies than calls".into(),
+            }),
+        }
+    } else {
+        Ok(Vec::new())
+    };
+    Ok(CompletedThenClaimed {
+        completed: parse_completed(replies),
         claimed,
     })
 }
