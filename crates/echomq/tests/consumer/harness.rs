@@ -122,6 +122,14 @@ impl Ctx {
         }
     }
 
+    /// The embedded handle `store` is, and the path of its database file; `None` on Redis.
+    pub fn embedded(&self) -> Option<(&EmbeddedStore, &str)> {
+        match &self.place {
+            Place::Redis { .. } => None,
+            Place::Embedded { handle, path, .. } => Some((handle, path)),
+        }
+    }
+
     /// Waits until the lease of the active job `id` has lapsed on the store's clock.
     pub async fn wait_lease_lapsed(&self, id: &JobId) {
         let deadline = self
@@ -244,6 +252,22 @@ macro_rules! consumer_cases {
                 }
             )*
         }
+        mod embedded_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let ctx = $crate::harness::embedded_ctx(stringify!($case)).await;
+                    super::$case(&ctx).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs each named case against the embedded store only (a behaviour of that store alone).
+#[macro_export]
+macro_rules! embedded_cases {
+    ($($case:ident),* $(,)?) => {
         mod embedded_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,12 +11,15 @@
 //! - `cancel.rs`: a remote cancel, a cancel nobody listened to, a request meant for an earlier job,
 //!   a stale settle that must not untrack the next attempt;
 //! - `recovery.rs`: recover and promote under a backlog, checkpoints, the stalled sweep, the locks
-//!   plane, recovery off.
+//!   plane, recovery off;
+//! - `embedded_only.rs`: the embedded store's direct hand-off, SQLite's storage classes, a failed
+//!   write inside a round, the cancel-requests table.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
 
 mod cancel;
+mod embedded_only;
 mod processing;
 mod recovery;
 mod stop;
