@@ -13,7 +13,9 @@
 //! - `recovery.rs`: recover and promote under a backlog, checkpoints, the stalled sweep, the locks
 //!   plane, recovery off;
 //! - `embedded_only.rs`: the embedded store's direct hand-off, SQLite's storage classes, a failed
-//!   write inside a round, the cancel-requests table.
+//!   write inside a round, the cancel-requests table;
+//! - `redis_only.rs`: a Redis of the test's own (killed, restarted, password-protected, an ACL
+//!   user), the idle command rate.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
@@ -22,5 +24,6 @@ mod cancel;
 mod embedded_only;
 mod processing;
 mod recovery;
+mod redis_only;
 mod stop;
 mod wake;
