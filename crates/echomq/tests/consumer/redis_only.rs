@@ -1,11 +1,13 @@
-//! Tests that need a Redis of their own: the idle command rate (counted by the server, commands
-//! inside scripts included) and CPU, an outage (the server SIGKILLed and restarted from its AOF),
-//! a settle made during one, a settle lost to a longer one (logged at warn), the back-off's growth
-//! through one, a cancel sent after one, a refused password, and a user that may not load scripts.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-#[path = "support/redis_server.rs"]
-mod redis_server;
+//! What only the Redis store has, so it runs on that store alone: a Redis of the test's own,
+//! killed (SIGKILL) and restarted from its AOF, password-protected, or with a user that may not
+//! load scripts; and the idle command rate and CPU, counted by that server. The embedded store has
+//! no server to lose, to log in to or to count commands of. Each test starts its own `redis-server`
+//! (`support/redis_server.rs`; with none on PATH it fails saying how to get one).
+//!
+//! Covered: the idle rate and CPU; an outage ridden out (the server SIGKILLed and restarted from
+//! its AOF); a settle made during one; a settle lost to a longer one (logged at warn); the
+//! back-off's growth through one; a cancel sent after one; a refused password; a user that may not
+//! load scripts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +15,9 @@ use std::time::{Duration, Instant};
 use echomq::store::redis::RedisStore;
 use echomq::store::Store;
 use echomq::{Consumer, ConsumerOptions, JobContext, NewJob, QueueName, Verdict};
-use redis_server::OwnedServer;
+
+use crate::harness::redis_server::{self, OwnedServer};
+use crate::harness::{captured_log, wait_until};
 
 /// CPU ticks (utime + stime, in clock ticks) so far of this process's threads named `name`
 /// (Linux: `/proc/self/task/*/comm` and `stat`).
@@ -184,36 +188,9 @@ async fn a_settle_made_while_redis_is_down_lands_once_it_is_back() {
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
 
-/// What the library logged at warn and above, once this binary's subscriber is installed (it is
-/// process-wide: the tests running beside pick out their own lines by queue name).
-fn captured_warnings() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
-    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        #[derive(Clone)]
-        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = Sink(log.clone());
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || sink.clone())
-            .init();
-        log
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_and_the_job_runs_again() {
-    let log = captured_warnings();
+    let log = captured_log();
     // the settle is replayed for half a lease (500 ms here), then given up: the outage outlasts it
     let mut server = OwnedServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
@@ -281,7 +258,7 @@ async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_
 /// its streak), the loop does wait them out, and once Redis is back the streak ends and work runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_an_outage_the_back_off_doubles_from_the_beat_and_ends_when_redis_is_back() {
-    let log = captured_warnings();
+    let log = captured_log();
     let mut server = OwnedServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
     let store: Arc<dyn Store> = Arc::new(RedisStore::open(&server.url()).await.unwrap());
     let q = QueueName::new("backoff").unwrap();
@@ -392,8 +369,27 @@ async fn a_cancel_sent_after_an_outage_reaches_its_running_job() {
     }
     let probe = tokio::time::timeout(Duration::from_secs(15), started_rx.recv()).await;
     assert_eq!(probe.expect("the consumer recovered"), Some(b"probe".to_vec()));
-    // a beat for the forwarder to subscribe again after the round that found Redis back
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the forwarder subscribed again (the server counts the subscribers of the queue's channel)
+    let channel = echomq::keyspace::QueueKeys::new(&q).cancel();
+    let admin = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(10), "the cancel channel subscribed again", || {
+        let (mut admin, channel) = (admin.clone(), channel.clone());
+        async move {
+            // one channel asked: the reply is [channel, subscribers]
+            let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            subscribers >= 1
+        }
+    })
+    .await;
     let sent = store
         .cancel(&q, &long, Some("operator"), echomq::store::SettleOptions::default())
         .await
