@@ -3,15 +3,15 @@
 machine's noise does not move (its Redis CPU µs per job swings about 2x within minutes).
 
     tools/redis_instructions.py [--jobs 5000] [--batch 100] [--groups 0] [--redis redis-server]
-                                [--lib FILE] [--claim FILE] [--complete-many FILE] [--plain]
+                                [--lib FILE] [--claim FILE] [--complete-many FILE]
 
 Starts `redis-server` under `valgrind --tool=callgrind` on a free loopback port (bounded to 30
 minutes, stopped by its PID), loads the scripts the way the store does (`_lib.lua` first), enqueues
 --jobs flat jobs (--groups G: the jobs spread over G groups of the default limit 1, as the store
 bench's grouped workload), then counts the instructions Redis runs for the claims in batches of --batch, and
-separately for the complete_many calls that settle them (the shared-token layout the store sends
-for such a batch; --plain: (id, token) per job, for older scripts). --lib / --claim /
---complete-many run other versions of the scripts (an A/B: `git show REV:PATH > FILE`). Needs
+separately for the complete_many calls that settle them ((id, token, output) per job, the one
+layout the store sends). --lib / --claim / --complete-many run other versions of the scripts with
+the same replies and arguments (an A/B: `git show REV:PATH > FILE`). Needs
 valgrind (Debian: apt-get install valgrind); Redis's debug symbols are not needed for the totals.
 """
 
@@ -84,7 +84,6 @@ def main():
     ap.add_argument("--lib", default=os.path.join(SCRIPTS, "_lib.lua"))
     ap.add_argument("--claim", default=os.path.join(SCRIPTS, "claim.lua"))
     ap.add_argument("--complete-many", default=os.path.join(SCRIPTS, "complete_many.lua"))
-    ap.add_argument("--plain", action="store_true", help="send (id, token) per job")
     ap.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
     a = ap.parse_args()
     if a.jobs % 1000 or a.jobs % a.batch or not 1 < a.batch <= 1000:
@@ -136,17 +135,11 @@ def main():
             r = conn.cmd("EVALSHA", sha["claim"], 6,
                          *keys("ring", "groups", "pending", "active", "paused", "obliterating"),
                          base, a.batch, 60000, 3, 0, 0, 1 << 24)
-            if r and isinstance(r[-1], list):  # (id, payload) per job, then attempts/group
-                more = r[-1] or [1, b""] * ((len(r) - 1) // 2)
-                return [(r[i], more[i]) for i in range(0, len(r) - 1, 2)]
-            return [(r[i], r[i + 2]) for i in range(0, len(r), 4)]  # older: (id, payload, attempts, group)
+            # (id, payload, token, attempts used, group) per job
+            return [(r[i], r[i + 2]) for i in range(0, len(r), 5)]
 
         def settle(batch):
-            tokens = {str(t) for _, t in batch}
-            if len(tokens) == 1 and len(batch) > 1 and not a.plain:
-                args = [tokens.pop()] + [i for i, _ in batch]
-            else:
-                args = [x for i, t in batch for x in (i, t)]
+            args = [x for i, t in batch for x in (i, t, b"")]
             r = conn.cmd("EVALSHA", sha["complete_many"], 1, *keys("active"), base, len(batch), 0, 0, *args)
             assert all(x == 1 for x in r), r[:5]
 
