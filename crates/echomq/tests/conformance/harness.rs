@@ -210,7 +210,7 @@ static REDIS_URL: OnceLock<String> = OnceLock::new();
 static QUEUE_SEQ: AtomicU32 = AtomicU32::new(0);
 
 #[path = "../support/redis_server.rs"]
-mod redis_server;
+pub mod redis_server;
 
 /// The URL of the Redis the suite runs against: `EMQ_TEST_REDIS_URL`, else a `redis-server` this
 /// process starts on a free loopback port (stopped by its PID when this process is gone).
@@ -226,12 +226,19 @@ pub fn queue_name(case: &str) -> QueueName {
     QueueName::new(format!("t-{case}-{}-{n}", std::process::id())).expect("valid queue name")
 }
 
-/// The Redis world of one case.
+/// The Redis world of one case, on the Redis the suite shares.
 pub async fn redis_ctx(case: &str) -> Ctx {
-    let url = redis_url();
-    let store = RedisStore::open(&url).await.expect("open the Redis store");
+    redis_ctx_at(&redis_url(), case).await
+}
+
+/// The Redis world of one case on the server at `url`: a case that changes the whole server's
+/// state (`SCRIPT FLUSH`, `CONFIG SET`, a flush of the data, a kill or a pause) runs on a server of
+/// its own ([`redis_server::OwnedServer`]), never on the shared one, where every other case would
+/// meet the change.
+pub async fn redis_ctx_at(url: &str, case: &str) -> Ctx {
+    let store = RedisStore::open(url).await.expect("open the Redis store");
     let q = queue_name(case);
-    let probe = RedisProbe::open(&url, &q).await;
+    let probe = RedisProbe::open(url, &q).await;
     Ctx {
         store: Arc::new(store),
         q,
