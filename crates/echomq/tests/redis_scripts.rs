@@ -2,7 +2,8 @@
 //! runs once against Redis instead of once per store (tests/conformance/ runs every case against
 //! every store). A raw `EVAL` of a script with malformed ARGV writes nothing; the two
 //! self-contained scripts answer as the seed's when `EVAL`ed from their file with the seed's KEYS
-//! and ARGV; and every key a script builds uses a suffix the keyspace lists.
+//! and ARGV; every key a script builds uses a suffix the keyspace lists; and every verb reloads its
+//! script after a `SCRIPT FLUSH`, once or in a storm of them (on a Redis of its own).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -42,6 +43,23 @@ macro_rules! redis_cases {
     };
 }
 
+/// Runs each case against a Redis of its own, one `#[tokio::test]` each: the cases that change the
+/// whole server's state (a `SCRIPT FLUSH` on the shared server reaches every other test's verbs).
+macro_rules! owned_server_cases {
+    ($($case:ident),* $(,)?) => {
+        mod owned_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let server = crate::harness::redis_server::OwnedServer::start(&["--appendonly", "no"]);
+                    let ctx = crate::harness::redis_ctx_at(&server.url(), stringify!($case)).await;
+                    super::$case(&ctx).await;
+                }
+            )*
+        }
+    };
+}
+
 redis_cases!(
     enqueue_script_that_fails_validation_writes_nothing,
     sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
@@ -50,11 +68,15 @@ redis_cases!(
     claim_and_complete_many_that_fail_write_nothing,
     complete_many_takes_one_layout_and_refuses_any_other,
     a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs,
-    every_verb_reloads_its_script_after_a_script_flush,
     claim_buries_a_key_of_another_type_and_hands_out_the_rest,
     reap_sweep_and_promote_bury_a_key_of_another_type,
     claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member,
     retry_refuses_a_token_that_is_no_number_and_writes_nothing,
+);
+
+owned_server_cases!(
+    every_verb_reloads_its_script_after_a_script_flush,
+    every_verb_call_succeeds_through_a_storm_of_script_flushes,
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
@@ -541,7 +563,7 @@ async fn active_holds_exactly_the_leased_jobs(ctx: &Ctx) {
 
 /// A server that lost its scripts (a restart, a failover, `SCRIPT FLUSH`) answers `NOSCRIPT`: a
 /// single call and each entry of a pipeline load their script and run once more, so the caller
-/// sees only the verb's reply. (Other cases may flush too: each reloads as this one does.)
+/// sees only the verb's reply.
 async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
     let (conn, _) = raw(ctx);
     let flush = || {
@@ -582,6 +604,102 @@ async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
         .unwrap();
     assert_eq!(done.len(), 2);
     assert_eq!(counts(ctx).await.completed, 2);
+}
+
+/// `SCRIPT FLUSH` in a loop on the case's server while the verbs run: a flush may land between a
+/// verb's reload and its resend, and every call still answers as on a server that keeps its
+/// scripts — single calls, extend_lock (which reads its own error reply), an enqueue's pipeline
+/// with its registration, complete_many's, and the round's three scripts. The verbs keep going
+/// until the flusher has flushed often enough to be sure it overlapped them.
+async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
+    use echomq::store::{Extended, Retried, Settled};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let (conn, _) = raw(ctx);
+    let (stop, flushes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let flusher = tokio::spawn({
+        let (mut conn, stop, flushes) = (conn.clone(), stop.clone(), flushes.clone());
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
+                flushes.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    let settle = SettleOptions::default();
+    let g = group("g");
+    let mut rounds = 0u64;
+    while rounds < 20 || flushes.load(Ordering::Relaxed) < 100 {
+        assert!(rounds < 10_000, "the flusher flushed only {flushes:?} times");
+        let at = format!("round {rounds}");
+        let flat = ctx.store.enqueue(&ctx.q, &jobs(2)).await.expect(&at);
+        ctx.store.genqueue(&ctx.q, &g, &jobs(1)).await.expect(&at);
+        let held = claim(ctx, 3, LEASE).await;
+        assert_eq!(held.len(), 3, "{at}: both flat jobs and the lane's");
+        let (one, two, three) = (&held[0], &held[1], &held[2]);
+        let extended = ctx.store.extend_lock(&ctx.q, &one.id, one.attempts, LEASE).await;
+        assert_eq!(extended.expect(&at), Extended::Ok, "{at}");
+        let updated = ctx
+            .store
+            .update_data(&ctx.q, &one.id, one.attempts, b"checkpoint")
+            .await;
+        assert_eq!(updated.expect(&at), Settled::Ok, "{at}");
+        let done = ctx.store.complete(&ctx.q, &one.id, one.attempts, None, settle).await;
+        assert_eq!(done.expect(&at), Settled::Ok, "{at}");
+        let retried = ctx
+            .store
+            .retry(&ctx.q, &two.id, two.attempts, Duration::ZERO, BUDGET, "again", settle)
+            .await;
+        assert_eq!(retried.expect(&at), Retried::Retrying, "{at}");
+        let done = ctx
+            .store
+            .complete_many(&ctx.q, &completions(std::slice::from_ref(three)), settle)
+            .await;
+        assert_eq!(done.expect(&at), [Settled::Ok], "{at}");
+        let request = echomq::store::ClaimRequest {
+            n: 1,
+            lease: LEASE,
+            max_attempts: BUDGET,
+            settle,
+        };
+        let round = ctx
+            .store
+            .recover_promote_claim(&ctx.q, echomq::consumer::Recovery::Reap, 10, request)
+            .await
+            .expect(&at);
+        round.recovered.expect(&at);
+        round.promoted.expect(&at);
+        let again = round.claimed.expect(&at);
+        assert_eq!(
+            ids(&again),
+            ids(std::slice::from_ref(two)),
+            "{at}: the retried job, ready at once"
+        );
+        let done = ctx.store.complete_many(&ctx.q, &completions(&again), settle).await;
+        assert_eq!(done.expect(&at), [Settled::Ok], "{at}");
+        assert!(ctx.store.get(&ctx.q, flat[0].id()).await.expect(&at).is_none(), "{at}");
+        assert!(ctx.store.queues().await.expect(&at).contains(&ctx.q), "{at}");
+        let c = ctx.store.counts(&ctx.q).await.expect(&at);
+        assert_eq!((c.pending, c.active, c.completed), (0, 0, 3 * (rounds + 1)), "{at}");
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    flusher.await.unwrap();
+    // the verbs did meet the flushes: the server answered NOSCRIPT, and no call saw it
+    let (mut conn, _) = raw(ctx);
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let noscripts: u64 = errors
+        .lines()
+        .find_map(|l| l.strip_prefix("errorstat_NOSCRIPT:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(noscripts > 0, "no verb met NOSCRIPT in {rounds} rounds:\n{errors}");
 }
 
 /// A claim with a lease that is no finite number of ms (Lua's tonumber takes `inf` and `nan`; a

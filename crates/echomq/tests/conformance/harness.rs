@@ -220,12 +220,19 @@ pub fn queue_name(case: &str) -> QueueName {
     QueueName::new(format!("t-{case}-{}-{n}", std::process::id())).expect("valid queue name")
 }
 
-/// The Redis world of one case.
+/// The Redis world of one case, on the Redis the suite shares.
 pub async fn redis_ctx(case: &str) -> Ctx {
-    let url = redis_url();
-    let store = RedisStore::open(&url).await.expect("open the Redis store");
+    redis_ctx_at(&redis_url(), case).await
+}
+
+/// The Redis world of one case on the server at `url`: a case that changes the whole server's
+/// state (`SCRIPT FLUSH`, `CONFIG SET`, a flush of the data, a kill or a pause) runs on a server of
+/// its own ([`redis_server::OwnedServer`]), never on the shared one, where every other case would
+/// meet the change.
+pub async fn redis_ctx_at(url: &str, case: &str) -> Ctx {
+    let store = RedisStore::open(url).await.expect("open the Redis store");
     let q = queue_name(case);
-    let probe = RedisProbe::open(&url, &q).await;
+    let probe = RedisProbe::open(url, &q).await;
     Ctx {
         store: Arc::new(store),
         q,

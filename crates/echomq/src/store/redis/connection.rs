@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, Value};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Value};
 use tracing::Instrument;
 
 use super::scripts::Script;
@@ -16,12 +16,23 @@ use crate::error::{Error, Result};
 use crate::keyspace::{JobId, QueueKeys, QueueName};
 use crate::store::CancelRequest;
 
+/// The most sends of one script call: the first, then a resend after each `NOSCRIPT`. A server
+/// loses its scripts at any moment (a restart, a failover, a `SCRIPT FLUSH`), and may lose them
+/// again between a reload and the resend; each loss costs the call one more round trip, and only
+/// a call answered `NOSCRIPT` on every send ends with that error.
+const NOSCRIPT_SENDS: usize = 5;
+
 /// One script call of a pipeline.
 pub(super) struct Call<'a> {
     pub(super) script: &'a Script,
     pub(super) keys: Vec<String>,
     pub(super) args: Vec<Vec<u8>>,
 }
+
+/// One call's outcome: the server's reply to its script, an error reply left raw (a verb may read
+/// its own codes in it); or the store's error when the script could not be run (its load was
+/// refused, or a resend's round trip failed).
+pub(super) type Sent = Result<RedisResult<Value>>;
 
 impl RedisStore {
     pub(super) fn evalsha(script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Cmd {
@@ -33,31 +44,40 @@ impl RedisStore {
         cmd
     }
 
-    /// Runs one verb's script: `EVALSHA`, and on `NOSCRIPT` a `SCRIPT LOAD` and one resend.
+    /// Runs one verb's script ([`Self::send`]), its error reply mapped to the store's error.
     pub(super) async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Value> {
-        let cmd = Self::evalsha(script, keys, args);
-        let mut conn = self.conn.clone();
-        let span = tracing::trace_span!("emq.store", verb = script.name);
-        match cmd.query_async::<Value>(&mut conn).instrument(span).await {
-            Ok(v) => Ok(v),
-            Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.load(script).await?;
-                cmd.query_async::<Value>(&mut conn)
-                    .await
-                    .map_err(|e| self.error(script.name, e))
-            }
-            Err(e) => Err(self.error(script.name, e)),
-        }
+        self.run_raw(script, keys, args)
+            .await?
+            .map_err(|e| self.error(script.name, e))
+    }
+
+    /// Runs one verb's script ([`Self::send`]), its error reply left raw.
+    pub(super) async fn run_raw(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Sent {
+        let call = Call {
+            script,
+            keys: keys.to_vec(),
+            args,
+        };
+        let mut sent = self.send(vec![call], Vec::new()).await?;
+        sent.pop().unwrap_or_else(|| Err(missing(script.name)))
     }
 
     pub(super) async fn load(&self, script: &Script) -> Result<()> {
         let mut conn = self.conn.clone();
-        let sha: String = redis::cmd("SCRIPT")
+        let reply = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(&script.body)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.error(script.name, e))?;
+            .query_async::<Value>(&mut conn)
+            .await;
+        self.loaded(script, &reply)
+    }
+
+    /// `Ok` when `reply`, a `SCRIPT LOAD` of `script` answered, is the script's SHA.
+    fn loaded(&self, script: &Script, reply: &RedisResult<Value>) -> Result<()> {
+        let sha = match reply {
+            Ok(v) => redis::from_redis_value_ref::<String>(v).unwrap_or_else(|_| format!("{v:?}")),
+            Err(e) => return Err(self.error(script.name, e.clone())),
+        };
         if sha != script.sha {
             return Err(Error::Protocol {
                 verb: script.name,
@@ -82,15 +102,36 @@ impl RedisStore {
         self.run_calls(calls, extra).await?.into_iter().collect()
     }
 
-    /// Runs script calls in one round trip, then `extra` plain commands. Entries answered
-    /// `NOSCRIPT` (nothing ran for them) are resent once after a `SCRIPT LOAD`. `Err` only when the
-    /// round trip itself failed; each entry's reply or error is its own (a failed load included).
+    /// Runs script calls in one round trip ([`Self::send`]), then `extra` plain commands; each
+    /// call's reply or error is its own, an error reply mapped to the store's error.
     pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
+        let names: Vec<&'static str> = calls.iter().map(|c| c.script.name).collect();
+        let sent = self.send(calls, extra).await?;
+        Ok(sent
+            .into_iter()
+            .zip(names)
+            .map(|(s, name)| s.and_then(|r| r.map_err(|e| self.error(name, e))))
+            .collect())
+    }
+
+    /// Every script call goes this way: the calls in one pipeline, then `extra` plain commands
+    /// (their replies unread). Calls answered `NOSCRIPT` (nothing ran for them) are sent again in
+    /// one pipeline, behind a `SCRIPT LOAD` of each of their scripts, until they run or
+    /// [`NOSCRIPT_SENDS`] sends are made; a call then still answered `NOSCRIPT` keeps that reply,
+    /// and one whose script's load was refused takes the load's error at once. `Err` only when the
+    /// first round trip failed; after it each call's outcome is its own, and a call that ran keeps
+    /// its reply whatever the others meet (a claim among them leased its jobs: its reply must reach
+    /// the caller).
+    async fn send(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Sent>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
-        let scripts: Vec<&Script> = calls.iter().map(|c| c.script).collect();
+        let span = tracing::trace_span!("emq.store", verb);
+        let mut out: Vec<Option<Sent>> = calls.iter().map(|_| None).collect();
+        // the pipeline: a load of each of `loads`, then the calls `sending` (index in `out`, script)
+        let mut loads: Vec<&Script> = Vec::new();
+        let mut sending: Vec<(usize, &Script)> = calls.iter().map(|c| c.script).enumerate().collect();
+        let mut pipe = redis::pipe();
         // each call's arguments moved into its command, once (a bulk enqueue's are megabytes: every
         // copy made before the first byte is sent is time the server waits)
-        let mut pipe = redis::pipe();
         for c in calls {
             pipe.add_command(Self::evalsha(c.script, &c.keys, c.args));
         }
@@ -98,33 +139,66 @@ impl RedisStore {
             pipe.add_command(c);
         }
         let mut conn = self.conn.clone();
-        let results: Vec<redis::RedisResult<Value>> = pipe
-            .ignore_errors()
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.error(verb, e))?;
-        let mut out = Vec::with_capacity(scripts.len());
-        let mut resend = pipe.cmd_iter();
-        for (r, script) in results.into_iter().zip(&scripts) {
-            // the command of this entry (the iterator walks the pipeline beside the replies)
-            let cmd = resend.next();
-            out.push(match (r, cmd) {
-                (Ok(v), _) => Ok(v),
-                // a load that fails is this entry's error alone: the other entries ran (a claim
-                // among them leased its jobs), and their replies must reach the caller
-                (Err(e), Some(cmd)) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    match self.load(script).await {
-                        Ok(()) => cmd
-                            .query_async::<Value>(&mut conn)
-                            .await
-                            .map_err(|e| self.error(script.name, e)),
-                        Err(e) => Err(e),
+        for send in 1..=NOSCRIPT_SENDS {
+            let replies = pipe
+                .ignore_errors()
+                .query_async::<Vec<RedisResult<Value>>>(&mut conn)
+                .instrument(span.clone())
+                .await;
+            let mut load_replies = match replies {
+                Ok(r) => r,
+                Err(e) if send == 1 => return Err(self.error(verb, e)),
+                // a resend's round trip failed: the calls it carried take its error
+                Err(e) => {
+                    for (i, script) in sending {
+                        out[i] = Some(Err(self.error(script.name, e.clone())));
                     }
+                    break;
                 }
-                (Err(e), _) => Err(self.error(script.name, e)),
-            });
+            };
+            let replies = load_replies.split_off(loads.len().min(load_replies.len()));
+            let cmds = pipe.cmd_iter().skip(loads.len());
+            let mut resend = Vec::new();
+            for ((i, script), (reply, cmd)) in sending.into_iter().zip(replies.into_iter().zip(cmds)) {
+                match reply {
+                    Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                        // a refused load (a user without `SCRIPT LOAD`) would be refused again
+                        let refused = loads
+                            .iter()
+                            .position(|s| std::ptr::eq(*s, script))
+                            .and_then(|at| self.loaded(script, &load_replies[at]).err());
+                        if let Some(refused) = refused {
+                            out[i] = Some(Err(refused));
+                        } else if send == NOSCRIPT_SENDS {
+                            out[i] = Some(Ok(Err(e)));
+                        } else {
+                            resend.push((i, script, cmd.clone()));
+                        }
+                    }
+                    reply => out[i] = Some(Ok(reply)),
+                }
+            }
+            if resend.is_empty() {
+                break;
+            }
+            loads.clear();
+            pipe = redis::pipe();
+            for (_, script, _) in &resend {
+                if !loads.iter().any(|s| std::ptr::eq(*s, *script)) {
+                    loads.push(script);
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(&script.body);
+                }
+            }
+            sending = Vec::with_capacity(resend.len());
+            for (i, script, cmd) in resend {
+                pipe.add_command(cmd);
+                sending.push((i, script));
+            }
         }
-        Ok(out)
+        Ok(out
+            .into_iter()
+            .map(|s| s.unwrap_or_else(|| Err(missing(verb))))
+            .collect())
     }
 
     /// The store's error for a script's error reply: the scripts' own codes (`EMQOBLITERATING`,
@@ -264,5 +338,122 @@ pub(super) fn unreachable_or(addr: &str, verb: &'static str, e: RedisError) -> E
             verb,
             reason: e.to_string(),
         }
+    }
+}
+
+/// The error for a call the server's replies left unanswered.
+fn missing(verb: &'static str) -> Error {
+    Error::Protocol {
+        verb,
+        reply: "fewer replies than calls".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::NOSCRIPT_SENDS;
+    use crate::keyspace::QueueName;
+    use crate::store::redis::RedisStore;
+    use crate::store::{ClaimRequest, Recovery, SettleOptions, Store};
+
+    /// A stand-in for a server that keeps losing its scripts, on a loopback port: its first `lost`
+    /// `EVALSHA`s are answered `NOSCRIPT` and the later ones `:1`, a `SCRIPT LOAD` its body's SHA-1,
+    /// the store's `CONFIG GET` `noeviction`, anything else `+OK`. Counts the `EVALSHA`s.
+    fn losing_server(lost: usize) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let evalshas = Arc::new(AtomicUsize::new(0));
+        let counted = evalshas.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().map_while(|c| c.ok()) {
+                let counted = counted.clone();
+                std::thread::spawn(move || serve(conn, lost, &counted));
+            }
+        });
+        (url, evalshas)
+    }
+
+    fn serve(conn: TcpStream, lost: usize, evalshas: &AtomicUsize) {
+        let mut out = conn.try_clone().unwrap();
+        let mut input = BufReader::new(conn);
+        while let Some(cmd) = command(&mut input) {
+            let reply = match cmd[0].to_ascii_uppercase().as_slice() {
+                b"EVALSHA" if evalshas.fetch_add(1, Ordering::SeqCst) < lost => "-NOSCRIPT no script\r\n".into(),
+                b"EVALSHA" => ":1\r\n".into(),
+                b"SCRIPT" => {
+                    let sha = sha1_smol::Sha1::from(&cmd[2]).digest().to_string();
+                    format!("${}\r\n{sha}\r\n", sha.len())
+                }
+                b"CONFIG" => "*2\r\n$16\r\nmaxmemory-policy\r\n$10\r\nnoeviction\r\n".into(),
+                _ => "+OK\r\n".to_string(),
+            };
+            if out.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// One command of the client's, as its arguments (`None` once the connection closes).
+    fn command(input: &mut impl BufRead) -> Option<Vec<Vec<u8>>> {
+        let mut line = String::new();
+        input.read_line(&mut line).ok().filter(|n| *n > 0)?;
+        let n: usize = line.trim_end().strip_prefix('*')?.parse().ok()?;
+        (0..n)
+            .map(|_| {
+                line.clear();
+                input.read_line(&mut line).ok()?;
+                let len: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
+                let mut arg = vec![0; len + 2];
+                input.read_exact(&mut arg).ok()?;
+                arg.truncate(len);
+                Some(arg)
+            })
+            .collect()
+    }
+
+    /// The store's error for a `NOSCRIPT` reply.
+    fn noscript(e: &crate::Error) -> bool {
+        matches!(e, crate::Error::Store { reason, .. } if reason.starts_with("NoScript"))
+    }
+
+    #[tokio::test]
+    async fn a_call_meeting_noscript_on_every_send_but_the_last_runs() {
+        let (url, evalshas) = losing_server(NOSCRIPT_SENDS - 1);
+        let store = RedisStore::open(&url).await.unwrap();
+        store.pause(&QueueName::new("q").unwrap()).await.unwrap();
+        assert_eq!(evalshas.load(Ordering::SeqCst), NOSCRIPT_SENDS);
+    }
+
+    #[tokio::test]
+    async fn a_call_meeting_noscript_on_every_send_ends_with_it_after_the_bound() {
+        let (url, evalshas) = losing_server(usize::MAX);
+        let store = RedisStore::open(&url).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        let err = store.pause(&q).await.unwrap_err();
+        assert!(noscript(&err), "{err}");
+        assert_eq!(evalshas.load(Ordering::SeqCst), NOSCRIPT_SENDS, "a single call");
+        // a pipeline: each entry alike
+        let claim = ClaimRequest {
+            n: 1,
+            lease: Duration::from_secs(30),
+            max_attempts: 3,
+            settle: SettleOptions::default(),
+        };
+        let round = store.recover_promote_claim(&q, Recovery::Off, 10, claim).await.unwrap();
+        let promoted = round.promoted.unwrap_err();
+        assert!(noscript(&promoted), "{promoted}");
+        let claimed = round.claimed.unwrap_err();
+        assert!(noscript(&claimed), "{claimed}");
+        assert_eq!(
+            evalshas.load(Ordering::SeqCst),
+            3 * NOSCRIPT_SENDS,
+            "the single call's, then the round's two entries"
+        );
     }
 }

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use redis::{ErrorKind, Value};
-
 use super::args::{ms, num};
 use super::{reply, RedisStore};
 use crate::error::Result;
@@ -21,17 +19,13 @@ pub(super) async fn extend_lock(
 ) -> Result<Extended> {
     positive("lease", millis("lease", lease)?)?;
     let k = QueueKeys::new(queue);
-    let cmd = RedisStore::evalsha(
-        &store.scripts.extend_lock,
-        &[k.active(), k.job(id)],
-        vec![id.as_str().as_bytes().to_vec(), num(token), ms(lease)],
-    );
-    let mut conn = store.conn.clone();
-    let mut result = cmd.query_async::<Value>(&mut conn).await;
-    if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)) {
-        store.load(&store.scripts.extend_lock).await?;
-        result = cmd.query_async::<Value>(&mut conn).await;
-    }
+    let result = store
+        .run_raw(
+            &store.scripts.extend_lock,
+            &[k.active(), k.job(id)],
+            vec![id.as_str().as_bytes().to_vec(), num(token), ms(lease)],
+        )
+        .await?;
     match result {
         Ok(v) => match reply::int("extend_lock", &v)? {
             1 => Ok(Extended::Ok),
