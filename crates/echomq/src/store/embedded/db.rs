@@ -328,12 +328,9 @@ impl<'a> Db<'a> {
         Ok(())
     }
 
-    /// RPUSH of n wake tokens, trimmed to 16; none while the queue is paused (nothing is
-    /// claimable then: resume pushes them).
-    pub(crate) fn wake(&self, n: i64) -> R<()> {
-        if n <= 0 || self.exists_flag("paused")? {
-            return Ok(());
-        }
+    /// RPUSH of n wake tokens (n > 0), trimmed to 16. The caller tells a paused queue, which gets
+    /// none ([`super::common::wake`]).
+    pub(crate) fn push_wakes(&self, n: i64) -> R<()> {
         self.tx
             .prepare_cached(
                 "INSERT INTO emq_kv (queue, key, value) VALUES (?1, 'wakes', min(?2, ?3)) \
