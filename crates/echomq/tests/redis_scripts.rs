@@ -953,8 +953,9 @@ async fn retry_refuses_a_token_that_is_no_number_and_writes_nothing(ctx: &Ctx) {
 
 /// Every script reads all it will read before its first write. On a server that refuses the job
 /// rows to a user (an ACL whose key pattern leaves out `job:*`, as a Cluster slot in migration
-/// refuses keys), each verb that reads rows fails, and the queue is exactly as it was: no write
-/// happened before the refusal. ACL rules are server-wide, so the case owns its server.
+/// refuses keys), each verb that reads rows (or reaches the rows it only writes) fails, and the
+/// queue is exactly as it was: no write happened before the refusal. ACL rules are server-wide, so
+/// the case owns its server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     use echomq::store::redis::RedisStore;
@@ -966,6 +967,13 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let probe = harness::RedisProbe::open(&url, &q).await;
     let plain = SettleOptions::default();
     let g = group("g");
+    // a dead job, for redrive
+    admin.enqueue(&q, &jobs(1)).await.unwrap();
+    let doomed = admin.claim(&q, 1, LEASE, BUDGET, plain).await.unwrap();
+    admin
+        .discard(&q, &doomed[0].id, doomed[0].token, "x", plain)
+        .await
+        .unwrap();
     admin.enqueue(&q, &jobs(4)).await.unwrap();
     admin.genqueue(&q, &g, &jobs(2)).await.unwrap();
     let held = admin.claim(&q, 3, LEASE, BUDGET, plain).await.unwrap();
@@ -973,7 +981,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let lapsing = admin.claim(&q, 1, SHORT, BUDGET, plain).await.unwrap();
     assert_eq!(lapsing.len(), 1);
     let delayed: Vec<NewJob> = jobs(2).into_iter().map(|j| j.with_delay(SHORT)).collect();
-    admin.enqueue(&q, &delayed).await.unwrap();
+    let delayed = admin.enqueue(&q, &delayed).await.unwrap();
     // the short lease lapsed and the delayed jobs are due
     tokio::time::sleep(SHORT * 4).await;
 
@@ -1004,7 +1012,9 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let refused = |what: &str, r: Result<String, echomq::Error>| {
         let err = r.expect_err(&format!("{what}: refused the rows, it must fail"));
         assert!(
-            ["NOPERM", "can't access", "permission"].iter().any(|m| err.to_string().contains(m)),
+            ["NOPERM", "can't access", "permission"]
+                .iter()
+                .any(|m| err.to_string().contains(m)),
             "{what}: the server's refusal, not another error: {err}"
         );
     };
@@ -1066,6 +1076,68 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
             .map(|v| format!("{v:?}")),
     );
     refused("promote", limited.promote(&q, 100).await.map(|v| format!("{v:?}")));
+    refused(
+        "update_data",
+        limited
+            .update_data(&q, &c.id, c.token, b"new")
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "extend_lock",
+        limited
+            .extend_lock(&q, &c.id, c.token, LEASE)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "cancel",
+        limited
+            .cancel(&q, &c.id, Some("stop"), plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "cancel (a waiting job)",
+        limited
+            .cancel(&q, delayed[0].id(), None, plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "remove",
+        limited.remove(&q, &c.id, true).await.map(|v| format!("{v:?}")),
+    );
+    refused(
+        "redrive",
+        limited.redrive(&q, &doomed[0].id, 1).await.map(|v| format!("{v:?}")),
+    );
+    refused(
+        "redrive_all",
+        limited.redrive_all(&q, 1).await.map(|v| format!("{v:?}")),
+    );
+    refused(
+        "promote_job",
+        limited.promote_job(&q, delayed[1].id()).await.map(|v| format!("{v:?}")),
+    );
+    refused("drain", limited.drain(&q).await.map(|v| format!("{v:?}")));
+    refused(
+        "obliterate",
+        limited.obliterate(&q, true).await.map(|v| format!("{v:?}")),
+    );
+    // new rows are reached before the first write too: generated ids and caller ids alike
+    refused("enqueue", limited.enqueue(&q, &jobs(2)).await.map(|v| format!("{v:?}")));
+    refused(
+        "enqueue (caller ids)",
+        limited
+            .enqueue(&q, &[NewJob::new("x").with_id(id("mine"))])
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "genqueue",
+        limited.genqueue(&q, &g, &jobs(2)).await.map(|v| format!("{v:?}")),
+    );
     assert_eq!(
         probe.snapshot().await,
         before,
@@ -1074,5 +1146,10 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     // the same verbs, by a user the server does not refuse, go through
     assert_eq!(admin.reap(&q, 100).await.unwrap(), 1);
     assert_eq!(admin.promote(&q, 100).await.unwrap().moved, 2);
+    assert_eq!(admin.redrive_all(&q, 1).await.unwrap(), 1);
+    assert!(matches!(
+        admin.obliterate(&q, true).await.unwrap(),
+        Obliterated::Done { .. }
+    ));
     drop(server);
 }

@@ -158,7 +158,11 @@ pub async fn release_uses_no_attempt_of_the_budget(ctx: &Ctx) {
         .clone();
     for round in 1..=2u64 {
         let held = claim(ctx, 1, LEASE).await;
-        assert_eq!(ids(&held), std::slice::from_ref(&id), "round {round}: within its budget");
+        assert_eq!(
+            ids(&held),
+            std::slice::from_ref(&id),
+            "round {round}: within its budget"
+        );
         assert_eq!((held[0].attempts, held[0].token), (1, round));
         ctx.store
             .release(&ctx.q, &id, held[0].token, Duration::ZERO)
@@ -200,7 +204,11 @@ pub async fn release_then_a_reap_counts_only_the_attempts_used(ctx: &Ctx) {
     lapse(ctx, &id).await;
     assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
     let last = claim(ctx, 1, LEASE).await;
-    assert_eq!(ids(&last), std::slice::from_ref(&id), "one attempt used of two: handed out");
+    assert_eq!(
+        ids(&last),
+        std::slice::from_ref(&id),
+        "one attempt used of two: handed out"
+    );
     assert_eq!((last[0].attempts, last[0].token), (2, 3));
 }
 
@@ -253,7 +261,11 @@ pub async fn release_count_malformed_on_a_row_buries_it_at_claim(ctx: &Ctx) {
         ctx.probe.set_row_field(&id, "free", bad).await;
         let ok = add(ctx, None, "fine").await;
         let got = claim(ctx, 10, LEASE).await;
-        assert_eq!(ids(&got), std::slice::from_ref(&ok), "free {bad}: only the sound row is handed out");
+        assert_eq!(
+            ids(&got),
+            std::slice::from_ref(&ok),
+            "free {bad}: only the sound row is handed out"
+        );
         assert_eq!(ctx.probe.row_field(&id, "state").await.as_deref(), Some("dead"));
         let err = ctx.probe.row_field(&id, "last_error").await.unwrap_or_default();
         assert!(err.contains("malformed row: free"), "free {bad}: {err:?}");
