@@ -382,8 +382,8 @@ local function emq_publish_ready(base, g, s, ready, paused)
 end
 
 -- the decimal texts of the n sequence values after seq, in order — the prefix of each run of ten
--- formatted once (docs/performance.md: the bulk enqueue) — into `into`, each once, or twice in a row
--- when `copies` is 2 (the score/member pairs of a ZADD)
+-- formatted once (docs/performance.md: the bulk enqueue's id texts) — into `into`, each once, or
+-- twice in a row when `copies` is 2 (the score/member pairs of a ZADD)
 local function emq_seq_texts(seq, n, into, copies)
   local digits = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
   local tens, prefix, k = -1, '', 0

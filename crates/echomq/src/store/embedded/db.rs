@@ -308,8 +308,8 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// INCRBY, the new value: a read, then a write of the known sum (an upsert with `RETURNING`
-    /// builds a table for its one row, and costs as much as both statements together).
+    /// INCRBY, the new value: a read, then a write of the known sum, not an upsert with
+    /// `RETURNING` (which builds a result table for its one row; `docs/performance.md`).
     pub(crate) fn kv_incr(&self, key: &str, by: i64) -> R<i64> {
         let value = self.kv_get(key)?.unwrap_or(0) + by;
         self.kv_set(key, value)?;
