@@ -1,8 +1,9 @@
 //! Redis-only tests: what is about the Lua scripts themselves rather than the Store contract, so it
 //! runs once against Redis instead of once per store (tests/conformance/ runs every case against
 //! every store). A raw `EVAL` of a script with malformed ARGV writes nothing; the two
-//! self-contained scripts answer as the seed's when `EVAL`ed from their file with the seed's KEYS
-//! and ARGV; and every key a script builds uses a suffix the keyspace lists.
+//! self-contained scripts answer as their headers state when `EVAL`ed from their file with the
+//! KEYS and ARGV those headers give; every key a script builds uses a suffix the keyspace lists;
+//! and a script refused a key fails before its first write.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -366,7 +367,7 @@ pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
     .await;
     assert_eq!(redis::from_redis_value::<i64>(gone.unwrap()).unwrap(), -1);
     assert_eq!(zscore(ctx, "active", &JobId::new("nope").unwrap()).await, None);
-    // DESIGN's fix: the holder's token but the id not in active → EMQSTALE, never re-added
+    // the holder's token but the id not in active → EMQSTALE, never re-added
     let (mut conn, _) = raw(ctx);
     let _: u64 = conn.zrem(&keys[0], id.as_str()).await.unwrap();
     let out = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.token, 60_000)).await;
