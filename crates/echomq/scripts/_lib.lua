@@ -4,58 +4,18 @@
 -- Every key here is the queue base ARGV[1] = 'emq:{q}:' plus a suffix listed in keyspace.rs.
 --
 -- Reads first. A script reads everything it will read before its first write, and reaches the keys
--- it only writes with emq_touch there too. Redis keeps the writes of a script that fails half-way,
--- and on a Redis Cluster any key of a slot being migrated can be refused at any call: a refusal (or
--- any error) before the first write leaves the queue as it was, and once every key the script
--- touches has answered, none of its later calls can be refused. Helpers named *_read only read and
--- come before the first write; the others write.
+-- it only writes with emq_touch there too (all but the key of its first write: refused, that write
+-- leaves the queue as it was as well). Redis keeps the writes of a script that fails half-way, and
+-- on a Redis Cluster any key of a slot being migrated can be refused at any call: a refusal (or any
+-- error) before the first write leaves the queue as it was, and once every key the script touches
+-- has answered, none of its later calls can be refused. A loop over many jobs reads them all, then
+-- writes them all. Helpers named *_read only read and come before the first write; the others
+-- write.
 
 -- the store's clock, in ms
 local function emq_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- a group's (active count, limit): its own limit, else the queue default l:~, else 1
-local function emq_slots(base, g)
-  local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'l:' .. g, 'l:~')
-  return tonumber(f[1]) or 0, tonumber(f[2]) or tonumber(f[3]) or 1
-end
-
--- the ring step for group g: when its r: flag is unset and it is eligible (a ready job and a free
--- slot), RPUSH it and set the flag. O(1), never scans the ring. Returns 1 when pushed.
-local function emq_ring_step(base, g)
-  local groups = base .. 'groups'
-  if redis.call('HEXISTS', groups, 'r:' .. g) == 1 then return 0 end
-  local active, limit = emq_slots(base, g)
-  if active >= limit then return 0 end
-  if redis.call('LLEN', base .. 'lane:' .. g) == 0 then return 0 end
-  redis.call('RPUSH', base .. 'ring', g)
-  redis.call('HSET', groups, 'r:' .. g, '1')
-  return 1
-end
-
--- the ring step for the flat set, member '~'
-local function emq_ring_step_flat(base)
-  local groups = base .. 'groups'
-  if redis.call('HEXISTS', groups, 'r:~') == 1 then return 0 end
-  if redis.call('ZCARD', base .. 'pending') == 0 then return 0 end
-  redis.call('RPUSH', base .. 'ring', '~')
-  redis.call('HSET', groups, 'r:~', '1')
-  return 1
-end
-
--- how many jobs the `added` ready jobs just pushed on g's lane made claimable: min(len, free)
--- after the push less min(len - added, free) before it (jobs behind a waiting one already filling
--- every free slot make nothing claimable). Call it after the push.
-local function emq_claimable(base, g, added)
-  local active, limit = emq_slots(base, g)
-  local free = limit - active
-  if free < 0 then free = 0 end
-  local len = redis.call('LLEN', base .. 'lane:' .. g)
-  local before = len - added
-  if before < 0 then before = 0 end
-  return math.min(len, free) - math.min(before, free)
 end
 
 -- whether n is a whole number from least up to 2^53 (nil, NaN and the infinities are not: NaN and
@@ -65,12 +25,20 @@ local function emq_whole(n, least)
 end
 
 -- reaches keys the script writes without reading them (suffixes of the queue base), before its
--- first write: one EXISTS, refused whole when any of them is not served here
+-- first write: EXISTS of at most 1000 keys at a time, refused whole when any of them is not served
+-- here
 local function emq_touch(base, suffixes)
-  if #suffixes == 0 then return end
-  local keys = {}
-  for i, s in ipairs(suffixes) do keys[i] = base .. s end
-  redis.call('EXISTS', unpack(keys))
+  for i = 1, #suffixes, 1000 do
+    local keys = {}
+    for j = i, math.min(i + 999, #suffixes) do keys[#keys + 1] = base .. suffixes[j] end
+    redis.call('EXISTS', unpack(keys))
+  end
+end
+
+-- the rows of these ids (suffixes job:<id>) added to a list of suffixes for emq_touch
+local function emq_rows_of(ids, into)
+  for _, id in ipairs(ids) do into[#into + 1] = 'job:' .. id end
+  return into
 end
 
 -- whether the queue is paused: a paused queue makes nothing claimable, so its scripts push no wake
@@ -80,12 +48,9 @@ local function emq_paused_read(base)
 end
 
 -- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16; none
--- while paused. `paused` as emq_paused_read read it, before the first write; nil = read it here
--- (only in a script whose earlier writes reached `paused` and `wake` already)
+-- while paused (`paused` as emq_paused_read read it before the first write; `wake` reached then)
 local function emq_wake(base, n, paused)
-  if n <= 0 then return end
-  if paused == nil then paused = emq_paused_read(base) end
-  if paused then return end
+  if n <= 0 or paused then return end
   if n > 16 then n = 16 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
@@ -94,9 +59,10 @@ local function emq_wake(base, n, paused)
   end
 end
 
--- what a lane job of g leaving `active` needs of g, read once per script (lanes[g] keeps it, and
--- the writes below keep it up to date): its active count a:<g>, whether it is on the ring (r:<g>),
--- its limit (its own, else the queue default l:~, else 1) and its lane's length
+-- what a lane job of g leaving `active`, or ready jobs joining g's lane, need of g, read once per
+-- script before its first write (lanes[g] keeps it, and the writes keep it up to date): its active
+-- count a:<g>, whether it is on the ring (r:<g>), its limit (its own, else the queue default l:~,
+-- else 1) and its lane's length
 local function emq_lane_read(lanes, base, g)
   local s = lanes[g]
   if s then return s end
@@ -111,24 +77,47 @@ local function emq_lane_read(lanes, base, g)
   return s
 end
 
+-- whether group g (s: its state from emq_lane_read) belongs back on the ring: off it, with a ready
+-- job and a free slot
+local function emq_lane_eligible(s)
+  return not (s.ringed or s.a >= s.limit or s.len == 0)
+end
+
+-- the ring step for g (s from emq_lane_read): g pushed at the ring's tail and its r: flag set when
+-- eligible. O(1), never scans the ring. Returns 1 when pushed.
+local function emq_lane_ring(base, g, s)
+  if not emq_lane_eligible(s) then return 0 end
+  redis.call('RPUSH', base .. 'ring', g)
+  redis.call('HSET', base .. 'groups', 'r:' .. g, '1')
+  s.ringed = true
+  return 1
+end
+
 -- a lane job of g left `active` (s: g's state from emq_lane_read): the slot invariant (a:<g> less
--- one, deleted at 0), then the ring step for g (pushed back at the ring's tail when off it with a
--- ready job and a free slot). Returns 1 when it put g back on the ring: a job made claimable. A
--- caller that puts the job back on g's lane does so first (emq_lane_front).
+-- one, deleted at 0), then the ring step for g. Returns 1 when it put g back on the ring: a job
+-- made claimable. A caller that puts the job back on g's lane does so first (emq_lane_front).
 local function emq_lane_leave(base, g, s)
-  local groups = base .. 'groups'
   s.a = s.a - 1
   if s.a <= 0 then
     s.a = 0
-    redis.call('HDEL', groups, 'a:' .. g)
+    redis.call('HDEL', base .. 'groups', 'a:' .. g)
   else
-    redis.call('HSET', groups, 'a:' .. g, s.a)
+    redis.call('HSET', base .. 'groups', 'a:' .. g, s.a)
   end
-  if s.ringed or s.a >= s.limit or s.len == 0 then return 0 end
-  redis.call('RPUSH', base .. 'ring', g)
-  redis.call('HSET', groups, 'r:' .. g, '1')
-  s.ringed = true
-  return 1
+  return emq_lane_ring(base, g, s)
+end
+
+-- `added` ready jobs joined the tail of g's lane (s from emq_lane_read, its len counting them): the
+-- ring step for g, and how many of them g's free slots make claimable — min(len, free) after the
+-- push less min(len - added, free) before it (jobs behind waiting ones that already fill every
+-- free slot make nothing claimable)
+local function emq_lane_step(base, g, s, added)
+  emq_lane_ring(base, g, s)
+  local free = s.limit - s.a
+  if free < 0 then free = 0 end
+  local before = s.len - added
+  if before < 0 then before = 0 end
+  return math.min(s.len, free) - math.min(before, free)
 end
 
 -- a job back at the front of g's lane (s: g's state from emq_lane_read), its row pending
@@ -164,18 +153,6 @@ local function emq_flat_step(base, s)
   s.ringed = true
 end
 
--- a lane job of g left `active`: its slot freed and the ring step, from one read of g's fields.
--- Returns 1 when it put g back on the ring. For scripts that write before they read g: their earlier
--- reads must have reached `groups` and g's lane (emq_lane_read and emq_lane_leave are the rule).
-local function emq_release(base, g)
-  return emq_lane_leave(base, g, emq_lane_read({}, base, g))
-end
-
--- a lane job left `active`: emq_release, and a wake when it put g back on the ring
-local function emq_leave_lane(base, g)
-  emq_wake(base, emq_release(base, g))
-end
-
 -- the fence of every holder verb: the caller holds the job when the row's attempts equal its token
 -- and its id is in `active` (the caller tests that). Returns -1 (gone: no row) or 0 (stale: another
 -- token, or none); else nil, the row's group (nil for a flat job) and the HMGET reply, whose fields
@@ -209,11 +186,7 @@ local function emq_retention_read(base, keep, adding)
   local done = base .. 'completed'
   local over = redis.call('ZCARD', done) + adding - keep
   if over <= 0 then return end
-  local rows = {}
-  for i, old in ipairs(redis.call('ZRANGE', done, 0, over - 1)) do rows[i] = 'job:' .. old end
-  for i = 1, #rows, 1000 do
-    emq_touch(base, { unpack(rows, i, math.min(i + 999, #rows)) })
-  end
+  emq_touch(base, emq_rows_of(redis.call('ZRANGE', done, 0, over - 1), {}))
 end
 
 -- a finished job (completed / cancelled): retained (newest `keep` rows, trimmed) or deleted
@@ -293,14 +266,16 @@ local function emq_count(base, event, n)
   if n > 0 then redis.call('HINCRBY', base .. 'metrics:' .. event, 'count', n) end
 end
 
--- a job made ready again: the flat set at a fresh sequence, or its lane's tail; its state pending
-local function emq_ready(base, id, g)
+-- a job made ready again: the flat set at a fresh sequence (`id` reached before the first write),
+-- or its lane's tail; its state pending; s (emq_lane_read's for g, else emq_flat_read's) counts it
+local function emq_ready(base, id, g, s)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
   if g then
     redis.call('RPUSH', base .. 'lane:' .. g, id)
   else
     redis.call('ZADD', base .. 'pending', redis.call('INCR', base .. 'id'), id)
   end
+  s.len = s.len + 1
 end
 
 -- ZADD/ZREM/RPUSH/HSET/HDEL (on `key`) or DEL/EXISTS (key = nil) with many arguments, unpacked in
@@ -390,26 +365,25 @@ local function emq_bad_args(verb, what)
 end
 
 -- ready new jobs published: to the flat set (`ready` = score/member pairs) or g's lane (`ready` =
--- ids), then the ring step and one wake per job made claimable
-local function emq_publish_ready(base, g, ready)
+-- ids), then the ring step and one wake per job made claimable. s: the flat set's or g's state
+-- (emq_flat_read, emq_lane_read) and `paused`, read before the first write.
+local function emq_publish_ready(base, g, s, ready, paused)
   if #ready == 0 then return end
   if g then
     emq_bulk('RPUSH', base .. 'lane:' .. g, ready)
-    emq_ring_step(base, g)
-    emq_wake(base, emq_claimable(base, g, #ready))
+    s.len = s.len + #ready
+    emq_wake(base, emq_lane_step(base, g, s, #ready), paused)
   else
     emq_bulk('ZADD', base .. 'pending', ready)
-    -- the ring step for '~', pending being known non-empty: set the flag, push when it was unset
-    if redis.call('HSETNX', base .. 'groups', 'r:~', '1') == 1 then
-      redis.call('RPUSH', base .. 'ring', '~')
-    end
-    emq_wake(base, #ready / 2)
+    s.len = s.len + #ready / 2
+    emq_flat_step(base, s)
+    emq_wake(base, #ready / 2, paused)
   end
 end
 
 -- the decimal texts of the n sequence values after seq, in order — the prefix of each run of ten
--- formatted once (docs/performance.md: the bulk enqueue) — into `into`, each once, or twice in a row
--- when `copies` is 2 (the score/member pairs of a ZADD)
+-- formatted once (docs/performance.md: the bulk enqueue's id texts) — into `into`, each once, or
+-- twice in a row when `copies` is 2 (the score/member pairs of a ZADD)
 local function emq_seq_texts(seq, n, into, copies)
   local digits = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
   local tens, prefix, k = -1, '', 0
@@ -428,12 +402,28 @@ local function emq_seq_texts(seq, n, into, copies)
   return into
 end
 
+-- what publishing `nready` ready new jobs needs (emq_publish_ready), read before the first write:
+-- the state of the set they join (g's lane, else the flat set) and whether the queue is paused;
+-- `touch` gains the keys only written
+local function emq_publish_read(base, g, nready, touch)
+  if nready == 0 then return nil, false end
+  touch[#touch + 1] = 'ring'
+  touch[#touch + 1] = 'wake'
+  local s
+  if g then s = emq_lane_read({}, base, g) else s = emq_flat_read(base) end
+  return s, emq_paused_read(base)
+end
+
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
 -- budget of their own — one argument per job instead of four, the bulk path) or per job: id
 -- ('' = generated), delay_ms, max_attempts ('' = none), payload.
 -- Returns {first sequence, index of each duplicate, …}: the new jobs take the sequences from the
 -- first on, in batch order, and a generated id is its sequence. Or an error reply, nothing written.
+-- Reads first: the mark, the caller ids (duplicates), the id counter, the ready set's state, then
+-- the rows of generated ids and the keys only written (emq_touch), then the writes. The sequences
+-- come from the counter as read (GET); its INCRBY is the first write, so a counter that holds no
+-- integer fails it with nothing written.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n
@@ -444,10 +434,15 @@ local function emq_new_jobs(verb, base, o, g)
     return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
   end
   if plain then
-    local seq = redis.call('INCRBY', base .. 'id', n) - n
+    local seq = tonumber(redis.call('GET', base .. 'id')) or 0
     -- one text per job, reused for key, score and member: a lane's ids, or the flat set's pairs
     local copies = g and 1 or 2
-    local first, ready = seq + 1, emq_seq_texts(seq, n, {}, copies)
+    local ready = emq_seq_texts(seq, n, {}, copies)
+    local rows = {}
+    for i = 1, n do rows[i] = 'job:' .. ready[copies * i] end
+    local s, paused = emq_publish_read(base, g, n, rows)
+    emq_touch(base, rows)
+    redis.call('INCRBY', base .. 'id', n)
     local call, jobs = redis.call, base .. 'job:'
     for i = 1, n do
       local id = ready[copies * i]
@@ -458,11 +453,11 @@ local function emq_new_jobs(verb, base, o, g)
         call('HSET', jobs .. id, 'data', ARGV[o + i], 'state', 'pending')
       end
     end
-    emq_publish_ready(base, g, ready)
-    return { first }
+    emq_publish_ready(base, g, s, ready, paused)
+    return { seq + 1 }
   end
   -- read and validate everything first
-  local seen, dup, delays, fresh = {}, {}, {}, 0
+  local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
   for i = 1, n do
     local a = o + 4 * (i - 1)
     local id, delay, maxa = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
@@ -479,16 +474,31 @@ local function emq_new_jobs(verb, base, o, g)
         seen[id] = true
       end
     end
-    if not dup[i] then fresh = fresh + 1 end
+    if not dup[i] then
+      fresh = fresh + 1
+      if delay > 0 then nsched = nsched + 1 else nready = nready + 1 end
+    end
     delays[i] = delay
   end
-  -- then write: every new job takes one sequence value; a generated id is its sequence
-  local reply, ready, sched = {}, {}, {}
-  local now = 0
+  -- every new job takes one sequence value; a generated id is its sequence (its row reached here,
+  -- a caller id's by the EXISTS above)
   local seq = 0
-  if fresh > 0 then seq = redis.call('INCRBY', base .. 'id', fresh) - fresh end
-  reply[1] = seq + 1
-  local texts, k = emq_seq_texts(seq, fresh, {}, 1), 0
+  if fresh > 0 then seq = tonumber(redis.call('GET', base .. 'id')) or 0 end
+  local texts, touch, k = emq_seq_texts(seq, fresh, {}, 1), {}, 0
+  for i = 1, n do
+    if not dup[i] then
+      k = k + 1
+      if ARGV[o + 4 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
+    end
+  end
+  if nsched > 0 then touch[#touch + 1] = 'scheduled' end
+  local s, paused = emq_publish_read(base, g, nready, touch)
+  emq_touch(base, touch)
+  -- then write
+  local reply, ready, sched = { seq + 1 }, {}, {}
+  local now = 0
+  if fresh > 0 then redis.call('INCRBY', base .. 'id', fresh) end
+  k = 0
   for i = 1, n do
     if dup[i] then
       reply[#reply + 1] = i
@@ -524,55 +534,87 @@ local function emq_new_jobs(verb, base, o, g)
     end
   end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
-  emq_publish_ready(base, g, ready)
+  emq_publish_ready(base, g, s, ready, paused)
   return reply
 end
 
--- up to `budget` job rows of a sorted set deleted with their memberships (drain, obliterate).
--- `leave(id)` runs per row before it goes (forced obliterate frees lane slots). Returns how many.
-local function emq_purge_zset(base, key, budget, leave)
-  if budget <= 0 then return 0 end
-  local ids = redis.call('ZRANGE', key, 0, budget - 1)
-  if #ids == 0 then return 0 end
-  local rows = {}
-  for i, id in ipairs(ids) do
-    if leave then leave(id) end
-    rows[i] = base .. 'job:' .. id
-  end
-  emq_bulk('DEL', nil, rows)
-  emq_bulk('ZREM', key, ids)
-  return #ids
+-- the first `budget` members of a sorted set of job ids (drain, obliterate); none once the budget
+-- is spent
+local function emq_zset_head_read(key, budget)
+  if budget <= 0 then return {} end
+  return redis.call('ZRANGE', key, 0, budget - 1)
 end
 
--- up to `budget` lane jobs deleted, walking the groups hash from `cursor` (the groups with a
--- non-empty lane are exactly those with an a: or r: field). Returns (removed, next cursor,
--- finished): finished when HSCAN came back to 0 and every lane it showed was emptied.
-local function emq_purge_lanes(base, budget, cursor)
-  local removed = 0
+-- these job rows deleted (the rows reached before the first write: emq_touch of emq_rows_of)
+local function emq_del_rows(base, ids)
+  local rows = {}
+  for i, id in ipairs(ids) do rows[i] = base .. 'job:' .. id end
+  emq_bulk('DEL', nil, rows)
+end
+
+-- members of a sorted set of job ids (emq_zset_head_read's) deleted with their rows
+local function emq_zset_purge(base, key, ids)
+  if #ids == 0 then return end
+  emq_del_rows(base, ids)
+  emq_bulk('ZREM', key, ids)
+end
+
+-- one page of the groups hash from `cursor` (HSCAN, COUNT 100): its field names in order, and the
+-- next cursor
+local function emq_groups_page_read(base, cursor)
   local scan = redis.call('HSCAN', base .. 'groups', cursor, 'COUNT', 100)
-  local fields = scan[2]
-  for i = 1, #fields, 2 do
-    local kind, g = string.sub(fields[i], 1, 2), string.sub(fields[i], 3)
+  local fields = {}
+  for i = 1, #scan[2], 2 do fields[#fields + 1] = scan[2][i] end
+  return fields, scan[1]
+end
+
+-- the lanes walk of drain and obliterate, from reads alone: up to `budget` lane jobs, lane by lane
+-- over the groups `fields` names in order (the groups with a non-empty lane are exactly those with
+-- an a: or r: field). A group named again is past its first field, where its lane was emptied. The
+-- walk stops where the budget is spent or a lane keeps jobs. Returns the cuts ({lane, ids}: the
+-- head of each lane, for emq_lanes_cut), the jobs they hold, and whether the walk got through
+-- every field.
+local function emq_lanes_read(base, budget, fields)
+  local cuts, removed, seen = {}, 0, {}
+  for _, f in ipairs(fields) do
+    local kind, g = string.sub(f, 1, 2), string.sub(f, 3)
     if (kind == 'a:' or kind == 'r:') and g ~= '~' then
-      local lane = base .. 'lane:' .. g
-      if budget - removed <= 0 then return removed, cursor, false end
-      local ids = redis.call('LRANGE', lane, 0, budget - removed - 1)
-      for _, id in ipairs(ids) do redis.call('DEL', base .. 'job:' .. id) end
-      redis.call('LTRIM', lane, #ids, -1)
-      removed = removed + #ids
-      if redis.call('LLEN', lane) > 0 then return removed, cursor, false end
+      if budget - removed <= 0 then return cuts, removed, false end
+      if not seen[g] then
+        seen[g] = true
+        local lane = base .. 'lane:' .. g
+        local ids = redis.call('LRANGE', lane, 0, budget - removed - 1)
+        cuts[#cuts + 1] = { lane = lane, ids = ids }
+        removed = removed + #ids
+        if redis.call('LLEN', lane) > #ids then return cuts, removed, false end
+      end
     end
   end
-  return removed, scan[1], scan[1] == '0'
+  return cuts, removed, true
 end
 
--- a waiting job (pending or scheduled) taken out of wherever it waits; false when the row says it
--- waits but it is not there. Lane membership costs an LREM (operator verbs only).
-local function emq_unwait(base, id, state, g)
-  if state == 'scheduled' then
-    return redis.call('ZREM', base .. 'scheduled', id) == 1
-  elseif g then
-    return redis.call('LREM', base .. 'lane:' .. g, 1, id) == 1
+-- the cuts emq_lanes_read planned: each lane's head jobs deleted, rows and entries
+local function emq_lanes_cut(base, cuts)
+  for _, c in ipairs(cuts) do
+    if #c.ids > 0 then
+      emq_del_rows(base, c.ids)
+      redis.call('LTRIM', c.lane, #c.ids, -1)
+    end
   end
-  return redis.call('ZREM', base .. 'pending', id) == 1
+end
+
+-- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in: to reach it
+-- before the first write, and for emq_unwait
+local function emq_waits_in(state, g)
+  if state == 'scheduled' then return 'scheduled' end
+  if g then return 'lane:' .. g end
+  return 'pending'
+end
+
+-- a waiting job taken out of where it waits (emq_waits_in); false when the row says it waits but
+-- it is not there. Lane membership costs an LREM (operator verbs only).
+local function emq_unwait(base, id, state, g)
+  local key = base .. emq_waits_in(state, g)
+  if state ~= 'scheduled' and g then return redis.call('LREM', key, 1, id) == 1 end
+  return redis.call('ZREM', key, id) == 1
 end

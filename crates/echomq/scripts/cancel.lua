@@ -2,6 +2,8 @@
 -- is cancelled now (row deleted or retained, metrics cancelled). Running: the request goes on the
 -- row's `cancel` field (its durable copy: a claim of a row carrying it cancels instead of handing
 -- out) and is published to the queue's consumers. Dead, completed or cancelled: finished.
+-- Reads first (_lib.lua): the row; for a waiting job the retained rows it may trim and the keys it
+-- only writes, then the writes.
 --
 -- KEYS[1] emq:{q}:job:<id>    (hash, the row)
 -- KEYS[2] emq:{q}:cancel      (pub/sub channel; message = id, a newline, the reason)
@@ -20,11 +22,16 @@ local r = redis.call('HMGET', jk, 'state', 'group', 'attempts', 'free')
 local state, g = r[1], r[2]
 if not state then return -1 end
 if state == 'active' then
+  -- the row was read; the channel is no key (nothing a Cluster migrates)
   redis.call('HSET', jk, 'cancel', reason or '')
   redis.call('PUBLISH', KEYS[2], id .. '\n' .. (reason or ''))
   return 2
 end
 if state ~= 'pending' and state ~= 'scheduled' then return 0 end
+local touch = { emq_waits_in(state, g), 'metrics:cancelled' }
+if recmax > 0 then touch[#touch + 1] = 'completions' end
+emq_touch(base, touch)
+emq_retention_read(base, keep, 1)
 emq_unwait(base, id, state, g)
 local now = emq_now()
 emq_finish(base, id, 'cancelled', now, keep, 'last_error', reason)

@@ -1,6 +1,6 @@
 -- counts — sizes per state and the counters of a queue. Lane jobs are summed over the groups hash
 -- in HSCAN chunks: the client loops on the cursor and de-duplicates groups (a group may show an a:
--- and an r: field in different chunks).
+-- and an r: field in different chunks). Reads only.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)

@@ -1,6 +1,9 @@
 -- drain (the admin verb, not the consumer's drain leg) — drops ready and scheduled jobs, rows and
 -- memberships, at most ARGV[2] per call: the client loops while the reply says more is left. Active
 -- and dead jobs stay. Ring members of emptied lanes are dropped by the next claim that meets them.
+-- Reads first (_lib.lua): the heads of pending and scheduled, then (budget left) a page of the
+-- groups hash and the heads of its lanes, and every row they hold (EXISTS: the rows are only
+-- deleted), then the writes.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)
@@ -12,8 +15,22 @@
 -- Replies: {removed, next cursor, finished (1/0)}; error EMQARGS.
 local base, limit, cursor = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 if not limit or limit < 1 or limit > 1000 then return emq_bad_args('drain', 'limit') end
-local removed = emq_purge_zset(base, KEYS[1], limit, nil)
-removed = removed + emq_purge_zset(base, KEYS[2], limit - removed, nil)
+local pend = emq_zset_head_read(KEYS[1], limit)
+local sched = emq_zset_head_read(KEYS[2], limit - #pend)
+local removed = #pend + #sched
+local rows = emq_rows_of(sched, emq_rows_of(pend, {}))
+local cuts, lanes, next_cursor, finished = {}, 0, cursor, false
+if removed < limit then
+  local fields, scanned = emq_groups_page_read(base, cursor)
+  local walked
+  cuts, lanes, walked = emq_lanes_read(base, limit - removed, fields)
+  if walked then next_cursor, finished = scanned, scanned == '0' end
+  for _, c in ipairs(cuts) do emq_rows_of(c.ids, rows) end
+end
+emq_touch(base, rows)
+
+emq_zset_purge(base, KEYS[1], pend)
+emq_zset_purge(base, KEYS[2], sched)
 if removed >= limit then return {removed, cursor, 0} end
-local lanes, next_cursor, finished = emq_purge_lanes(base, limit - removed, cursor)
+emq_lanes_cut(base, cuts)
 return {removed + lanes, next_cursor, finished and 1 or 0}

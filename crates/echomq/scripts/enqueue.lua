@@ -2,6 +2,7 @@
 -- A caller id is a duplicate while its row exists, and a later copy in the same batch is one too
 -- (the first wins). The client pipelines `SADD emq:queues q` beside this call.
 -- Validates the whole batch before its first write; refused while the queue is being obliterated.
+-- Reads first (emq_new_jobs): the rows of the new jobs are reached before the first write.
 --
 -- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence)

@@ -1,8 +1,9 @@
--- extend_lock — the seed's @extend_lock, a self-contained file: a raw EVAL of it runs with the
--- seed's KEYS, ARGV and replies. Re-scores one lease, token-fenced, on the server clock: the lease
--- IS the active score, so there is no separate lock key to refresh.
--- DESIGN's fix: an id not in `active` (or a row not in state active) is stale — the seed's ZADD
--- would have re-added a settled or reaped job to `active`.
+-- extend_lock — a self-contained file: a raw EVAL of it runs with the KEYS, ARGV and replies below.
+-- Re-scores one lease, token-fenced, on the server clock: the lease IS the active score, so there
+-- is no separate lock key to refresh.
+-- An id not in `active` (or a row not in state active) is stale: a re-score of it would put a
+-- settled or reaped job back in `active`, leased to no one (ZADD XX: never adds).
+-- Reads first: the row and the membership, then the one write.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:job:<id>    (hash, the row)

@@ -1,5 +1,5 @@
 -- genqueue — new jobs of group g: each to its lane's tail, or to `scheduled` (row carries `group`)
--- when delayed; then the ring step for g. Duplicates and validation as enqueue.
+-- when delayed; then the ring step for g. Duplicates, validation and reads first as enqueue.
 --
 -- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
 -- KEYS[2] emq:{q}:lane:<g>    (list, FIFO)

@@ -1,5 +1,5 @@
 -- get — one job's row, and its score in the set its state names (lease deadline while active,
--- time of death while dead, due time while scheduled, finished_at while retained).
+-- time of death while dead, due time while scheduled, finished_at while retained). Reads only.
 --
 -- KEYS[1] emq:{q}:job:<id>    (hash, the row)
 -- KEYS[2] emq:{q}:active      (zset)

@@ -3,7 +3,7 @@
 -- the ring — at their limit, their jobs wait all the same — by group name (those among the first
 -- ~10,000 fields of the groups hash, read only when the page reaches them); scheduled by due time;
 -- active by lease deadline; dead newest first; completed / cancelled = retained rows newest first
--- (filtered by state among at most 10,000 retained rows).
+-- (filtered by state among at most 10,000 retained rows). Reads only.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)

@@ -3,6 +3,9 @@
 -- queue's id counter exists by then: an enqueue landed after the last call). The first call marks
 -- the queue (`obliterating`) so enqueues and claims are refused meanwhile. Active jobs refuse it
 -- unless forced (then their lane slots are freed as they go, keeping the slot invariant).
+-- Reads first (_lib.lua): the held jobs' rows and groups, the heads of the other sets, then (budget
+-- left) a page of the groups hash and the heads of its lanes, every row they hold and every key the
+-- last call deletes (EXISTS), then the writes.
 --
 -- KEYS[1] emq:{q}:active      (zset)
 -- KEYS[2] emq:{q}:obliterating (string, the mark)
@@ -24,27 +27,90 @@ if not limit or limit < 1 or limit > 1000 then return emq_bad_args('obliterate',
 -- held jobs: every member of active
 local running = redis.call('ZCARD', active)
 if running > 0 and not force then return {-1, running, 0} end
-redis.call('SET', KEYS[2], 1)
--- a forced lane job leaves active: its slot freed, then the ring step, because the lanes are found
--- by their a:/r: fields: a group whose last slot this frees while jobs wait in its lane (it was at its
--- limit, off the ring) would otherwise keep no field, and its lane and rows would outlive the queue
-local function leave(id)
+
+-- a forced lane job leaves active: its slot freed, then the ring step (no wake), because the lanes
+-- are found by their a:/r: fields: a group whose last slot this frees while jobs wait in its lane
+-- (it was at its limit, off the ring) would otherwise keep no field, and its lane and rows would
+-- outlive the queue
+local held = emq_zset_head_read(active, limit)
+local lanes, leaving = {}, {}
+for i, id in ipairs(held) do
   local g = redis.call('HGET', base .. 'job:' .. id, 'group')
-  if g then emq_release(base, g) end
+  if g then
+    emq_lane_read(lanes, base, g)
+    leaving[i] = g
+  end
 end
-local removed = emq_purge_zset(base, active, limit, leave)
+-- the groups hash as the lanes walk meets it once those leaves are written: the a: field of a
+-- group whose last slot they free is gone, and the r: field of a group they put back on the ring
+-- comes last (where HSET adds a field), so the walk finds that group's lane in this call. Planned
+-- on copies of the lanes' state: the writes below run the same steps on the state itself.
+local gone, pushed, plan = {}, {}, {}
+for g, s in pairs(lanes) do plan[g] = { a = s.a, ringed = s.ringed, limit = s.limit, len = s.len } end
+for i = 1, #held do
+  local g = leaving[i]
+  if g then
+    local s = plan[g]
+    s.a = s.a - 1
+    if s.a <= 0 then
+      s.a = 0
+      gone['a:' .. g] = true
+    end
+    if emq_lane_eligible(s) then
+      s.ringed = true
+      pushed[#pushed + 1] = 'r:' .. g
+    end
+  end
+end
+local removed = #held
+local sets, rows = {}, {}
 for k = 3, 6 do
-  removed = removed + emq_purge_zset(base, KEYS[k], limit - removed, nil)
+  local ids = emq_zset_head_read(KEYS[k], limit - removed)
+  sets[#sets + 1] = { key = KEYS[k], ids = ids }
+  removed = removed + #ids
+  emq_rows_of(ids, rows)
 end
-if removed >= limit then return {removed, cursor, 0} end
-local lanes, next_cursor, finished = emq_purge_lanes(base, limit - removed, cursor)
-removed = removed + lanes
+local chunked = removed >= limit
+local cuts, next_cursor, finished = {}, cursor, false
+if not chunked then
+  local fields, scanned = emq_groups_page_read(base, cursor)
+  local page = {}
+  for _, f in ipairs(fields) do
+    if not gone[f] then page[#page + 1] = f end
+  end
+  for _, f in ipairs(pushed) do page[#page + 1] = f end
+  local n, walked
+  cuts, n, walked = emq_lanes_read(base, limit - removed, page)
+  removed = removed + n
+  if walked then next_cursor, finished = scanned, scanned == '0' end
+  for _, c in ipairs(cuts) do emq_rows_of(c.ids, rows) end
+end
+-- the keys only written: the mark, the rows (those of held jobs were read), the ring (a leave's
+-- ring step), and on the last call every other key of the queue
+local touch = rows
+touch[#touch + 1] = 'obliterating'
+if #pushed > 0 then touch[#touch + 1] = 'ring' end
+local keys = {}
+if finished then
+  keys = { 'id', 'ring', 'groups', 'wake', 'paused', 'completions' }
+  for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
+    keys[#keys + 1] = 'metrics:' .. event
+  end
+  for _, k in ipairs(keys) do touch[#touch + 1] = k end
+end
+emq_touch(base, touch)
+
+redis.call('SET', KEYS[2], 1)
+for i = 1, #held do
+  local g = leaving[i]
+  if g then emq_lane_leave(base, g, lanes[g]) end
+end
+emq_zset_purge(base, active, held)
+for _, z in ipairs(sets) do emq_zset_purge(base, z.key, z.ids) end
+if chunked then return {removed, cursor, 0} end
+emq_lanes_cut(base, cuts)
 if not finished then return {removed, next_cursor, 0} end
-local keys = { base .. 'id', base .. 'ring', base .. 'groups', base .. 'wake', base .. 'paused',
-  base .. 'completions' }
-for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
-  keys[#keys + 1] = base .. 'metrics:' .. event
-end
+for i, k in ipairs(keys) do keys[i] = base .. k end
 redis.call('DEL', unpack(keys))
 redis.call('DEL', KEYS[2])
 return {removed, '0', 1}

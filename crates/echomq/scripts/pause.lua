@@ -1,4 +1,5 @@
--- pause — claims give nothing until resume. Jobs keep arriving and waiting.
+-- pause — claims give nothing until resume. Jobs keep arriving and waiting. One write, nothing
+-- read: a refusal of it leaves the queue as it was.
 --
 -- KEYS[1] emq:{q}:paused      (string, present while paused)
 --

@@ -8,19 +8,31 @@
 --
 -- Replies: 1 = promoted, 0 = not scheduled, -1 = gone.
 -- Wakes: one when the job is claimable now.
+-- Reads first (_lib.lua): the row, its group or the flat set, then the writes.
 local jk = KEYS[1]
 local base, id = ARGV[1], ARGV[2]
 local r = redis.call('HMGET', jk, 'state', 'group')
 if not r[1] then return -1 end
-if r[1] ~= 'scheduled' or redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
+if r[1] ~= 'scheduled' then return 0 end
 local g = r[2]
-emq_ready(base, id, g)
+local lanes, flat = {}, nil
+local touch = { 'ring', 'wake' }
+if g then
+  emq_lane_read(lanes, base, g)
+else
+  flat = emq_flat_read(base)
+  touch[#touch + 1] = 'id'
+end
+local paused = emq_paused_read(base)
+emq_touch(base, touch)
+-- the membership test is the reply of the ZREM the move needs anyway (nothing written on 0)
+if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
+emq_ready(base, id, g, g and lanes[g] or flat)
 redis.call('HDEL', jk, 'run_at')
 if g then
-  emq_wake(base, emq_claimable(base, g, 1))
-  emq_ring_step(base, g)
+  emq_wake(base, emq_lane_step(base, g, lanes[g], 1), paused)
 else
-  emq_ring_step_flat(base)
-  emq_wake(base, 1)
+  emq_flat_step(base, flat)
+  emq_wake(base, 1, paused)
 end
 return 1

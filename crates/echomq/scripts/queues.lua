@@ -1,5 +1,5 @@
 -- queues — every registered queue name (the client adds one beside each enqueue and removes it
--- after an obliterate). The one key outside any queue's hash tag.
+-- after an obliterate). The one key outside any queue's hash tag. Reads only.
 --
 -- KEYS[1] emq:queues          (set of queue names)
 --

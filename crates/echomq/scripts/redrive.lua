@@ -14,6 +14,8 @@
 -- Replies: 'one': 1 = redriven, 0 = not dead, -1 = gone.
 --          'all': {redriven, dead members looked at} (0 looked at = no dead job left).
 -- Wakes: one per job made claimable (at most 16).
+-- Reads first (_lib.lua): the dead ids, their rows, the groups and the flat set they join, then the
+-- writes.
 local base, mode, extra = ARGV[1], ARGV[2], tonumber(ARGV[4])
 if not extra or extra < 1 then return emq_bad_args('redrive', 'extra') end
 local ids
@@ -26,40 +28,53 @@ elseif mode == 'all' then
 else
   return emq_bad_args('redrive', 'mode')
 end
-local rows = {}
+local rows, lanes, order, flat = {}, {}, {}, nil
 for i, id in ipairs(ids) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free')
+  local row = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free')
+  if row[1] == 'dead' then
+    local g = row[3]
+    if not g then
+      if not flat then flat = emq_flat_read(base) end
+    elseif not lanes[g] then
+      -- groups in the order their first job came (pairs() order is undefined; the twin must match)
+      order[#order + 1] = g
+      emq_lane_read(lanes, base, g)
+    end
+  end
+  rows[i] = row
 end
 if mode == 'one' then
   if not rows[1][1] then return -1 end
   if rows[1][1] ~= 'dead' then return 0 end
 end
-local done, flat, lanes, order = 0, 0, {}, {}
+local paused = emq_paused_read(base)
+local touch = {}
+-- 'all' read `dead` (ZRANGE); 'one' only writes it
+if mode == 'one' then touch[1] = 'dead' end
+if flat or #order > 0 then
+  touch[#touch + 1] = 'ring'
+  touch[#touch + 1] = 'wake'
+end
+if flat then touch[#touch + 1] = 'id' end
+emq_touch(base, touch)
+
+-- every member looked at leaves `dead`; those whose row says dead go ready
+emq_bulk('ZREM', KEYS[1], ids)
+local done, nflat, added = 0, 0, {}
 for i, id in ipairs(ids) do
   local state, att, g = rows[i][1], emq_used(rows[i][2], rows[i][4]), rows[i][3]
-  redis.call('ZREM', KEYS[1], id)
   if state == 'dead' then
     redis.call('HSET', base .. 'job:' .. id, 'max_attempts', att + extra)
     -- a cancel asked of an earlier run is spent: the operator asked for this one
     redis.call('HDEL', base .. 'job:' .. id, 'stalled', 'cancel')
-    emq_ready(base, id, g)
-    if g then
-      if not lanes[g] then order[#order + 1] = g end
-      lanes[g] = (lanes[g] or 0) + 1
-    else
-      flat = flat + 1
-    end
+    emq_ready(base, id, g, g and lanes[g] or flat)
+    if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
     done = done + 1
   end
 end
-local wakes = flat
-if flat > 0 then emq_ring_step_flat(base) end
--- groups in the order their first job came (pairs() order is undefined; the twin must match)
-for _, g in ipairs(order) do
-  local added = lanes[g]
-  wakes = wakes + emq_claimable(base, g, added)
-  emq_ring_step(base, g)
-end
-emq_wake(base, wakes)
+local wakes = nflat
+if flat then emq_flat_step(base, flat) end
+for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end
+emq_wake(base, wakes, paused)
 if mode == 'one' then return 1 end
 return {done, #ids}

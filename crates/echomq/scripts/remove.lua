@@ -1,5 +1,7 @@
 -- remove — an operator deletes a job wherever it is. An active job only with force (then its lane
 -- slot is freed and the ring step runs, keeping the slot invariant).
+-- Reads first (_lib.lua): the row and, for a forced lane job, its group; then the writes: first the
+-- membership the job leaves (its key the only one not reached before), then the row.
 --
 -- KEYS[1] emq:{q}:job:<id>    (hash, the row)
 -- KEYS[2] emq:{q}:active      (zset)
@@ -15,8 +17,14 @@ local state, g = r[1], r[2]
 if not state then return -1 end
 if state == 'active' then
   if not force then return 0 end
-  if redis.call('ZREM', active, id) == 1 then
-    if g then emq_leave_lane(base, g) end
+  local lanes, paused = {}, false
+  if g then
+    emq_lane_read(lanes, base, g)
+    paused = emq_paused_read(base)
+    emq_touch(base, { 'ring', 'wake' })
+  end
+  if redis.call('ZREM', active, id) == 1 and g then
+    emq_wake(base, emq_lane_leave(base, g, lanes[g]), paused)
   end
 elseif state == 'pending' or state == 'scheduled' then
   emq_unwait(base, id, state, g)

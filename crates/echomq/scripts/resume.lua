@@ -5,6 +5,7 @@
 -- stale members (a lane an operator emptied) sit among the first 16; a wake is a hint, so then a
 -- consumer finds the rest at its next beat.
 -- Resuming a queue that is not paused makes nothing claimable: no wake.
+-- Reads first (_lib.lua): the ring's head, the flat set and its groups, then the writes.
 --
 -- KEYS[1] emq:{q}:paused      (string)
 -- KEYS[2] emq:{q}:pending     (zset)
@@ -15,17 +16,20 @@
 local paused, pending, ring = KEYS[1], KEYS[2], KEYS[3]
 local base = ARGV[1]
 if redis.call('EXISTS', paused) == 0 then return 1 end
-local claimable = 0
+local claimable, lanes = 0, {}
 for _, m in ipairs(redis.call('LRANGE', ring, 0, 15)) do
   if claimable >= 16 then break end
   if m == '~' then
     claimable = claimable + redis.call('ZCARD', pending)
   else
-    local len = redis.call('LLEN', base .. 'lane:' .. m)
-    claimable = claimable + emq_claimable(base, m, len)
+    -- its ready jobs, bounded by its free slots
+    local s = emq_lane_read(lanes, base, m)
+    local free = s.limit - s.a
+    if free < 0 then free = 0 end
+    claimable = claimable + math.min(s.len, free)
   end
 end
--- reads done: now the writes
+emq_touch(base, { 'wake' })
 redis.call('DEL', paused)
-emq_wake(base, claimable)
+emq_wake(base, claimable, false)
 return 1

@@ -53,11 +53,8 @@ else
     redis.call('HSET', jk, 'state', 'scheduled', 'run_at', now + delay)
     redis.call('ZADD', scheduled, now + delay, id)
   else
-    emq_ready(base, id, g)
-    if g then
-      lanes[g].len = lanes[g].len + 1
-    else
-      flat.len = flat.len + 1
+    emq_ready(base, id, g, g and lanes[g] or flat)
+    if not g then
       emq_flat_step(base, flat)
       wakes = 1
     end

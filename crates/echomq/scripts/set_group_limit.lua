@@ -3,6 +3,7 @@
 -- wake per job the new slots let be claimed (also when the group was already on the ring with a
 -- slot free); a raised default reaches a group at its next settle.
 -- A lowered limit never preempts: claims stop until the group's active count is below it.
+-- Reads first (_lib.lua): the group's fields and lane, then the writes.
 --
 -- KEYS[1] emq:{q}:groups      (hash)
 -- ARGV[1] the queue base emq:{q}:
@@ -16,16 +17,19 @@ if g == '' then
   redis.call('HSET', KEYS[1], 'l:~', limit)
   return 1
 end
+local s = emq_lane_read({}, base, g)
+local paused = emq_paused_read(base)
+emq_touch(base, { 'ring', 'wake' })
 -- the jobs of g claimable under a limit: its ready jobs, bounded by the free slots
-local active, old = emq_slots(base, g)
-local ready = redis.call('LLEN', base .. 'lane:' .. g)
 local function claimable(l)
-  local free = l - active
+  local free = l - s.a
   if free < 0 then free = 0 end
-  return math.min(ready, free)
+  return math.min(s.len, free)
 end
+local old = s.limit
 redis.call('HSET', KEYS[1], 'l:' .. g, limit)
-emq_ring_step(base, g)
+s.limit = limit
+emq_lane_ring(base, g, s)
 -- one wake per job the raise made claimable, whether or not g was already on the ring
-emq_wake(base, claimable(limit) - claimable(old))
+emq_wake(base, claimable(limit) - claimable(old), paused)
 return 1

@@ -1,5 +1,7 @@
 -- update_data — the checkpoint: the holder replaces the row's payload, so a redelivery resumes from
--- it. Fenced like a settle (DESIGN: beyond the seed, which did not fence it).
+-- it. Fenced like a settle: a holder whose lease lapsed (the job reaped, claimed again) must not
+-- overwrite the payload its successor works from. Reads first: the row and the membership, then
+-- the one write.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:job:<id>    (hash, the row)

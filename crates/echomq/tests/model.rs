@@ -1,5 +1,5 @@
 //! The model-based property test: random sequences of verbs run against a small reference model
-//! of DESIGN §3 (written here, step by step after the scripts) and, in lockstep, against both
+//! of the queue (written here, step by step after the scripts) and, in lockstep, against both
 //! stores — the Redis store and a fresh embedded store on its own temporary file.
 //!
 //! Verbs: enqueue, genqueue, claim (1–8, short or long lease), complete, complete_many,
@@ -1086,8 +1086,8 @@ impl Model {
         h
     }
 
-    /// The model's own invariants (DESIGN §3), so a sequence that breaks the design is caught
-    /// even where the stores agree with the model.
+    /// The model's own invariants (each job in one place, the slot and ring invariants), so a
+    /// sequence that breaks the design is caught even where the stores agree with the model.
     fn check_self(&self) -> Result<(), String> {
         // each job in exactly one place, and its row agrees
         let mut places: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -1772,7 +1772,7 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hand-written sequences: DESIGN's claim-order examples, and minimal sequences found by shrinking
+// Hand-written sequences: the ring's claim-order examples, and minimal sequences found by shrinking
 // ---------------------------------------------------------------------------------------------
 
 fn plain(n: u8) -> Vec<Spec> {
@@ -1800,7 +1800,7 @@ const HELD: Pick = Pick {
     token: Token::Current,
 };
 
-/// DESIGN §3: f1 f2 f3, then a1 a2, b1 b2, c1 c2 (limit 1): claim(4) gives f1 a1 b1 c1, the next
+/// The ring's order: f1 f2 f3, then a1 a2, b1 b2, c1 c2 (limit 1): claim(4) gives f1 a1 b1 c1, the next
 /// claim(10) gives f2 f3.
 #[test]
 fn design_claim_order_example() {
@@ -1827,7 +1827,7 @@ fn design_claim_order_example() {
     assert_eq!(claimed(&replies[5]), ["2", "3"]);
 }
 
-/// DESIGN §3 with limit 2: claim(1) + complete repeated gives f1 a1 b1 c1 f2 a2 b2 c2 f3.
+/// The ring's order with limit 2: claim(1) + complete repeated gives f1 a1 b1 c1 f2 a2 b2 c2 f3.
 #[test]
 fn design_claim_order_example_one_at_a_time() {
     let mut ops = vec![

@@ -1,9 +1,10 @@
 //! Redis-only tests: what is about the Lua scripts themselves rather than the Store contract, so it
 //! runs once against Redis instead of once per store (tests/conformance/ runs every case against
 //! every store). A raw `EVAL` of a script with malformed ARGV writes nothing; the two
-//! self-contained scripts answer as the seed's when `EVAL`ed from their file with the seed's KEYS
-//! and ARGV; every key a script builds uses a suffix the keyspace lists; and every verb reloads its
-//! script after a `SCRIPT FLUSH`, once or in a storm of them (on a Redis of its own).
+//! self-contained scripts answer as their headers state when `EVAL`ed from their file with the
+//! KEYS and ARGV those headers give; every key a script builds uses a suffix the keyspace lists;
+//! every verb reloads its script after a `SCRIPT FLUSH`, once or in a storm of them (on a Redis of
+//! its own); and a script refused a key fails before its first write.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
@@ -388,7 +389,7 @@ pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
     .await;
     assert_eq!(redis::from_redis_value::<i64>(gone.unwrap()).unwrap(), -1);
     assert_eq!(zscore(ctx, "active", &JobId::new("nope").unwrap()).await, None);
-    // DESIGN's fix: the holder's token but the id not in active → EMQSTALE, never re-added
+    // the holder's token but the id not in active → EMQSTALE, never re-added
     let (mut conn, _) = raw(ctx);
     let _: u64 = conn.zrem(&keys[0], id.as_str()).await.unwrap();
     let out = eval_file(ctx, "extend_lock.lua", &keys, &argv(c.token, 60_000)).await;
@@ -1071,8 +1072,9 @@ async fn retry_refuses_a_token_that_is_no_number_and_writes_nothing(ctx: &Ctx) {
 
 /// Every script reads all it will read before its first write. On a server that refuses the job
 /// rows to a user (an ACL whose key pattern leaves out `job:*`, as a Cluster slot in migration
-/// refuses keys), each verb that reads rows fails, and the queue is exactly as it was: no write
-/// happened before the refusal. ACL rules are server-wide, so the case owns its server.
+/// refuses keys), each verb that reads rows (or reaches the rows it only writes) fails, and the
+/// queue is exactly as it was: no write happened before the refusal. ACL rules are server-wide, so
+/// the case owns its server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     use echomq::store::redis::RedisStore;
@@ -1084,6 +1086,13 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let probe = harness::RedisProbe::open(&url, &q).await;
     let plain = SettleOptions::default();
     let g = group("g");
+    // a dead job, for redrive
+    admin.enqueue(&q, &jobs(1)).await.unwrap();
+    let doomed = admin.claim(&q, 1, LEASE, BUDGET, plain).await.unwrap();
+    admin
+        .discard(&q, &doomed[0].id, doomed[0].token, "x", plain)
+        .await
+        .unwrap();
     admin.enqueue(&q, &jobs(4)).await.unwrap();
     admin.genqueue(&q, &g, &jobs(2)).await.unwrap();
     let held = admin.claim(&q, 3, LEASE, BUDGET, plain).await.unwrap();
@@ -1091,7 +1100,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let lapsing = admin.claim(&q, 1, SHORT, BUDGET, plain).await.unwrap();
     assert_eq!(lapsing.len(), 1);
     let delayed: Vec<NewJob> = jobs(2).into_iter().map(|j| j.with_delay(SHORT)).collect();
-    admin.enqueue(&q, &delayed).await.unwrap();
+    let delayed = admin.enqueue(&q, &delayed).await.unwrap();
     // the short lease lapsed and the delayed jobs are due
     tokio::time::sleep(SHORT * 4).await;
 
@@ -1186,6 +1195,68 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
             .map(|v| format!("{v:?}")),
     );
     refused("promote", limited.promote(&q, 100).await.map(|v| format!("{v:?}")));
+    refused(
+        "update_data",
+        limited
+            .update_data(&q, &c.id, c.token, b"new")
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "extend_lock",
+        limited
+            .extend_lock(&q, &c.id, c.token, LEASE)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "cancel",
+        limited
+            .cancel(&q, &c.id, Some("stop"), plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "cancel (a waiting job)",
+        limited
+            .cancel(&q, delayed[0].id(), None, plain)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "remove",
+        limited.remove(&q, &c.id, true).await.map(|v| format!("{v:?}")),
+    );
+    refused(
+        "redrive",
+        limited.redrive(&q, &doomed[0].id, 1).await.map(|v| format!("{v:?}")),
+    );
+    refused(
+        "redrive_all",
+        limited.redrive_all(&q, 1).await.map(|v| format!("{v:?}")),
+    );
+    refused(
+        "promote_job",
+        limited.promote_job(&q, delayed[1].id()).await.map(|v| format!("{v:?}")),
+    );
+    refused("drain", limited.drain(&q).await.map(|v| format!("{v:?}")));
+    refused(
+        "obliterate",
+        limited.obliterate(&q, true).await.map(|v| format!("{v:?}")),
+    );
+    // new rows are reached before the first write too: generated ids and caller ids alike
+    refused("enqueue", limited.enqueue(&q, &jobs(2)).await.map(|v| format!("{v:?}")));
+    refused(
+        "enqueue (caller ids)",
+        limited
+            .enqueue(&q, &[NewJob::new("x").with_id(id("mine"))])
+            .await
+            .map(|v| format!("{v:?}")),
+    );
+    refused(
+        "genqueue",
+        limited.genqueue(&q, &g, &jobs(2)).await.map(|v| format!("{v:?}")),
+    );
     assert_eq!(
         probe.snapshot().await,
         before,
@@ -1194,5 +1265,10 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     // the same verbs, by a user the server does not refuse, go through
     assert_eq!(admin.reap(&q, 100).await.unwrap(), 1);
     assert_eq!(admin.promote(&q, 100).await.unwrap().moved, 2);
+    assert_eq!(admin.redrive_all(&q, 1).await.unwrap(), 1);
+    assert!(matches!(
+        admin.obliterate(&q, true).await.unwrap(),
+        Obliterated::Done { .. }
+    ));
     drop(server);
 }

@@ -108,9 +108,9 @@ const RUN_HERE_JOBS: usize = 16;
 /// Where a verb's transaction runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum On {
-    /// On the store's thread: the consumer's verbs (they overlap there with the handlers' work on
-    /// the runtime: run on the caller's thread, they cost a consumer a fifth of its throughput at
-    /// concurrency 10) and the verbs whose work grows with the queue.
+    /// On the store's thread: the consumer's verbs (there they overlap with the handlers' work on
+    /// the runtime, where on the caller's thread they would hold a runtime thread for the whole
+    /// transaction; see `docs/performance.md`) and the verbs whose work grows with the queue.
     Thread,
     /// On the caller's thread when the connection is free ([`EmbeddedStore::run_here`]), else on
     /// the store's thread: a producer's or an operator's verb of a few rows, whose caller waits for

@@ -17,7 +17,7 @@ use crate::steps::{claim, complete, group, named, payloads, LEASE, MAX};
 const SHORT: Duration = Duration::from_millis(20);
 const WITHIN: Duration = Duration::from_secs(5);
 
-/// f1 f2 f3 flat, then a1 a2, b1 b2, c1 c2 in groups a, b, c (DESIGN §3's example).
+/// f1 f2 f3 flat, then a1 a2, b1 b2, c1 c2 in groups a, b, c (the ring's example).
 async fn enqueue_the_example(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &named(&["f1", "f2", "f3"])).await.unwrap();
     for g in ["a", "b", "c"] {
@@ -44,7 +44,7 @@ async fn reap_after_lapse(ctx: &Ctx, n: u64) {
     .await;
 }
 
-// ---- the order of the ring (DESIGN §3) ----
+// ---- the order of the ring ----
 
 pub async fn claim_one_at_a_time_with_limit_2_gives_f1_a1_b1_c1_f2_a2_b2_c2_f3(ctx: &Ctx) {
     ctx.store
@@ -340,7 +340,7 @@ pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ct
     for j in &got {
         complete(ctx, j).await;
     }
-    // f1 a1 b1 c1 (DESIGN §3's example): a fresh flat job, then one of each group
+    // f1 a1 b1 c1 (the ring's example): a fresh flat job, then one of each group
     enqueue_the_example(ctx).await;
     let got = ctx
         .store

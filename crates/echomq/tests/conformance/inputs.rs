@@ -1,4 +1,4 @@
-//! Bad input (DESIGN §2, §7): every invalid name, option and payload is refused with a typed error
+//! Bad input: every invalid name, option and payload is refused with a typed error
 //! naming the value, before anything is written. (That a script refusing malformed ARGV writes
 //! nothing, and that every key a script builds uses a listed suffix, are Redis-only:
 //! `tests/redis_scripts.rs`.)

@@ -51,7 +51,7 @@ fn stems(dir: &str, ext: &str) -> std::collections::BTreeSet<String> {
 }
 
 /// Every script has its embedded twin `src/store/embedded/<verb>.rs`, and every twin its script
-/// `scripts/<verb>.lua` (STYLE 2: the same verb name in every layer).
+/// `scripts/<verb>.lua`: one verb keeps one name in every layer.
 #[test]
 fn every_script_has_an_embedded_twin_and_every_twin_a_script() {
     let scripts: std::collections::BTreeSet<String> =

@@ -1,7 +1,7 @@
 //! Recovery and the lease: reap (lapsed leases back to the front, uncounted), sweep_stalled (the
-//! seed's count-thresholded sweep, with DESIGN's fixes: lane jobs, missing rows, the morgue's time)
-//! and extend_lock (the deadline moves; a job not in `active` is never re-added). (The raw `EVAL` of
-//! the two self-contained script files with the seed's KEYS and ARGV is Redis-only:
+//! count-thresholded sweep: lane jobs, missing rows, the morgue's time) and extend_lock (the
+//! deadline moves; a job not in `active` is never re-added). (The raw `EVAL` of the two
+//! self-contained script files with the KEYS and ARGV their headers give is Redis-only:
 //! `tests/redis_scripts.rs`.)
 
 use std::collections::HashMap;
@@ -479,7 +479,7 @@ pub async fn extend_lock_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
 }
 
 pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &Ctx) {
-    // the row says active with this token, but its id left `active` (the seed's ZADD would re-add it)
+    // the row says active with this token, but its id left `active` (a plain ZADD would re-add it)
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
     assert!(ctx.probe.remove_from_set("active", &id).await);

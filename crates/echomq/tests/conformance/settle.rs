@@ -1,5 +1,5 @@
 //! The holder verbs — complete, complete_many, complete_cancelled, retry, discard, update_data,
-//! extend_lock and release — and their fence (DESIGN §1): each with the holder's token, a stale token, the token
+//! extend_lock and release — and their fence (the attempts token): each with the holder's token, a stale token, the token
 //! of a reaped lease, the token of a re-driven job and an unknown id, on a flat and on a lane job.
 //! Then what each settle does besides the move: retry's budget and delays, complete_many's batches,
 //! completion records, retention, and the slot invariant on every exit of a lane job from `active`.
@@ -14,7 +14,7 @@ use crate::harness::{assert_slot_invariant, wait_until, Ctx, Record};
 
 /// A lease no case outlives.
 pub const LEASE: Duration = Duration::from_secs(30);
-/// A lease a case waits out (tens of ms, DESIGN §8).
+/// A lease a case waits out: short enough that cases stay fast, long enough to outlive a claim.
 pub const SHORT: Duration = Duration::from_millis(25);
 /// The default attempt budget handed to claim and retry where the budget is not under test.
 pub const BUDGET: u32 = 10;

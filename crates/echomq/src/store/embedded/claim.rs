@@ -7,12 +7,24 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::common::{bury, finish, lane, lua_number, slots};
+use super::common::{bury, finish, lane, lua_number};
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId};
 use crate::store::BATCH_BYTES_MAX;
+
+/// A group's (active count, limit): its own limit, else the queue default l:~, else 1 (the walk's
+/// HMGET a:<g> l:<g> l:~).
+fn slots(db: &Db, g: &str) -> Result<(i64, i64)> {
+    let num = |v: Option<String>| v.and_then(|s| s.parse::<i64>().ok());
+    let active = num(db.gget(&format!("a:{g}"))?).unwrap_or(0);
+    let limit = match num(db.gget(&format!("l:{g}"))?) {
+        Some(l) => l,
+        None => num(db.gget("l:~")?).unwrap_or(1),
+    };
+    Ok((active, limit))
+}
 
 /// One member met by the walk: its ready jobs (the head of pending or of its lane, read in pages
 /// of ids, `taken` of them used, `size` in all) and, for a group, its active count and limit.

@@ -1,72 +1,201 @@
 //! The twin of `scripts/_lib.lua`: the steps the verbs share, one function per Lua helper, with the
 //! same name less the `emq_` prefix.
 
+use std::collections::HashMap;
+
 use super::db::{text, Db, Field, NewRow, ACTIVE};
 use crate::error::Result;
 use crate::store::Settled;
 
-/// A group's (active count, limit): its own limit, else the queue default l:~, else 1.
-pub(crate) fn slots(db: &Db, g: &str) -> Result<(i64, i64)> {
-    let num = |v: Option<String>| v.and_then(|s| s.parse::<i64>().ok());
-    let active = num(db.gget(&format!("a:{g}"))?).unwrap_or(0);
-    let limit = match num(db.gget(&format!("l:{g}"))?) {
-        Some(l) => l,
-        None => num(db.gget("l:~")?).unwrap_or(1),
-    };
-    Ok((active, limit))
+/// Whether the queue is paused (the twin of `emq_paused_read`): a paused queue makes nothing
+/// claimable, so its verbs push no wake (resume pushes them).
+pub(crate) fn paused_read(db: &Db) -> Result<bool> {
+    db.exists_flag("paused")
 }
 
-/// The ring step for group g: when its r: flag is unset and it is eligible, RPUSH it and set the
-/// flag. True when pushed.
-pub(crate) fn ring_step(db: &Db, g: &str) -> Result<bool> {
-    if db.gget(&format!("r:{g}"))?.is_some() {
-        return Ok(false);
+/// One wake token per job made claimable, at most 16; none while paused (`paused` as
+/// [`paused_read`] read it before the first write). The twin of `emq_wake`.
+pub(crate) fn wake(db: &Db, n: i64, paused: bool) -> Result<()> {
+    if n <= 0 || paused {
+        return Ok(());
     }
-    let (active, limit) = slots(db, g)?;
-    if active >= limit || !db.lnonempty(&lane(g))? {
-        return Ok(false);
+    db.push_wakes(n)
+}
+
+/// What a lane job of g leaving `active`, or ready jobs joining g's lane, needs of g (the twin of
+/// `emq_lane_read`, read before the first write; the writes keep it up to date): its active count
+/// a:<g>, whether it is on the ring (r:<g>), its limit (its own, else the queue default l:~, else 1)
+/// and its lane's length, counted as [`Count`] says.
+#[derive(Debug, Clone)]
+pub(crate) struct Lane {
+    pub(crate) a: i64,
+    pub(crate) ringed: bool,
+    pub(crate) limit: i64,
+    pub(crate) len: i64,
+}
+
+/// How far a twin counts a lane for [`Lane::len`]: `Whole` for the claimable arithmetic of jobs
+/// joining it; `Any` (0 or 1: whether it holds a job) for a leave's ring step, which asks no more.
+/// LLEN is O(1) in Redis, a count of the lane's rows here is not.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Count {
+    Whole,
+    Any,
+}
+
+/// g's state ([`Lane`]), its four fields in one statement.
+pub(crate) fn lane_read(db: &Db, g: &str, count: Count) -> Result<Lane> {
+    type Fields = (Option<String>, Option<String>, Option<String>, Option<String>);
+    let (a, r, own, default): Fields = db
+        .sql()
+        .prepare_cached(
+            "SELECT (SELECT value FROM emq_groups WHERE queue = ?1 AND field = ?2), \
+                    (SELECT value FROM emq_groups WHERE queue = ?1 AND field = ?3), \
+                    (SELECT value FROM emq_groups WHERE queue = ?1 AND field = ?4), \
+                    (SELECT value FROM emq_groups WHERE queue = ?1 AND field = 'l:~')",
+        )
+        .and_then(|mut s| {
+            s.query_row(
+                rusqlite::params![db.queue(), format!("a:{g}"), format!("r:{g}"), format!("l:{g}")],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+        })
+        .map_err(|e| db.err(e))?;
+    let len = match count {
+        Count::Whole => db.llen(&lane(g))?,
+        Count::Any => i64::from(db.lnonempty(&lane(g))?),
+    };
+    Ok(Lane {
+        a: num(a).unwrap_or(0),
+        ringed: r.is_some(),
+        limit: num(own).or_else(|| num(default)).unwrap_or(1),
+        len,
+    })
+}
+
+fn num(v: Option<String>) -> Option<i64> {
+    v.and_then(|s| s.parse::<i64>().ok())
+}
+
+/// The groups a twin has read, each once, in the order first read (the scripts' `lanes` table and,
+/// where the order matters, their `order` list).
+#[derive(Default)]
+pub(crate) struct Lanes {
+    at: HashMap<String, usize>,
+    read: Vec<(String, Lane)>,
+}
+
+impl Lanes {
+    /// g's state, read on first use ([`lane_read`]).
+    pub(crate) fn read(&mut self, db: &Db, g: &str, count: Count) -> Result<&mut Lane> {
+        let i = match self.at.get(g) {
+            Some(&i) => i,
+            None => {
+                self.read.push((g.to_string(), lane_read(db, g, count)?));
+                self.at.insert(g.to_string(), self.read.len() - 1);
+                self.read.len() - 1
+            }
+        };
+        Ok(&mut self.read[i].1)
+    }
+
+    /// g's state, when read.
+    pub(crate) fn get(&mut self, g: &str) -> Option<&mut Lane> {
+        let i = *self.at.get(g)?;
+        Some(&mut self.read[i].1)
+    }
+
+    /// Every group read, in the order first read.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Lane)> {
+        self.read.iter_mut().map(|(g, s)| (g.as_str(), s))
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.read.is_empty()
+    }
+}
+
+/// Whether g (s from [`lane_read`]) belongs back on the ring: off it, with a ready job and a free
+/// slot (the twin of `emq_lane_eligible`).
+pub(crate) fn lane_eligible(s: &Lane) -> bool {
+    !(s.ringed || s.a >= s.limit || s.len == 0)
+}
+
+/// The ring step for g: pushed at the ring's tail and its r: flag set when eligible. 1 when pushed
+/// (the twin of `emq_lane_ring`).
+pub(crate) fn lane_ring(db: &Db, g: &str, s: &mut Lane) -> Result<i64> {
+    if !lane_eligible(s) {
+        return Ok(0);
     }
     db.rpush("ring", g)?;
     db.gset(&format!("r:{g}"), "1")?;
-    Ok(true)
+    s.ringed = true;
+    Ok(1)
 }
 
-/// The ring step for the flat set, member '~'.
-pub(crate) fn ring_step_flat(db: &Db) -> Result<bool> {
-    if db.gget("r:~")?.is_some() || !db.znonempty("pending")? {
-        return Ok(false);
+/// A lane job of g left `active`: the slot invariant (a:<g> less one, deleted at 0), then the ring
+/// step. 1 when it put g back on the ring (the twin of `emq_lane_leave`). A twin that puts the job
+/// back on g's lane does so first ([`lane_front`]).
+pub(crate) fn lane_leave(db: &Db, g: &str, s: &mut Lane) -> Result<i64> {
+    s.a -= 1;
+    let key = format!("a:{g}");
+    if s.a <= 0 {
+        s.a = 0;
+        db.gdel(&key)?;
+    } else {
+        db.gset(&key, &s.a.to_string())?;
+    }
+    lane_ring(db, g, s)
+}
+
+/// `added` ready jobs joined the tail of g's lane (s counting them): the ring step, and how many of
+/// them g's free slots make claimable (the twin of `emq_lane_step`).
+pub(crate) fn lane_step(db: &Db, g: &str, s: &mut Lane, added: i64) -> Result<i64> {
+    lane_ring(db, g, s)?;
+    let free = (s.limit - s.a).max(0);
+    let before = (s.len - added).max(0);
+    Ok(s.len.min(free) - before.min(free))
+}
+
+/// A job back at the front of g's lane, its row pending (the twin of `emq_lane_front`).
+pub(crate) fn lane_front(db: &Db, g: &str, s: &mut Lane, id: &str) -> Result<()> {
+    db.hset(id, &[Field::State("pending")])?;
+    db.lpush(&lane(g), id)?;
+    s.len += 1;
+    Ok(())
+}
+
+/// What the flat set's ring step needs (the twin of `emq_flat_read`): whether '~' is on the ring,
+/// and whether pending holds a job (`len` 0 or 1: the step asks no more).
+pub(crate) struct Flat {
+    pub(crate) ringed: bool,
+    pub(crate) len: i64,
+}
+
+pub(crate) fn flat_read(db: &Db) -> Result<Flat> {
+    Ok(Flat {
+        ringed: db.gget("r:~")?.is_some(),
+        len: i64::from(db.znonempty("pending")?),
+    })
+}
+
+/// A flat job back in pending at `score`, its row pending (the twin of `emq_flat_ready`).
+pub(crate) fn flat_ready(db: &Db, s: &mut Flat, id: &str, score: i64) -> Result<()> {
+    db.hset(id, &[Field::State("pending")])?;
+    db.zadd("pending", score, id)?;
+    s.len += 1;
+    Ok(())
+}
+
+/// The flat set's ring step: '~' pushed at the ring's tail when off it and pending holds a job (the
+/// twin of `emq_flat_step`).
+pub(crate) fn flat_step(db: &Db, s: &mut Flat) -> Result<()> {
+    if s.ringed || s.len == 0 {
+        return Ok(());
     }
     db.rpush("ring", "~")?;
     db.gset("r:~", "1")?;
-    Ok(true)
-}
-
-/// How many jobs the `added` ready jobs just pushed on g's lane made claimable (call after the push).
-pub(crate) fn claimable(db: &Db, g: &str, added: i64) -> Result<i64> {
-    let (active, limit) = slots(db, g)?;
-    let free = (limit - active).max(0);
-    let len = db.llen(&lane(g))?;
-    let before = (len - added).max(0);
-    Ok(len.min(free) - before.min(free))
-}
-
-/// The slot invariant: a lane job leaving `active` frees one slot of its group.
-pub(crate) fn free_slot(db: &Db, g: &str) -> Result<()> {
-    let key = format!("a:{g}");
-    let left = db.gget(&key)?.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) - 1;
-    if left <= 0 {
-        db.gdel(&key)
-    } else {
-        db.gset(&key, &left.to_string())
-    }
-}
-
-/// A lane job left `active`: free its slot; the ring step; a wake when that put g back on the ring.
-pub(crate) fn leave_lane(db: &Db, g: &str) -> Result<()> {
-    free_slot(db, g)?;
-    if ring_step(db, g)? {
-        db.wake(1)?;
-    }
+    s.ringed = true;
     Ok(())
 }
 
@@ -175,7 +304,7 @@ pub(crate) struct Finishing<'a> {
 /// fenced on its own, a repeated entry stale after its first settle; then every held job leaves
 /// `active` finished as `state` ("completed" or "cancelled") — deleted, or retained with its value
 /// (the output, or the reason as last_error) — its lane's slot freed with the ring step, the event
-/// counted and recorded. Reads first, as the script: every fence, then the writes.
+/// counted and recorded. Reads first, as the script: every fence, the groups, then the writes.
 pub(crate) fn settle_finished(
     db: &Db,
     entries: &[Finishing<'_>],
@@ -203,7 +332,16 @@ pub(crate) fn settle_finished(
             }
         }
     }
+    // the groups of the held jobs and whether the queue is paused, then the writes
+    let mut lanes = Lanes::default();
+    for (_, held) in &done {
+        if let Some(g) = &held.group {
+            lanes.read(db, g, Count::Any)?;
+        }
+    }
+    let paused = !lanes.is_empty() && paused_read(db)?;
     let record_field = if state == "cancelled" { "error" } else { "output" };
+    let mut wakes = 0;
     for (e, held) in &done {
         finish_active(db, e.id, state, keep, e.value.clone())?;
         let value = match &e.value {
@@ -213,9 +351,12 @@ pub(crate) fn settle_finished(
         };
         db.record(recmax, e.id, state, &held.used.to_string(), record_field, value)?;
         if let Some(g) = &held.group {
-            leave_lane(db, g)?;
+            if let Some(s) = lanes.get(g) {
+                wakes += lane_leave(db, g, s)?;
+            }
         }
     }
+    wake(db, wakes, paused)?;
     db.count(state, done.len() as i64)?;
     Ok(reply)
 }
@@ -226,16 +367,19 @@ pub(crate) fn bury(db: &Db, id: &str, err: &str) -> Result<()> {
     db.zadd("dead", db.now(), id)
 }
 
-/// A job made ready again: the flat set at a fresh sequence, or its lane's tail; state pending.
-pub(crate) fn ready(db: &Db, id: &str, g: Option<&str>) -> Result<()> {
+/// A job made ready again: the flat set at a fresh sequence, or its lane's tail; state pending;
+/// `len`, the length of the set it joins ([`Lane::len`] of g, else [`Flat::len`]), counts it.
+pub(crate) fn ready(db: &Db, id: &str, g: Option<&str>, len: &mut i64) -> Result<()> {
     db.hset(id, &[Field::State("pending")])?;
     match g {
-        Some(g) => db.rpush(&lane(g), id),
+        Some(g) => db.rpush(&lane(g), id)?,
         None => {
             let seq = db.kv_incr("id", 1)?;
-            db.zadd("pending", seq, id)
+            db.zadd("pending", seq, id)?;
         }
     }
+    *len += 1;
+    Ok(())
 }
 
 /// A waiting job taken out of wherever it waits; false when not there.
@@ -256,8 +400,12 @@ pub(crate) fn lane(g: &str) -> String {
 
 /// The group names with a non-empty lane are those with an a: or r: field.
 pub(crate) fn lane_groups(db: &Db) -> Result<Vec<String>> {
-    let mut groups: Vec<String> = db
-        .gfields()?
+    Ok(lane_groups_of(db.gfields()?))
+}
+
+/// The groups these fields of the groups hash name with an a: or r: field, sorted, each once.
+pub(crate) fn lane_groups_of(fields: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut groups: Vec<String> = fields
         .into_iter()
         .filter_map(|f| {
             f.strip_prefix("a:")
@@ -269,7 +417,7 @@ pub(crate) fn lane_groups(db: &Db) -> Result<Vec<String>> {
     // a group may hold both an a: and an r: field: sorted, so dedup sees the pair side by side
     groups.sort();
     groups.dedup();
-    Ok(groups)
+    groups
 }
 
 /// Parses a row's number field as Redis's `tonumber` would (absent = `default`; malformed = None).
@@ -289,9 +437,6 @@ pub(crate) fn number(v: Option<&str>, default: i64) -> Option<i64> {
     }
 }
 
-/// New jobs for enqueue (g = None) and genqueue: duplicates found first, then written; every new
-/// job takes one sequence value, a generated id is its sequence; then the ring step and one wake
-/// per job made claimable. The twin of `emq_new_jobs`.
 /// What new jobs' transaction reads before it writes, in one statement (one look where four
 /// statements would each take their own turn through SQLite).
 struct Look {
@@ -331,6 +476,10 @@ fn look(db: &Db) -> Result<Look> {
         .map_err(|e| db.err(e))
 }
 
+/// New jobs for enqueue (g = None) and genqueue, the twin of `emq_new_jobs`: reads first — the
+/// mark, the duplicates, the id counter, the state of the set the ready jobs join — then the
+/// writes: every new job takes one sequence value (a generated id is its sequence), then the ring
+/// step and one wake per job made claimable.
 pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) -> Result<Vec<crate::store::Enqueued>> {
     use crate::job::ClaimedJob;
     use crate::keyspace::JobId;
@@ -340,9 +489,6 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         return Err(crate::Error::Obliterating {
             queue: db.queue().to_string(),
         });
-    }
-    if !look.registered {
-        db.register()?;
     }
     let mut seen = std::collections::HashSet::new();
     let mut dup = vec![false; jobs.len()];
@@ -365,6 +511,18 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         None => super::handoff::direct(db, ready, !look.paused && !look.ring),
         Some(_) => None,
     };
+    // the set the ready jobs join (`emq_publish_read`); jobs handed over join none
+    let (mut lane_state, mut flat_state) = (None, None);
+    if ready > 0 {
+        match g {
+            Some(g) => lane_state = Some(lane_read(db, g, Count::Whole)?),
+            None => flat_state = Some(flat_read(db)?),
+        }
+    }
+    // the client's SADD emq:queues beside the script
+    if !look.registered {
+        db.register()?;
+    }
     let mut handed = Vec::new();
     // the claim's byte bound: no job taken once the payloads handed over reach it (the first always)
     let mut handed_bytes = 0usize;
@@ -456,14 +614,17 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             db.rpush(&lane(g), id)?;
         }
     }
-    match g {
-        Some(g) if lane_ready > 0 => {
-            ring_step(db, g)?;
-            db.wake(claimable(db, g, lane_ready)?)?;
+    // emq_publish_ready
+    match (g, lane_state.as_mut(), flat_state.as_mut()) {
+        (Some(g), Some(s), _) if lane_ready > 0 => {
+            s.len += lane_ready;
+            let claimable = lane_step(db, g, s, lane_ready)?;
+            wake(db, claimable, look.paused)?;
         }
-        None if flat_ready > 0 => {
-            ring_step_flat(db)?;
-            db.wake(flat_ready)?;
+        (None, _, Some(s)) if flat_ready > 0 => {
+            s.len += flat_ready;
+            flat_step(db, s)?;
+            wake(db, flat_ready, look.paused)?;
         }
         _ => {}
     }

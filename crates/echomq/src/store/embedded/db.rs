@@ -308,8 +308,8 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
-    /// INCRBY, the new value: a read, then a write of the known sum (an upsert with `RETURNING`
-    /// builds a table for its one row, and costs as much as both statements together).
+    /// INCRBY, the new value: a read, then a write of the known sum, not an upsert with
+    /// `RETURNING` (which builds a result table for its one row; `docs/performance.md`).
     pub(crate) fn kv_incr(&self, key: &str, by: i64) -> R<i64> {
         let value = self.kv_get(key)?.unwrap_or(0) + by;
         self.kv_set(key, value)?;
@@ -328,12 +328,9 @@ impl<'a> Db<'a> {
         Ok(())
     }
 
-    /// RPUSH of n wake tokens, trimmed to 16; none while the queue is paused (nothing is
-    /// claimable then: resume pushes them).
-    pub(crate) fn wake(&self, n: i64) -> R<()> {
-        if n <= 0 || self.exists_flag("paused")? {
-            return Ok(());
-        }
+    /// RPUSH of n wake tokens (n > 0), trimmed to 16. The caller tells a paused queue, which gets
+    /// none ([`super::common::wake`]).
+    pub(crate) fn push_wakes(&self, n: i64) -> R<()> {
         self.tx
             .prepare_cached(
                 "INSERT INTO emq_kv (queue, key, value) VALUES (?1, 'wakes', min(?2, ?3)) \

@@ -1,7 +1,8 @@
 //! The twin of `scripts/discard.lua`: fenced; the holder gives up on the job: dead now (metrics
-//! failed), the reason as last_error. A lane job frees its slot.
+//! failed), the reason as last_error. A lane job frees its slot. Reads first, as the script: the
+//! row, its group, then the writes.
 
-use super::common::{bury, fence_held, leave_lane};
+use super::common::{bury, fence_held, lane_leave, lane_read, paused_read, wake, Count};
 use super::db::Db;
 use crate::error::Result;
 use crate::store::{Discarded, Settled};
@@ -12,12 +13,19 @@ pub(crate) fn discard(db: &Db, id: &str, token: u64, error: &str, recmax: i64) -
         Err(Settled::Gone) => return Ok(Discarded::Gone),
         Err(_) => return Ok(Discarded::Stale),
     };
+    let g = held.group.as_deref();
+    let (mut lane, mut paused) = (None, false);
+    if let Some(g) = g {
+        lane = Some(lane_read(db, g, Count::Any)?);
+        paused = paused_read(db)?;
+    }
     if !db.zrem("active", id)? {
         return Ok(Discarded::Stale);
     }
     bury(db, id, error)?;
-    if let Some(g) = held.group.as_deref() {
-        leave_lane(db, g)?;
+    if let (Some(g), Some(s)) = (g, lane.as_mut()) {
+        let pushed = lane_leave(db, g, s)?;
+        wake(db, pushed, paused)?;
     }
     db.count("failed", 1)?;
     db.record(

@@ -1,8 +1,9 @@
 //! The twin of scripts/drain.lua: drops ready and scheduled jobs, rows and memberships, at most
 //! `limit` per call (the store loops while the reply says more is left). Active and dead jobs stay.
-//! Ring members of emptied lanes are dropped by the next claim that meets them.
+//! Ring members of emptied lanes are dropped by the next claim that meets them. Reads first, as the
+//! script: the heads of pending and scheduled, then (budget left) the lanes' heads, then the writes.
 //!
-//! Also holds the twins of `emq_purge_zset` and `emq_purge_lanes` (obliterate uses them too).
+//! Also holds the twins of the purge helpers of `_lib.lua` (obliterate uses them too).
 
 use rusqlite::params;
 
@@ -12,52 +13,77 @@ use crate::error::Result;
 
 /// Rows deleted in one call, and whether nothing is left to drain.
 pub(crate) fn drain(db: &Db, limit: i64) -> Result<(u64, bool)> {
-    let mut removed = purge_zset(db, "pending", limit, None)?;
-    removed += purge_zset(db, "scheduled", limit - removed, None)?;
-    if removed >= limit {
+    let pending = zset_head_read(db, "pending", limit)?;
+    let scheduled = zset_head_read(db, "scheduled", limit - pending.len() as i64)?;
+    let removed = (pending.len() + scheduled.len()) as i64;
+    let (mut cuts, mut lanes, mut finished) = (Vec::new(), 0, false);
+    let mut left = 0;
+    if removed < limit {
+        (cuts, lanes, finished) = lanes_read(db, limit - removed, &common::lane_groups(db)?)?;
+    } else {
         // the script answers "not finished" here; finishing when nothing is left spares a call
-        let left = db.zcard("pending")? + db.zcard("scheduled")? + lanes_len(db)?;
+        left = db.zcard("pending")? + db.zcard("scheduled")? - removed + lanes_len(db)?;
+    }
+    zset_purge(db, "pending", &pending)?;
+    zset_purge(db, "scheduled", &scheduled)?;
+    if removed >= limit {
         return Ok((removed as u64, left == 0));
     }
-    let (lanes, finished) = purge_lanes(db, limit - removed)?;
+    lanes_cut(db, &cuts)?;
     Ok(((removed + lanes) as u64, finished))
 }
 
-/// A step run per row before it goes (`leave` of `emq_purge_zset`).
-pub(crate) type Leave<'a> = &'a dyn Fn(&str) -> Result<()>;
-
-/// `emq_purge_zset`: up to `budget` job rows of sorted set `z` deleted with their memberships, in
-/// score order. `leave(id)` runs per row before it goes (forced obliterate frees lane slots).
-/// Returns how many members went.
-pub(crate) fn purge_zset(db: &Db, z: &str, budget: i64, leave: Option<Leave<'_>>) -> Result<i64> {
+/// `emq_zset_head_read`: the first `budget` members of sorted set `z`, in score order; none once
+/// the budget is spent.
+pub(crate) fn zset_head_read(db: &Db, z: &str, budget: i64) -> Result<Vec<String>> {
     if budget <= 0 {
-        return Ok(0);
+        return Ok(Vec::new());
     }
-    let ids = db.zrange(z, 0, budget, false)?;
-    for id in &ids {
-        if let Some(leave) = leave {
-            leave(id)?;
-        }
+    db.zrange(z, 0, budget, false)
+}
+
+/// `emq_zset_purge`: these members of sorted set `z` deleted with their rows.
+pub(crate) fn zset_purge(db: &Db, z: &str, ids: &[String]) -> Result<()> {
+    for id in ids {
         db.del_row(id)?;
         db.zrem(z, id)?;
     }
-    Ok(ids.len() as i64)
+    Ok(())
 }
 
-/// `emq_purge_lanes`: up to `budget` lane jobs deleted (rows and lane entries), lane by lane over
-/// the groups with a lane. Returns (removed, finished): finished when every lane was emptied.
-pub(crate) fn purge_lanes(db: &Db, budget: i64) -> Result<(i64, bool)> {
-    let mut removed = 0;
-    for g in common::lane_groups(db)? {
-        let lane = common::lane(&g);
+/// One lane's head jobs to delete (`emq_lanes_read`'s cuts): the lane and the ids.
+pub(crate) type Cut = (String, Vec<String>);
+
+/// `emq_lanes_read`: the lanes walk from reads alone: up to `budget` lane jobs, lane by lane over
+/// `groups` (the groups with a lane). Returns the cuts, the jobs they hold, and whether they empty
+/// every lane (else the walk stopped where the budget was spent or a lane kept jobs).
+pub(crate) fn lanes_read(db: &Db, budget: i64, groups: &[String]) -> Result<(Vec<Cut>, i64, bool)> {
+    let (mut cuts, mut removed) = (Vec::new(), 0);
+    for g in groups {
+        let lane = common::lane(g);
         if budget - removed <= 0 {
-            return Ok((removed, false));
+            return Ok((cuts, removed, false));
         }
-        let ids = db.lrange(&lane, 0, budget - removed)?;
-        for id in &ids {
+        // one past the budget: whether the lane keeps jobs once its head goes
+        let mut ids = db.lrange(&lane, 0, budget - removed + 1)?;
+        let keeps = ids.len() as i64 > budget - removed;
+        ids.truncate((budget - removed) as usize);
+        removed += ids.len() as i64;
+        cuts.push((lane, ids));
+        if keeps {
+            return Ok((cuts, removed, false));
+        }
+    }
+    Ok((cuts, removed, true))
+}
+
+/// `emq_lanes_cut`: the cuts [`lanes_read`] planned: each lane's head jobs deleted, rows and entries.
+pub(crate) fn lanes_cut(db: &Db, cuts: &[Cut]) -> Result<()> {
+    for (lane, ids) in cuts {
+        for id in ids {
             db.del_row(id)?;
         }
-        // LTRIM lane #ids -1: the head entries just read go
+        // LTRIM lane #ids -1: the head entries go
         db.sql()
             .prepare_cached(
                 "DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos IN \
@@ -65,12 +91,8 @@ pub(crate) fn purge_lanes(db: &Db, budget: i64) -> Result<(i64, bool)> {
             )
             .and_then(|mut s| s.execute(params![db.queue(), lane, ids.len() as i64]))
             .map_err(|e| db.err(e))?;
-        removed += ids.len() as i64;
-        if db.lnonempty(&lane)? {
-            return Ok((removed, false));
-        }
     }
-    Ok((removed, true))
+    Ok(())
 }
 
 /// The jobs waiting in every lane.

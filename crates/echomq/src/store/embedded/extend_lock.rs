@@ -1,6 +1,7 @@
-//! The twin of `scripts/extend_lock.lua` (the seed's @extend_lock): re-scores one lease, token-fenced,
-//! on the store's clock — the lease is the active score. Gone when there is no row; Stale when the
-//! row is not active, the token is not its attempts, or the id is not in `active` (never re-added).
+//! The twin of `scripts/extend_lock.lua`: re-scores one lease, token-fenced, on the store's clock —
+//! the lease is the active score. Gone when there is no row; Stale when the row is not active, the
+//! token is not its attempts, or the id is not in `active` (never re-added: a settled or reaped job
+//! stays out of `active`). Reads first, as the script: the row and the membership, then the write.
 
 use rusqlite::{params, OptionalExtension};
 

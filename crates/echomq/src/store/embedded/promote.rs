@@ -1,13 +1,16 @@
 //! The twin of `scripts/promote.lua`: up to `limit` due jobs (score ≤ now) from `scheduled` to ready
 //! (flat: `pending` at a fresh sequence; a lane job: its lane's tail, the ring step), one wake per
-//! job made claimable; then, in the same step, the time until the next scheduled job is due. A
-//! missing row is dropped; a row not in state scheduled (or without data) goes dead naming the defect.
+//! job made claimable; and, in the same step, the time until the next scheduled job after them is
+//! due. A missing row is dropped; a row not in state scheduled (or without data) goes dead naming
+//! the defect. Reads first, as the script: the due ids, the next one due after them, their rows,
+//! the groups and the flat set they join, then the writes.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use rusqlite::{params, OptionalExtension};
 
-use super::common::{bury, claimable, ready, ring_step, ring_step_flat};
+use super::common::{bury, flat_read, flat_step, lane_step, paused_read, ready, wake, Count, Lanes};
 use super::db::{text, Col, Db};
 use crate::error::{Error, Result};
 use crate::store::Promoted;
@@ -28,54 +31,79 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
     }
     let now = db.now();
     let due = db.zrange_upto("scheduled", now, limit)?;
-    let mut moved = 0u64;
-    if !due.is_empty() {
-        // HMGET state, group, data of every row first
-        let mut rows = Vec::with_capacity(due.len());
-        for id in &due {
-            rows.push(state_group_data(db, id)?);
-        }
-        for id in &due {
-            db.zrem("scheduled", id)?;
-        }
-        // the groups in the order their first job came due, with how many each got
-        let (mut flat, mut lanes) = (0i64, Vec::<(String, i64)>::new());
-        for (id, (state, g, has_data)) in due.iter().zip(rows) {
-            match state.as_deref() {
-                Some("scheduled") if has_data => {
-                    ready(db, id, g.as_deref())?;
-                    db.hdel(id, &[Col::RunAt])?;
-                    match g {
-                        Some(g) => match lanes.iter_mut().find(|(name, _)| *name == g) {
-                            Some((_, added)) => *added += 1,
-                            None => lanes.push((g, 1)),
-                        },
-                        None => flat += 1,
-                    }
-                    moved += 1;
+    // the due jobs are the set's first members: once they leave, the next one due is the member
+    // ranked right after them
+    let next_due_in = match db.zrange("scheduled", due.len() as i64, 1, false)?.first() {
+        Some(next) => db
+            .zscore("scheduled", next)?
+            .map(|at| Duration::from_millis((at - now).max(0) as u64)),
+        None => None,
+    };
+    if due.is_empty() {
+        return Ok(Promoted { moved: 0, next_due_in });
+    }
+    // HMGET state, group, data of every row, and the groups (in the order their first job came)
+    // and the flat set the moves join
+    let (mut lanes, mut flat) = (Lanes::default(), None);
+    let mut rows = Vec::with_capacity(due.len());
+    for id in &due {
+        let row = state_group_data(db, id)?;
+        if let (Some("scheduled"), true) = (row.0.as_deref(), row.2) {
+            match row.1.as_deref() {
+                Some(g) => {
+                    lanes.read(db, g, Count::Whole)?;
                 }
-                Some(state) => {
-                    let defect = if has_data { "" } else { ", no data" };
-                    bury(db, id, &format!("malformed row: state {state}{defect} in scheduled"))?;
-                    db.count("failed", 1)?;
-                }
-                // a missing row: only dropped from scheduled
+                None if flat.is_none() => flat = Some(flat_read(db)?),
                 None => {}
             }
         }
-        let mut wakes = flat;
-        if flat > 0 {
-            ring_step_flat(db)?;
-        }
-        for (g, added) in &lanes {
-            wakes += claimable(db, g, *added)?;
-            ring_step(db, g)?;
-        }
-        db.wake(wakes)?;
+        rows.push(row);
     }
-    let next_due_in = db
-        .zfirst("scheduled")?
-        .map(|(_, due)| Duration::from_millis((due - now).max(0) as u64));
+    let paused = paused_read(db)?;
+
+    for id in &due {
+        db.zrem("scheduled", id)?;
+    }
+    let (mut moved, mut failed, mut nflat) = (0u64, 0i64, 0i64);
+    let mut added: HashMap<String, i64> = HashMap::new();
+    for (id, (state, g, has_data)) in due.iter().zip(rows) {
+        match state.as_deref() {
+            Some("scheduled") if has_data => {
+                match (g.as_deref(), flat.as_mut()) {
+                    (Some(g), _) => {
+                        if let Some(s) = lanes.get(g) {
+                            ready(db, id, Some(g), &mut s.len)?;
+                        }
+                        *added.entry(g.to_string()).or_default() += 1;
+                    }
+                    (None, Some(s)) => {
+                        ready(db, id, None, &mut s.len)?;
+                        nflat += 1;
+                    }
+                    (None, None) => {}
+                }
+                db.hdel(id, &[Col::RunAt])?;
+                moved += 1;
+            }
+            Some(state) => {
+                let defect = if has_data { "" } else { ", no data" };
+                bury(db, id, &format!("malformed row: state {state}{defect} in scheduled"))?;
+                failed += 1;
+            }
+            // a missing row: only dropped from scheduled
+            None => {}
+        }
+    }
+    let mut wakes = nflat;
+    if let Some(s) = flat.as_mut() {
+        flat_step(db, s)?;
+    }
+    for (g, s) in lanes.iter_mut() {
+        let n = added.get(g).copied().unwrap_or(0);
+        wakes += lane_step(db, g, s, n)?;
+    }
+    wake(db, wakes, paused)?;
+    db.count("failed", failed)?;
     Ok(Promoted { moved, next_due_in })
 }
 

@@ -1,8 +1,8 @@
 //! The twin of scripts/promote_job.lua: an operator makes one scheduled job ready now (flat:
 //! pending at a fresh sequence; lane: its tail and the ring step). One wake when the job is
-//! claimable now.
+//! claimable now. Reads first, as the script: the row, its group or the flat set, then the writes.
 
-use super::common;
+use super::common::{self, flat_read, flat_step, lane_read, lane_step, paused_read, wake, Count};
 use super::db::{Col, Db};
 use crate::error::Result;
 use crate::store::PromotedJob;
@@ -16,21 +16,30 @@ pub(crate) fn promote_job(db: &Db, id: &str) -> Result<PromotedJob> {
         Some("scheduled") => {}
         Some(_) => return Ok(PromotedJob::NotScheduled),
     }
+    let g = row.group.as_deref();
+    let (mut lane, mut flat) = (None, None);
+    match g {
+        Some(g) => lane = Some(lane_read(db, g, Count::Whole)?),
+        None => flat = Some(flat_read(db)?),
+    }
+    let paused = paused_read(db)?;
     if !db.zrem("scheduled", id)? {
         return Ok(PromotedJob::NotScheduled);
     }
-    let g = row.group.as_deref();
-    common::ready(db, id, g)?;
-    db.hdel(id, &[Col::RunAt])?;
-    match g {
-        Some(g) => {
-            db.wake(common::claimable(db, g, 1)?)?;
-            common::ring_step(db, g)?;
+    match (g, lane.as_mut(), flat.as_mut()) {
+        (Some(g), Some(s), _) => {
+            common::ready(db, id, Some(g), &mut s.len)?;
+            db.hdel(id, &[Col::RunAt])?;
+            let claimable = lane_step(db, g, s, 1)?;
+            wake(db, claimable, paused)?;
         }
-        None => {
-            common::ring_step_flat(db)?;
-            db.wake(1)?;
+        (None, _, Some(s)) => {
+            common::ready(db, id, None, &mut s.len)?;
+            db.hdel(id, &[Col::RunAt])?;
+            flat_step(db, s)?;
+            wake(db, 1, paused)?;
         }
+        _ => {}
     }
     Ok(PromotedJob::Promoted)
 }

@@ -2,12 +2,13 @@
 //! `limit` lapsed leases go back to ready at the front (flat: `pending` at score 0; a lane job: its
 //! lane's head, in lapse order, its slot freed and the ring step), metrics reaped, no stall
 //! counting. A missing row is dropped from `active`; a row not in state active goes dead naming the
-//! defect. Replies how many went back to ready.
+//! defect. Replies how many went back to ready. Reads first, as the script: the lapsed ids, their
+//! rows, their groups and the flat set, then the writes.
 
 use rusqlite::{params, OptionalExtension};
 
-use super::common::{bury, free_slot, lane, ring_step, ring_step_flat};
-use super::db::{text, Db, Field};
+use super::common::{bury, flat_read, flat_ready, flat_step, lane_front, lane_leave, paused_read, wake, Count, Lanes};
+use super::db::{text, Db};
 use crate::error::{Error, Result};
 
 pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
@@ -22,31 +23,41 @@ pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
     if lapsed.is_empty() {
         return Ok(0);
     }
-    // HMGET state, group of every row first
+    // HMGET state, group of every row, and what their moves need of their groups and the flat set
+    let (mut lanes, mut flat) = (Lanes::default(), None);
     let mut rows = Vec::with_capacity(lapsed.len());
     for id in &lapsed {
-        rows.push(state_group(db, id)?);
+        let (state, g) = state_group(db, id)?;
+        if let Some(g) = g.as_deref() {
+            lanes.read(db, g, Count::Any)?;
+        }
+        if state.as_deref() == Some("active") && g.is_none() && flat.is_none() {
+            flat = Some(flat_read(db)?);
+        }
+        rows.push((state, g));
     }
+    let paused = paused_read(db)?;
+
     for id in &lapsed {
         db.zrem("active", id)?;
     }
     // walked backwards: each LPUSH puts a job ahead of the one lapsed after it, so recovered lane
     // jobs keep their order at the lane's front
-    let (mut back, mut freed, mut flat) = (0i64, 0i64, false);
+    let (mut back, mut freed, mut failed) = (0i64, 0i64, 0i64);
     for (id, (state, g)) in lapsed.iter().zip(rows).rev() {
+        let lane = match g.as_deref() {
+            Some(g) => lanes.get(g).map(|s| (g, s)),
+            None => None,
+        };
         match state.as_deref() {
             Some("active") => {
-                db.hset(id, &[Field::State("pending")])?;
-                match g.as_deref() {
-                    Some(g) => {
-                        free_slot(db, g)?;
-                        db.lpush(&lane(g), id)?;
-                        ring_step(db, g)?;
+                match (lane, flat.as_mut()) {
+                    (Some((g, s)), _) => {
+                        lane_front(db, g, s, id)?;
+                        lane_leave(db, g, s)?;
                     }
-                    None => {
-                        db.zadd("pending", 0, id)?;
-                        flat = true;
-                    }
+                    (None, Some(s)) => flat_ready(db, s, id, 0)?,
+                    (None, None) => {}
                 }
                 back += 1;
             }
@@ -54,20 +65,20 @@ pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
                 bury(db, id, &format!("malformed row: state {state} in active"))?;
                 // the slot invariant, and the ring step: the freed slot may make the lane's next
                 // job claimable
-                if let Some(g) = g.as_deref() {
-                    free_slot(db, g)?;
-                    freed += i64::from(ring_step(db, g)?);
+                if let Some((g, s)) = lane {
+                    freed += lane_leave(db, g, s)?;
                 }
-                db.count("failed", 1)?;
+                failed += 1;
             }
             // a missing row: only dropped from active
             None => {}
         }
     }
-    if flat {
-        ring_step_flat(db)?;
+    if let Some(s) = flat.as_mut() {
+        flat_step(db, s)?;
     }
-    db.wake(back + freed)?;
+    wake(db, back + freed, paused)?;
+    db.count("failed", failed)?;
     db.count("reaped", back)?;
     Ok(back as u64)
 }

@@ -1,7 +1,8 @@
 //! The twin of scripts/remove.lua: an operator deletes a job wherever it is. An active job only
 //! with force (then its lane slot is freed and the ring step runs, keeping the slot invariant).
+//! Reads first, as the script: the row and, for a forced lane job, its group, then the writes.
 
-use super::common;
+use super::common::{self, lane_leave, lane_read, paused_read, wake, Count};
 use super::db::Db;
 use crate::error::Result;
 use crate::store::Removed;
@@ -19,9 +20,15 @@ pub(crate) fn remove(db: &Db, id: &str, force: bool) -> Result<Removed> {
             if !force {
                 return Ok(Removed::Active);
             }
+            let (mut lane, mut paused) = (None, false);
+            if let Some(g) = g {
+                lane = Some(lane_read(db, g, Count::Any)?);
+                paused = paused_read(db)?;
+            }
             if db.zrem("active", id)? {
-                if let Some(g) = g {
-                    common::leave_lane(db, g)?;
+                if let (Some(g), Some(s)) = (g, lane.as_mut()) {
+                    let pushed = lane_leave(db, g, s)?;
+                    wake(db, pushed, paused)?;
                 }
             }
         }

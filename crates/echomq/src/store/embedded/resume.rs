@@ -1,8 +1,9 @@
 //! The twin of `scripts/resume.lua`: claims give jobs again; one wake per job made claimable (at most
 //! 16), counted from the ring's first 16 members only (never a scan). Resuming a queue that is not
-//! paused makes nothing claimable: no wake.
+//! paused makes nothing claimable: no wake. Reads first, as the script: the ring's head, the flat
+//! set and its groups, then the writes.
 
-use super::common::{claimable, lane};
+use super::common::{wake, Count, Lanes};
 use super::db::Db;
 use crate::error::Result;
 
@@ -10,7 +11,7 @@ pub(crate) fn resume(db: &Db) -> Result<()> {
     if !db.exists_flag("paused")? {
         return Ok(());
     }
-    let mut count = 0;
+    let (mut count, mut lanes) = (0, Lanes::default());
     for m in db.lrange("ring", 0, 16)? {
         if count >= 16 {
             break;
@@ -18,11 +19,11 @@ pub(crate) fn resume(db: &Db) -> Result<()> {
         if m == "~" {
             count += db.zcard("pending")?;
         } else {
-            let len = db.llen(&lane(&m))?;
-            count += claimable(db, &m, len)?;
+            // its ready jobs, bounded by its free slots
+            let s = lanes.read(db, &m, Count::Whole)?;
+            count += s.len.min((s.limit - s.a).max(0));
         }
     }
-    // reads done: now the writes
     db.kv_del("paused")?;
-    db.wake(count)
+    wake(db, count, false)
 }

@@ -1,12 +1,14 @@
 //! The twin of `scripts/retry.lua`: fenced; the holder hands the job back after a failure. At its
 //! budget (the attempts it has used, attempts − free, reaching its own max_attempts, else the
-//! default) it goes dead (metrics failed); else it
-//! waits in `scheduled` until now + delay (delay 0: ready at once), the error as last_error (metrics
-//! retried). A lane job frees its slot either way.
+//! default) it goes dead (metrics failed); else it waits in `scheduled` until now + delay (delay 0:
+//! ready at once), the error as last_error (metrics retried). A lane job frees its slot either way.
+//! Reads first, as the script: the row, its group or the flat set, then the writes.
 
 use rusqlite::{params, OptionalExtension};
 
-use super::common::{bury, fence_held, leave_lane, lua_number, ready, ring_step_flat};
+use super::common::{
+    bury, fence_held, flat_read, flat_step, lane_leave, lane_read, lua_number, paused_read, ready, wake, Count,
+};
 use super::db::{text, Db, Field};
 use crate::error::{Error, Result};
 use crate::store::{Retried, Settled};
@@ -31,16 +33,27 @@ pub(crate) fn retry(
         Err(Settled::Gone) => return Ok(Retried::Gone),
         Err(_) => return Ok(Retried::Stale),
     };
-    let g = held.group;
+    let g = held.group.as_deref();
     // tonumber(HGET max_attempts or default) or default
     let maxa = hget_max_attempts(db, id)?
         .and_then(|m| lua_number(&m))
         .unwrap_or(max_attempts as f64);
+    let dead = held.used as f64 >= maxa;
+    let mut lane = match g {
+        Some(g) => Some(lane_read(db, g, Count::Any)?),
+        None => None,
+    };
+    let mut flat = match g {
+        None if !dead && delay_ms <= 0 => Some(flat_read(db)?),
+        _ => None,
+    };
+    let paused = paused_read(db)?;
     if !db.zrem("active", id)? {
         return Ok(Retried::Stale);
     }
     let now = db.now();
-    let reply = if held.used as f64 >= maxa {
+    let mut wakes = 0;
+    let reply = if dead {
         bury(db, id, error)?;
         db.count("failed", 1)?;
         db.record(
@@ -57,20 +70,21 @@ pub(crate) fn retry(
         if delay_ms > 0 {
             db.hset(id, &[Field::State("scheduled"), Field::RunAt(now + delay_ms)])?;
             db.zadd("scheduled", now + delay_ms, id)?;
-        } else {
-            ready(db, id, g.as_deref())?;
-            if g.is_none() {
-                ring_step_flat(db)?;
-                db.wake(1)?;
-            }
+        } else if let Some(s) = lane.as_mut() {
+            ready(db, id, g, &mut s.len)?;
+        } else if let Some(s) = flat.as_mut() {
+            ready(db, id, None, &mut s.len)?;
+            flat_step(db, s)?;
+            wakes = 1;
         }
         db.count("retried", 1)?;
         Retried::Retrying
     };
     // after the job is back in its lane, so the ring step sees it
-    if let Some(g) = g.as_deref() {
-        leave_lane(db, g)?;
+    if let (Some(g), Some(s)) = (g, lane.as_mut()) {
+        wakes += lane_leave(db, g, s)?;
     }
+    wake(db, wakes, paused)?;
     Ok(reply)
 }
 

@@ -1,8 +1,8 @@
 //! One `BEGIN IMMEDIATE` transaction through the connection's cached statements.
 //!
 //! rusqlite's own transactions parse `BEGIN`, `COMMIT` and each savepoint statement anew every
-//! time; on a store that sits idle between verbs, each parse runs cold and costs tens of µs on the
-//! enqueue → start path. These are parsed once per connection.
+//! time, and on a store that sits idle between verbs each parse runs cold on the enqueue → start
+//! path. These are parsed once per connection (`docs/performance.md`).
 
 use std::ops::Deref;
 

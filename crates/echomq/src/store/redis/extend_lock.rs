@@ -1,6 +1,6 @@
 //! extend_lock (`scripts/extend_lock.lua`): the holder renews its lease. Its stale answer is an
-//! error reply (`EMQSTALE`, the seed's), read here as [`Extended::Stale`] before the store's error
-//! mapping sees it.
+//! error reply (`EMQSTALE`: the script's raw EVAL contract keeps it), read here as
+//! [`Extended::Stale`] before the store's error mapping sees it.
 
 use std::time::Duration;
 

@@ -111,7 +111,7 @@ macro_rules! scripts {
             }
         }
 
-        /// The verb names with a script, in the order of DESIGN §3's closed list.
+        /// The verb names with a script, in the order of the Store contract's closed list of verbs.
         pub const VERBS: &[&str] = &[$(stringify!($field)),*];
     };
 }
@@ -176,5 +176,26 @@ mod tests {
             "complete.lua does not need emq_new_jobs"
         );
         assert_eq!(needed("return 1"), "");
+        // a helper's helpers come along: emq_lane_leave's ring step, and the eligibility it tests
+        let promote = needed(include_str!("../../../scripts/promote.lua"));
+        for used in [
+            "local function emq_lane_step(",
+            "local function emq_lane_ring(",
+            "local function emq_lane_eligible(",
+        ] {
+            assert!(promote.contains(used), "promote.lua needs {used}");
+        }
+    }
+
+    #[test]
+    fn every_helper_has_a_caller() {
+        let scripts = Scripts::load();
+        for (name, _) in helpers() {
+            let head = format!("local function {name}(");
+            assert!(
+                scripts.all().iter().any(|s| s.body.contains(&head)),
+                "_lib.lua's {name} is prepended to no script: remove it"
+            );
+        }
     }
 }
