@@ -54,6 +54,9 @@ struct Walk<'a, 'b> {
     maxdef: i64,
     deadline: i64,
     ring_len: i64,
+    /// The most ids the walk can take from one member (its pops are bounded so): a member's size
+    /// is counted no further, so a deep queue costs a claim no more than a shallow one.
+    cap: i64,
     ring: Vec<String>,
     popped: usize,
     back: Vec<String>,
@@ -96,7 +99,7 @@ impl Walk<'_, '_> {
         let member = if m == "~" {
             Member {
                 group: None,
-                size: self.db.zcard("pending")?,
+                size: self.db.zcard_upto("pending", self.cap)?,
                 ids: Vec::new(),
                 taken: 0,
                 a: 0,
@@ -107,7 +110,7 @@ impl Walk<'_, '_> {
             let (a, limit) = slots(self.db, m)?;
             Member {
                 group: Some(m.to_string()),
-                size: self.db.llen(&lane(m))?,
+                size: self.db.llen_upto(&lane(m), self.cap)?,
                 ids: Vec::new(),
                 taken: 0,
                 a,
@@ -223,6 +226,7 @@ pub(crate) fn claim(
         maxdef: max_attempts,
         deadline: db.now() + lease_ms,
         ring_len,
+        cap: n + ring_len + 1000,
         ring: Vec::new(),
         popped: 0,
         back: Vec::new(),
@@ -237,7 +241,7 @@ pub(crate) fn claim(
 
     // The walk, from reads alone.
     let mut got = 0;
-    let mut budget = n + ring_len + 1000;
+    let mut budget = w.cap;
     let mut dropped = Vec::new();
     while got < n && w.bytes < BATCH_BYTES_MAX && budget > 0 {
         budget -= 1;

@@ -645,6 +645,17 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
+    /// ZCARD counted no further than `cap`: O(min(n, cap)) where a full count is O(n).
+    pub(crate) fn zcard_upto(&self, z: &str, cap: i64) -> R<i64> {
+        if let Some(set) = RowSet::of(z) {
+            return self.card_upto(set, cap);
+        }
+        self.tx
+            .prepare_cached("SELECT count(*) FROM (SELECT 1 FROM emq_zsets WHERE queue = ?1 AND zset = ?2 LIMIT ?3)")
+            .and_then(|mut s| s.query_row(params![self.q, z, cap], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
     /// ZCARD > 0, without counting: O(1) where a count is O(n).
     pub(crate) fn znonempty(&self, z: &str) -> R<bool> {
         if let Some(set) = RowSet::of(z) {
@@ -732,6 +743,14 @@ impl<'a> Db<'a> {
         self.tx
             .prepare_cached("SELECT count(*) FROM emq_lists WHERE queue = ?1 AND list = ?2")
             .and_then(|mut s| s.query_row(params![self.q, list], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
+    /// LLEN counted no further than `cap`: O(min(n, cap)) where a full count is O(n).
+    pub(crate) fn llen_upto(&self, list: &str, cap: i64) -> R<i64> {
+        self.tx
+            .prepare_cached("SELECT count(*) FROM (SELECT 1 FROM emq_lists WHERE queue = ?1 AND list = ?2 LIMIT ?3)")
+            .and_then(|mut s| s.query_row(params![self.q, list, cap], |r| r.get(0)))
             .map_err(|e| self.e(e))
     }
 

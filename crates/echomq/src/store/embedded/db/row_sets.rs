@@ -109,6 +109,15 @@ impl Db<'_> {
             .map_err(|e| self.e(e))
     }
 
+    /// ZCARD counted no further than `cap`.
+    pub(crate) fn card_upto(&self, set: RowSet, cap: i64) -> R<i64> {
+        self.tx
+            .prepare_cached(on_col!(set;
+                "SELECT count(*) FROM (SELECT 1 FROM emq_jobs WHERE queue = ?1 AND ", " IS NOT NULL LIMIT ?2)"))
+            .and_then(|mut s| s.query_row(params![self.q, cap], |r| r.get(0)))
+            .map_err(|e| self.e(e))
+    }
+
     /// ZRANGE … WITHSCORES of the lowest member.
     pub(crate) fn first(&self, set: RowSet) -> R<Option<(String, i64)>> {
         self.tx
