@@ -704,8 +704,8 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
 }
 
 /// A claim with a lease that is no finite number of ms (Lua's tonumber takes `inf` and `nan`; a
-/// deadline at +inf would tie with `active`'s reserved member) and a complete_many that meets a row
-/// it cannot read both fail before their first write.
+/// deadline at +inf is past every recovery range) and a complete_many that meets a row it cannot
+/// read both fail before their first write.
 async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
     let (mut conn, base) = raw(ctx);
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
