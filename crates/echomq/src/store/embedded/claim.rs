@@ -32,6 +32,8 @@ struct Member {
     /// The group; `None` for the flat set.
     group: Option<String>,
     size: i64,
+    /// How far `size` was counted: a size that reached it may be short of the member's jobs.
+    counted_to: i64,
     ids: Vec<String>,
     taken: usize,
     a: i64,
@@ -91,6 +93,28 @@ impl Walk<'_, '_> {
         self.ring_len - self.popped as i64 + (self.back.len() - self.repopped) as i64
     }
 
+    /// Whether member `i` holds a job past those taken. Its size is counted no further than the
+    /// walk's bound; a walk that took that many counts further, so a member is never dropped from
+    /// the ring while it holds jobs.
+    fn more(&mut self, i: usize) -> Result<bool> {
+        let s = &self.order[i];
+        if (s.taken as i64) < s.size {
+            return Ok(true);
+        }
+        if s.size < s.counted_to {
+            return Ok(false);
+        }
+        let cap = s.taken as i64 + self.cap;
+        let size = match &s.group {
+            None => self.db.zcard_upto("pending", cap)?,
+            Some(g) => self.db.llen_upto(&lane(g), cap)?,
+        };
+        let s = &mut self.order[i];
+        s.size = size;
+        s.counted_to = cap;
+        Ok((s.taken as i64) < size)
+    }
+
     /// The member `m`, read on first meeting.
     fn member(&mut self, m: &str) -> Result<usize> {
         if let Some(&i) = self.members.get(m) {
@@ -100,6 +124,7 @@ impl Walk<'_, '_> {
             Member {
                 group: None,
                 size: self.db.zcard_upto("pending", self.cap)?,
+                counted_to: self.cap,
                 ids: Vec::new(),
                 taken: 0,
                 a: 0,
@@ -111,6 +136,7 @@ impl Walk<'_, '_> {
             Member {
                 group: Some(m.to_string()),
                 size: self.db.llen_upto(&lane(m), self.cap)?,
+                counted_to: self.cap,
                 ids: Vec::new(),
                 taken: 0,
                 a,
@@ -251,7 +277,7 @@ pub(crate) fn claim(
             None => {
                 let want = if w.left() == 0 { n - got } else { 1 };
                 let mut used = 0;
-                while used < want && w.bytes < BATCH_BYTES_MAX && (w.order[i].taken as i64) < w.order[i].size {
+                while used < want && w.bytes < BATCH_BYTES_MAX && w.more(i)? {
                     used += 1;
                     let id = w.next_id(i, n - got)?;
                     if w.judge(id, None)? {
@@ -260,8 +286,7 @@ pub(crate) fn claim(
                 }
             }
             Some(g) => {
-                let s = &w.order[i];
-                if s.a < s.limit && (s.taken as i64) < s.size {
+                if w.order[i].a < w.order[i].limit && w.more(i)? {
                     let id = w.next_id(i, n - got)?;
                     if w.judge(id, Some(&g))? {
                         got += 1;
@@ -270,8 +295,8 @@ pub(crate) fn claim(
                 }
             }
         }
-        let s = &w.order[i];
-        if (s.taken as i64) < s.size && (s.group.is_none() || s.a < s.limit) {
+        let open = w.order[i].group.is_none() || w.order[i].a < w.order[i].limit;
+        if open && w.more(i)? {
             w.back.push(m);
         } else {
             dropped.push(format!("r:{m}"));
