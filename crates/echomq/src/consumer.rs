@@ -1,5 +1,5 @@
-//! The consumer: the seed's beat — recover, promote, drain, park — with batched claims,
-//! group-committed settles, cooperative cancellation and the opt-in locks plane (DESIGN §4).
+//! The consumer: a beat of recover, promote, drain and park, with batched claims,
+//! group-committed settles, cooperative cancellation and the opt-in locks plane.
 //!
 //! ```text
 //! loop: check stop → ttl → recover + promote + claim (one round trip) → drain leg → park

@@ -1,4 +1,4 @@
-//! The `Store` contract: one async method per verb of the closed list (DESIGN §3), plus `park` and
+//! The `Store` contract: one async method per verb of the closed list, plus `park` and
 //! `cancel_requests`, so that nothing above it names Redis. Replies are typed; a store turns its
 //! wire replies into these values and nothing else sees them.
 
@@ -244,9 +244,9 @@ pub enum LimitTarget {
 /// What a recovery sweep is allowed to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StalledPolicy {
-    /// Dead-letter a job on its `max_stalled`-th stall (1 = the first, the seed's default).
+    /// Dead-letter a job on its `max_stalled`-th stall (1 = the first, the default).
     pub max_stalled: u32,
-    /// At most this many lapsed leases per sweep (100, the seed's default).
+    /// At most this many lapsed leases per sweep (100 by default).
     pub limit: u32,
 }
 

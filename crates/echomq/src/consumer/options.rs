@@ -11,13 +11,13 @@ pub const BEAT_DEFAULT: Duration = Duration::from_millis(1000);
 pub const LEASE_DEFAULT: Duration = Duration::from_millis(30_000);
 /// Default number of due jobs one promote moves.
 pub const PUMP_BATCH_DEFAULT: u32 = 100;
-/// Default attempt budget of a job without its own (the seed's retry path).
+/// Default attempt budget of a job without its own.
 pub const MAX_ATTEMPTS_DEFAULT: u32 = 3;
-/// Default fixed wait before a failed job runs again (the seed: no backoff curve).
+/// Default fixed wait before a failed job runs again: no backoff curve.
 pub const RETRY_DELAY_DEFAULT: Duration = Duration::from_millis(1000);
-/// Default handlers at once (1 = the seed).
+/// Default handlers at once (1: one job at a time).
 pub const CONCURRENCY_DEFAULT: usize = 1;
-/// Default timeout of [`Consumer::stop`](super::Consumer::stop) (the seed's 5 000 ms).
+/// Default timeout of [`Consumer::stop`](super::Consumer::stop) (5 000 ms).
 pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_millis(5000);
 /// The cap of the degraded back-off, unless the beat is longer.
 pub const DEGRADED_CAP: Duration = Duration::from_secs(30);

@@ -117,7 +117,7 @@ impl Beat {
         }
         let shared = self.shared.clone();
         let opts = &shared.opts;
-        // the claim before parking (DESIGN §4): any free slot, not only a batch of them
+        // the claim before parking: any free slot, not only a batch of them
         let want = self.slots.available_permits().min(BATCH_MAX);
         let round = self
             .shared

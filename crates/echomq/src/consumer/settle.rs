@@ -95,17 +95,7 @@ async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) ->
         let c = shared.claim_request(want);
         return claimed(store.claim(q, c.n, c.lease, c.max_attempts, c.settle).await);
     }
-    let jobs: Vec<Completion> = done
-        .iter()
-        .map(|f| Completion {
-            id: f.id.clone(),
-            token: f.token,
-            output: match &f.verdict {
-                Verdict::DoneWith(o) => Some(o.clone()),
-                _ => None,
-            },
-        })
-        .collect();
+    let jobs = completions(done);
     let settle = shared.opts.settle_options();
     let (completed, jobs) = match store
         .complete_then_claim(q, &jobs, settle, shared.claim_request(want))
@@ -164,23 +154,27 @@ where
     }
 }
 
+/// The completions of finished jobs, each with its output.
+fn completions(done: &[Finished]) -> Vec<Completion> {
+    done.iter()
+        .map(|f| Completion {
+            id: f.id.clone(),
+            token: f.token,
+            output: match &f.verdict {
+                Verdict::DoneWith(o) => Some(o.clone()),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
 async fn complete_all(shared: &Shared, done: &[Finished]) -> Result<Vec<Settled>> {
     let settle = shared.opts.settle_options();
     match done {
         [] => Ok(Vec::new()),
         [one] => Ok(vec![complete_alone(shared, one).await?]),
         many => {
-            let jobs: Vec<Completion> = many
-                .iter()
-                .map(|f| Completion {
-                    id: f.id.clone(),
-                    token: f.token,
-                    output: match &f.verdict {
-                        Verdict::DoneWith(o) => Some(o.clone()),
-                        _ => None,
-                    },
-                })
-                .collect();
+            let jobs = completions(many);
             shared.store.complete_many(&shared.queue, &jobs, settle).await
         }
     }

@@ -253,7 +253,7 @@ async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_
     c.stop(Duration::from_secs(5)).await.unwrap();
 }
 
-/// Through an outage the beat backs off as the seed's formula says, min(max(30 s, beat),
+/// Through an outage the beat backs off by the formula min(max(30 s, beat),
 /// beat × 2^(streak − 1)): at a beat of 50 ms the waits double from 50 ms (each logged at warn with
 /// its streak), the loop does wait them out, and once Redis is back the streak ends and work runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
