@@ -1,7 +1,7 @@
 //! The settler: turns verdicts into fenced settles, and fills the slots they free. A lone finished
-//! job settles at once; jobs that finish while a settle call is in flight go together in the next
-//! `complete_many` (the group commit), so settles never wait behind claims or parks and one round
-//! trip settles many. The slots of a batch stay taken until its settles are sent: the claim for
+//! job settles at once; jobs that finish while the settle calls in flight (at most two) are out go
+//! together in the next `complete_many` (the group commit), so settles never wait behind claims or
+//! parks and one round trip settles many. The slots of a batch stay taken until its settles are sent: the claim for
 //! them rides behind the completions in the same round trip (`complete_then_claim`), or follows
 //! the other settles, so a claim never overtakes the settle whose slot it fills (a lane job's slot
 //! is free in the store only once its settle has run).
@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 
@@ -32,6 +33,12 @@ pub(crate) struct Finished {
 
 pub(crate) struct Settler;
 
+/// Settle round trips in flight at once: while one is on the wire, the jobs finishing meanwhile go
+/// out in the next, so the store is not idle while this process turns a reply around. Each round
+/// trip claims only for its own batch's slots, behind that batch's settles, so a claim still never
+/// overtakes the settle whose slot it fills.
+const SETTLES_IN_FLIGHT: usize = 2;
+
 impl Settler {
     /// Spawns the settler; it ends once every sender is gone and the channel is drained.
     pub(crate) fn spawn(
@@ -40,15 +47,25 @@ impl Settler {
         launcher: Launcher,
     ) -> JoinHandle<()> {
         tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
-                let mut batch = vec![first];
-                while batch.len() < BATCH_MAX {
-                    match rx.try_recv() {
-                        Ok(f) => batch.push(f),
-                        Err(_) => break,
-                    }
+            let mut in_flight = FuturesUnordered::new();
+            let mut open = true;
+            while open || !in_flight.is_empty() {
+                tokio::select! {
+                    first = rx.recv(), if open && in_flight.len() < SETTLES_IN_FLIGHT => match first {
+                        Some(first) => {
+                            let mut batch = vec![first];
+                            while batch.len() < BATCH_MAX {
+                                match rx.try_recv() {
+                                    Ok(f) => batch.push(f),
+                                    Err(_) => break,
+                                }
+                            }
+                            in_flight.push(settle_batch(&shared, &launcher, batch));
+                        }
+                        None => open = false,
+                    },
+                    Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
                 }
-                settle_batch(&shared, &launcher, batch).await;
             }
         })
     }
