@@ -84,9 +84,9 @@ use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
     check_claim, check_jobs, check_list_limit, check_payload, millis, positive, CancelRequest, Cancelled, ClaimRequest,
-    Completion, Counts, Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob,
-    Recovery, Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, BATCH_MAX,
-    CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
+    CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated,
+    Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store,
+    Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
 
@@ -1014,6 +1014,42 @@ impl Store for EmbeddedStore {
                 promoted,
                 claimed,
             })
+        })
+        .await
+    }
+
+    async fn complete_then_claim(
+        &self,
+        queue: &QueueName,
+        jobs: &[Completion],
+        settle: SettleOptions,
+        claim: ClaimRequest,
+    ) -> Result<CompletedThenClaimed> {
+        // refused whole before anything runs, as the Redis pipeline is
+        for c in jobs {
+            if let Some(o) = &c.output {
+                check_payload(o.len(), self.payload_limit)?;
+            }
+        }
+        if claim.n > 0 {
+            check_claim(claim.lease, claim.max_attempts)?;
+        }
+        let (keep, recmax) = settle_args(settle);
+        let (claim_keep, claim_recmax) = settle_args(claim.settle);
+        let lease = claim.lease.as_millis() as i64;
+        let n = (claim.n as usize).min(BATCH_MAX) as i64;
+        let max_attempts = claim.max_attempts as i64;
+        let jobs = jobs.to_vec();
+        // the pipeline's twin: one transaction, the completions' leg ahead of the claim's (so the
+        // slots they free are free for it), each leg's reply its own
+        self.run(queue.as_str(), "complete_then_claim", On::Thread, move |db| {
+            let completed = db.leg(|| complete_many::complete_many(db, &jobs, keep, recmax))?;
+            let claimed = if n > 0 {
+                db.leg(|| claim::claim(db, n, lease, max_attempts, claim_keep, claim_recmax))?
+            } else {
+                Ok(Vec::new())
+            };
+            Ok(CompletedThenClaimed { completed, claimed })
         })
         .await
     }

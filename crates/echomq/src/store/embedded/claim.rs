@@ -56,9 +56,12 @@ struct Walk<'a, 'b> {
     maxdef: i64,
     deadline: i64,
     ring_len: i64,
-    /// The most ids the walk can take from one member (its pops are bounded so): a member's size
-    /// is counted no further, so a deep queue costs a claim no more than a shallow one.
+    /// The most pops the walk makes (n, the ring's length and the bad rows it may meet).
     cap: i64,
+    /// How far a member's size is first counted: one job past the n a claim takes, so that a deep
+    /// queue costs a claim no more than a shallow one (a count here is a walk over rows, not
+    /// ZCARD's stored size); a walk that reaches it counts further, doubling.
+    first_count: i64,
     ring: Vec<String>,
     popped: usize,
     back: Vec<String>,
@@ -93,9 +96,9 @@ impl Walk<'_, '_> {
         self.ring_len - self.popped as i64 + (self.back.len() - self.repopped) as i64
     }
 
-    /// Whether member `i` holds a job past those taken. Its size is counted no further than the
-    /// walk's bound; a walk that took that many counts further, so a member is never dropped from
-    /// the ring while it holds jobs.
+    /// Whether member `i` holds a job past those taken. Its size is counted no further than
+    /// `first_count`; a walk that took that many counts further (twice as far each time), so a
+    /// member is never dropped from the ring while it holds jobs.
     fn more(&mut self, i: usize) -> Result<bool> {
         let s = &self.order[i];
         if (s.taken as i64) < s.size {
@@ -104,7 +107,7 @@ impl Walk<'_, '_> {
         if s.size < s.counted_to {
             return Ok(false);
         }
-        let cap = s.taken as i64 + self.cap;
+        let cap = 2 * s.counted_to.max(s.taken as i64);
         let size = match &s.group {
             None => self.db.zcard_upto("pending", cap)?,
             Some(g) => self.db.llen_upto(&lane(g), cap)?,
@@ -123,8 +126,8 @@ impl Walk<'_, '_> {
         let member = if m == "~" {
             Member {
                 group: None,
-                size: self.db.zcard_upto("pending", self.cap)?,
-                counted_to: self.cap,
+                size: self.db.zcard_upto("pending", self.first_count)?,
+                counted_to: self.first_count,
                 ids: Vec::new(),
                 taken: 0,
                 a: 0,
@@ -135,8 +138,8 @@ impl Walk<'_, '_> {
             let (a, limit) = slots(self.db, m)?;
             Member {
                 group: Some(m.to_string()),
-                size: self.db.llen_upto(&lane(m), self.cap)?,
-                counted_to: self.cap,
+                size: self.db.llen_upto(&lane(m), self.first_count)?,
+                counted_to: self.first_count,
                 ids: Vec::new(),
                 taken: 0,
                 a,
@@ -253,6 +256,7 @@ pub(crate) fn claim(
         deadline: db.now() + lease_ms,
         ring_len,
         cap: n + ring_len + 1000,
+        first_count: n + 1,
         ring: Vec::new(),
         popped: 0,
         back: Vec::new(),
