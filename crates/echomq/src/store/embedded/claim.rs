@@ -315,12 +315,14 @@ pub(crate) fn claim(
     for m in &w.back[w.repopped..] {
         db.rpush("ring", m)?;
     }
-    // each member's jobs used leave its set
+    // each member's jobs used leave its set: a lane's by one trim; pending's handed out leave it in
+    // the same update that leases them (set_active, below), the others one by one here
+    let handed: HashSet<&str> = w.out.iter().map(|j| j.id.as_str()).collect();
     for s in &w.order {
         match &s.group {
             Some(g) if s.taken > 0 => db.ltrim_head(&lane(g), s.taken as i64)?,
             None => {
-                for id in &s.ids[..s.taken] {
+                for id in s.ids[..s.taken].iter().filter(|id| !handed.contains(id.as_str())) {
                     db.zrem("pending", id)?;
                 }
             }
