@@ -3,7 +3,8 @@
 //! stores — the Redis store and a fresh embedded store on its own temporary file.
 //!
 //! Verbs: enqueue, genqueue, claim (1–8, short or long lease), complete, complete_many,
-//! complete_cancelled, update_data, retry (at once or much later), discard, reap and sweep_stalled after the short leases lapsed, remove
+//! complete_cancelled, update_data, retry (at once or much later), discard, release (at once or much
+//! later: the attempt given back), reap and sweep_stalled after the short leases lapsed, remove
 //! (forced or not), redrive, cancel, promote_job and set_group_limit (a group's or the default),
 //! and an enqueue or genqueue while a consumer is parked offering a claim: it must be handed what a
 //! claim right after that enqueue returns when the enqueue woke the queue, else nothing (the
@@ -18,7 +19,7 @@
 //! * the ring holds no duplicate, exactly the members whose `r:` flag is set, and every eligible
 //!   member (the one documented exception: a raised queue default reaches a group at its next
 //!   settle);
-//! * `attempts` never decreases while a row lives.
+//! * the fencing token (`attempts + free`) never decreases while a row lives.
 //!
 //! Time: a short lease is 20 ms plus the claim's index (so deadlines order the claims strictly,
 //! as the model does), a long one ten minutes; reap and sweep wait until every short lease has
@@ -124,6 +125,11 @@ enum Op {
         max_attempts: u32,
     },
     Discard(Pick),
+    /// The holder gives the job back, its attempt unused: ready at once, or much later.
+    Release {
+        pick: Pick,
+        later: bool,
+    },
     /// Reap at most `limit` lapsed leases.
     Reap {
         limit: u32,
@@ -190,6 +196,8 @@ enum Step {
         max_attempts: u32,
     },
     Discard(String, u64),
+    /// (id, token, delay_ms): `delay_ms` 0 = ready at once.
+    Release(String, u64, u64),
     /// (limit)
     Reap(u32),
     /// (max_stalled, limit)
@@ -263,7 +271,10 @@ type LeaseKey = (bool, u64);
 struct Row {
     payload: Vec<u8>,
     place: Place,
+    /// The fencing token: claims in all.
     attempts: u64,
+    /// Claims that used no attempt (releases).
+    free: u64,
     group: Option<String>,
     max_attempts: Option<u64>,
     stalled: u64,
@@ -432,6 +443,16 @@ impl Model {
             Op::Discard(p) => {
                 let (id, t) = self.pick(*p);
                 Step::Discard(id, t)
+            }
+            Op::Release { pick, later } => {
+                let (id, token) = self.pick(*pick);
+                let delay_ms = if *later {
+                    *delays += 1;
+                    LATER_MS + *delays
+                } else {
+                    0
+                };
+                Step::Release(id, token, delay_ms)
             }
             Op::Reap { limit } => Step::Reap(*limit),
             Op::Sweep { max_stalled, limit } => Step::Sweep(*max_stalled, *limit),
@@ -645,6 +666,7 @@ impl Model {
                     Discarded::Dead
                 }
             }),
+            Step::Release(id, token, delay_ms) => Reply::Settled(self.release(id, *token, *delay_ms)),
             Step::Reap(limit) => Reply::Reaped(self.reap(*limit as usize)),
             Step::Sweep(max_stalled, limit) => {
                 let (recovered, dead) = self.sweep(*max_stalled as u64, *limit as usize);
@@ -697,6 +719,7 @@ impl Model {
                     payload: s.payload.clone(),
                     place,
                     attempts: 0,
+                    free: 0,
                     group: g.map(str::to_string),
                     max_attempts: s.max_attempts.map(u64::from),
                     stalled: 0,
@@ -792,7 +815,7 @@ impl Model {
             self.metrics.cancelled += 1;
             return false;
         }
-        if r.attempts >= r.max_attempts.unwrap_or(maxdef) {
+        if r.attempts - r.free >= r.max_attempts.unwrap_or(maxdef) {
             self.bury(id, LAST_ATTEMPT);
             self.metrics.failed += 1;
             return false;
@@ -801,7 +824,7 @@ impl Model {
         row.attempts += 1;
         row.place = Place::Active;
         row.lease = lease;
-        out.push((id.to_string(), r.payload, r.attempts + 1, r.group));
+        out.push((id.to_string(), r.payload, r.attempts + 1 - r.free, r.group));
         self.active.insert((lease, id.to_string()));
         true
     }
@@ -861,7 +884,7 @@ impl Model {
         }
         let r = self.rows[id].clone();
         self.leave_active(id);
-        let reply = if token >= r.max_attempts.unwrap_or(maxdef) {
+        let reply = if token - r.free >= r.max_attempts.unwrap_or(maxdef) {
             self.bury(id, RETRY_ERROR);
             self.metrics.failed += 1;
             Retried::Dead
@@ -885,6 +908,38 @@ impl Model {
             self.leave_lane(&g);
         }
         reply
+    }
+
+    /// release.lua: fenced; out of `active` with `free` + 1; delay 0: the front of its set (flat:
+    /// pending at score 0; a lane job: its lane's head), else scheduled; a lane job frees its slot
+    /// with the ring step.
+    fn release(&mut self, id: &str, token: u64, delay_ms: u64) -> Settled {
+        if let Err(e) = self.fence(id, token) {
+            return e;
+        }
+        let g = self.rows[id].group.clone();
+        self.leave_active(id);
+        self.row(id).free += 1;
+        if delay_ms > 0 {
+            let row = self.row(id);
+            row.place = Place::Scheduled;
+            row.due = delay_ms;
+            self.scheduled.insert((delay_ms, id.to_string()));
+        } else {
+            self.row(id).place = Place::Pending;
+            match &g {
+                Some(g) => self.lane(g).push_front(id.to_string()),
+                None => {
+                    self.row(id).score = 0;
+                    self.pending.insert((0, id.to_string()));
+                    self.ring_step_flat();
+                }
+            }
+        }
+        if let Some(g) = &g {
+            self.leave_lane(g);
+        }
+        Settled::Ok
     }
 
     fn reap(&mut self, limit: usize) -> u64 {
@@ -991,7 +1046,7 @@ impl Model {
         }
         self.dead.remove(id);
         let row = self.row(id);
-        row.max_attempts = Some(r.attempts + extra);
+        row.max_attempts = Some(r.attempts - r.free + extra);
         row.stalled = 0;
         row.cancel = None;
         self.ready(id);
@@ -1310,6 +1365,11 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
                 .await?,
         ),
         Step::Discard(id, token) => Reply::Discarded(store.discard(q, &jid(id), *token, DISCARD_ERROR, so).await?),
+        Step::Release(id, token, delay_ms) => Reply::Settled(
+            store
+                .release(q, &jid(id), *token, Duration::from_millis(*delay_ms))
+                .await?,
+        ),
         Step::Reap(limit) => Reply::Reaped(store.reap(q, *limit).await?),
         Step::Sweep(max_stalled, limit) => {
             let swept = store
@@ -1393,7 +1453,7 @@ struct Side {
     /// Whether its store serves a parked consumer's offer (`park_with_handoff`) itself.
     serves_offers: bool,
     probe: Probe,
-    /// The attempts each living row last showed.
+    /// The fencing token (attempts + free) each living row last showed.
     attempts: BTreeMap<String, u64>,
 }
 
@@ -1501,15 +1561,17 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
                 job.run_at, job.score, job.state
             ));
         }
-        let seen = side.attempts.insert(id.to_string(), job.attempts).unwrap_or(0);
-        if job.attempts < seen {
-            return Err(format!("{id}: attempts went down from {seen} to {}", job.attempts));
+        let token = job.attempts + job.free;
+        let seen = side.attempts.insert(id.to_string(), token).unwrap_or(0);
+        if token < seen {
+            return Err(format!("{id}: its token (attempts + free) went down from {seen} to {token}"));
         }
         diff(
-            &format!("{id}: (state, attempts, group, max_attempts, stalled, last_error, cancel, payload)"),
+            &format!("{id}: (state, attempts, free, group, max_attempts, stalled, last_error, cancel, payload)"),
             (
                 job.state,
                 job.attempts,
+                job.free,
                 job.group.map(|g| g.to_string()),
                 job.max_attempts,
                 job.stalled,
@@ -1519,7 +1581,8 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
             ),
             (
                 want.place.state(),
-                want.attempts,
+                want.attempts - want.free,
+                want.free,
                 want.group.clone(),
                 want.max_attempts,
                 want.stalled,
@@ -1738,6 +1801,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (pick(Among::Active), prop::bool::weighted(0.3), 1u32..=4)
             .prop_map(|(pick, later, max_attempts)| Op::Retry { pick, later, max_attempts }),
         1 => pick(Among::Active).prop_map(Op::Discard),
+        2 => (pick(Among::Active), any::<bool>()).prop_map(|(pick, later)| Op::Release { pick, later }),
         4 => recovery_limit().prop_map(|limit| Op::Reap { limit }),
         4 => (1u32..=2, recovery_limit()).prop_map(|(max_stalled, limit)| Op::Sweep { max_stalled, limit }),
         2 => (pick(Among::Pending), any::<bool>()).prop_map(|(pick, force)| Op::Remove { pick, force }),
@@ -2013,4 +2077,49 @@ fn the_last_attempt_dies_at_claim_and_redrive_raises_the_budget() {
         Reply::Retried(Retried::Dead),
         "its budget is attempts + 1 = 2"
     );
+}
+
+/// A release gives the attempt back: a job of budget 1 released twice still runs its one attempt,
+/// first at its set's front (ahead of the flat job enqueued before it was claimed), and the released
+/// holder's settle is stale.
+#[test]
+fn a_released_job_keeps_its_attempt_and_goes_back_to_the_front() {
+    let once = Spec {
+        id: None,
+        later: false,
+        max_attempts: Some(1),
+        payload: 1,
+    };
+    // the released holder's token, once its job is scheduled
+    let released = Pick {
+        among: Among::Scheduled,
+        index: 0,
+        token: Token::Current,
+    };
+    let replies = run(&[
+        Op::Enqueue(vec![once.clone(), once]),
+        claim(1, false),
+        Op::Release {
+            pick: HELD,
+            later: false,
+        },
+        claim(1, false),
+        Op::Release {
+            pick: HELD,
+            later: true,
+        },
+        Op::Complete(released),
+        claim(8, false),
+    ])
+    .unwrap();
+    assert_eq!(claimed(&replies[1]), ["1"]);
+    assert_eq!(replies[2], Reply::Settled(Settled::Ok));
+    assert_eq!(
+        replies[3],
+        Reply::Claimed(vec![("1".into(), b"p1".to_vec(), 1, None)]),
+        "back at the front, on the attempt it gave back"
+    );
+    assert_eq!(replies[4], Reply::Settled(Settled::Ok));
+    assert_eq!(replies[5], Reply::Settled(Settled::Stale), "the released holder's settle");
+    assert_eq!(claimed(&replies[6]), ["2"], "job 1 is scheduled an hour on");
 }
