@@ -1564,7 +1564,9 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
         let token = job.attempts + job.free;
         let seen = side.attempts.insert(id.to_string(), token).unwrap_or(0);
         if token < seen {
-            return Err(format!("{id}: its token (attempts + free) went down from {seen} to {token}"));
+            return Err(format!(
+                "{id}: its token (attempts + free) went down from {seen} to {token}"
+            ));
         }
         diff(
             &format!("{id}: (state, attempts, free, group, max_attempts, stalled, last_error, cancel, payload)"),
@@ -2120,6 +2122,10 @@ fn a_released_job_keeps_its_attempt_and_goes_back_to_the_front() {
         "back at the front, on the attempt it gave back"
     );
     assert_eq!(replies[4], Reply::Settled(Settled::Ok));
-    assert_eq!(replies[5], Reply::Settled(Settled::Stale), "the released holder's settle");
+    assert_eq!(
+        replies[5],
+        Reply::Settled(Settled::Stale),
+        "the released holder's settle"
+    );
     assert_eq!(claimed(&replies[6]), ["2"], "job 1 is scheduled an hour on");
 }
