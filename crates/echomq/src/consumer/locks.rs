@@ -37,7 +37,7 @@ pub(crate) async fn renew(shared: Arc<Shared>) {
                 Ok(Extended::Stale | Extended::Gone) => {
                     // settled meanwhile is not a loss: only a job still tracked lost its lease
                     if lock(&shared.inflight).get(id).is_some_and(|cur| cur.token == t.token) {
-                        tracing::warn!(queue = %shared.queue, %id, attempt = t.token, "lease lost; cancelling the handler");
+                        tracing::warn!(queue = %shared.queue, %id, token = t.token, "lease lost; cancelling the handler");
                         t.cancel.cancel(Some(LEASE_LOST.to_string()));
                     }
                 }

@@ -209,7 +209,7 @@ async fn complete_alone(shared: &Shared, f: &Finished) -> Result<Settled> {
     match store.complete(q, &f.id, f.token, output, opts.settle_options()).await {
         // refusals that would repeat on every try; any other error is left to the lease
         Err(e @ (crate::Error::PayloadTooLarge { .. } | crate::Error::InvalidOption { .. })) => {
-            tracing::warn!(queue = %q, id = %f.id, attempt = f.token, error = %e, "completion refused; failing the attempt");
+            tracing::warn!(queue = %q, id = %f.id, token = f.token, error = %e, "completion refused; failing the attempt");
             let failed = Finished {
                 id: f.id.clone(),
                 token: f.token,
@@ -265,11 +265,11 @@ fn report(shared: &Shared, f: &Finished, r: std::result::Result<Settled, String>
         Ok(Settled::Ok) => {}
         // after a lost lease or a replayed settle this is expected, not a failure
         Ok(why) => tracing::debug!(
-            queue = %shared.queue, id = %f.id, attempt = f.token, reply = ?why,
+            queue = %shared.queue, id = %f.id, token = f.token, reply = ?why,
             "settle refused: this consumer no longer holds the job"
         ),
         Err(error) => tracing::warn!(
-            queue = %shared.queue, id = %f.id, attempt = f.token, %error,
+            queue = %shared.queue, id = %f.id, token = f.token, %error,
             "settle lost to a store error; the job will be redelivered when its lease lapses"
         ),
     }

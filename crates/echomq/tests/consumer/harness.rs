@@ -217,18 +217,15 @@ pub fn log_lines(parts: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Waits (up to `within`) until the consumer has reported the settle of `id`'s attempt `attempt`
-/// on `q` refused as no longer its own (a stale settle: another attempt holds the job). False when
-/// no such report came in time. [`captured_log`] must have been called before that settle.
-pub async fn stale_settle_reported(q: &QueueName, id: &JobId, attempt: u64, within: Duration) -> bool {
-    let (queue, id, attempt) = (
-        format!("queue={q} "),
-        format!("id={id} "),
-        format!("attempt={attempt} "),
-    );
+/// Waits (up to `within`) until the consumer has reported the settle of `id` under the fencing
+/// token `token` on `q` refused as no longer its own (a stale settle: another claim holds the
+/// job). False when no such report came in time. [`captured_log`] must have been called before
+/// that settle.
+pub async fn stale_settle_reported(q: &QueueName, id: &JobId, token: u64, within: Duration) -> bool {
+    let (queue, id, token) = (format!("queue={q} "), format!("id={id} "), format!("token={token} "));
     let deadline = std::time::Instant::now() + within;
     loop {
-        if !log_lines(&["settle refused", &queue, &id, &attempt]).is_empty() {
+        if !log_lines(&["settle refused", &queue, &id, &token]).is_empty() {
             return true;
         }
         if std::time::Instant::now() >= deadline {

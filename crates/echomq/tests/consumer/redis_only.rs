@@ -237,7 +237,7 @@ async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(warned.contains(" WARN "), "{warned}");
-    assert!(warned.contains("id=1") && warned.contains("attempt=1"), "{warned}");
+    assert!(warned.contains("id=1") && warned.contains("token=1"), "{warned}");
     server.restart();
     // the lease lapses, recovery returns the job and it runs again, as the warning says
     let second = tokio::time::timeout(Duration::from_secs(15), started_rx.recv()).await;
