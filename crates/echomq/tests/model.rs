@@ -1869,7 +1869,7 @@ const HELD: Pick = Pick {
 /// The ring's order: f1 f2 f3, then a1 a2, b1 b2, c1 c2 (limit 1): claim(4) gives f1 a1 b1 c1, the next
 /// claim(10) gives f2 f3.
 #[test]
-fn design_claim_order_example() {
+fn the_ring_hands_out_one_job_per_member_in_turn() {
     let replies = run(&[
         Op::Enqueue(plain(3)),
         Op::Genqueue(0, plain(2)),
@@ -1895,7 +1895,7 @@ fn design_claim_order_example() {
 
 /// The ring's order with limit 2: claim(1) + complete repeated gives f1 a1 b1 c1 f2 a2 b2 c2 f3.
 #[test]
-fn design_claim_order_example_one_at_a_time() {
+fn one_job_at_a_time_runs_in_the_pinned_order() {
     let mut ops = vec![
         Op::Enqueue(plain(3)),
         Op::Genqueue(0, plain(2)),

@@ -63,8 +63,8 @@ macro_rules! owned_server_cases {
 
 redis_cases!(
     enqueue_script_that_fails_validation_writes_nothing,
-    sweep_stalled_raw_eval_of_the_file_answers_as_the_seed,
-    extend_lock_raw_eval_of_the_file_answers_as_the_seed,
+    sweep_stalled_raw_eval_of_the_file_answers_as_its_header_says,
+    extend_lock_raw_eval_of_the_file_answers_as_its_header_says,
     active_holds_exactly_the_leased_jobs,
     claim_and_complete_many_that_fail_write_nothing,
     complete_many_takes_one_layout_and_refuses_any_other,
@@ -291,7 +291,7 @@ pub async fn enqueue_script_that_fails_validation_writes_nothing(ctx: &Ctx) {
 // ---------------------------------------------------------------------------------------------
 // the self-contained scripts, EVALed from their file
 
-pub async fn sweep_stalled_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
+pub async fn sweep_stalled_raw_eval_of_the_file_answers_as_its_header_says(ctx: &Ctx) {
     let alive = add(ctx, "alive").await;
     claim_id(ctx, &alive, LEASE).await;
     let a = add(ctx, "a").await;
@@ -351,7 +351,7 @@ pub async fn sweep_stalled_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
     assert_eq!(bad.unwrap_err().code(), Some("EMQARGS"), "max_stalled 0 is refused");
 }
 
-pub async fn extend_lock_raw_eval_of_the_file_answers_as_the_seed(ctx: &Ctx) {
+pub async fn extend_lock_raw_eval_of_the_file_answers_as_its_header_says(ctx: &Ctx) {
     let id = add(ctx, "p").await;
     let c = claim_id(ctx, &id, Duration::from_secs(1)).await;
     let (_, base) = raw(ctx);
