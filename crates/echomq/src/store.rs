@@ -576,6 +576,14 @@ pub(crate) fn check_payload(len: usize, limit: usize) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a batch of completions when any output is over the store's payload limit: a batch is
+/// refused whole, before anything is written.
+pub(crate) fn check_outputs(jobs: &[Completion], limit: usize) -> Result<()> {
+    jobs.iter()
+        .filter_map(|c| c.output.as_ref())
+        .try_for_each(|o| check_payload(o.len(), limit))
+}
+
 /// Refuses a zero count or duration, naming the option: the checks every store makes before it
 /// writes anything.
 /// A claim's lease and default attempt budget: each at least 1 (ms, attempts).

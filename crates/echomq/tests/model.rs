@@ -427,12 +427,7 @@ impl Model {
                 max_attempts,
             } => {
                 let (id, token) = self.pick(*pick);
-                let delay_ms = if *later {
-                    *delays += 1;
-                    LATER_MS + *delays
-                } else {
-                    0
-                };
+                let delay_ms = later_ms(*later, delays);
                 Step::Retry {
                     id,
                     token,
@@ -446,12 +441,7 @@ impl Model {
             }
             Op::Release { pick, later } => {
                 let (id, token) = self.pick(*pick);
-                let delay_ms = if *later {
-                    *delays += 1;
-                    LATER_MS + *delays
-                } else {
-                    0
-                };
+                let delay_ms = later_ms(*later, delays);
                 Step::Release(id, token, delay_ms)
             }
             Op::Reap { limit } => Step::Reap(*limit),
@@ -554,6 +544,31 @@ impl Model {
                 let s = self.seq;
                 self.row(id).score = s;
                 self.pending.insert((s, id.to_string()));
+            }
+        }
+    }
+
+    /// Scheduled until `due` (the order of due times).
+    fn schedule(&mut self, id: &str, due: u64) {
+        let row = self.row(id);
+        row.place = Place::Scheduled;
+        row.due = due;
+        self.scheduled.insert((due, id.to_string()));
+    }
+
+    /// Back at the front of its set, state pending: a lane job at its lane's head, a flat one in
+    /// pending at score 0 (no ring step). True for a flat job.
+    fn front(&mut self, id: &str) -> bool {
+        self.row(id).place = Place::Pending;
+        match self.rows[id].group.clone() {
+            Some(g) => {
+                self.lane(&g).push_front(id.to_string());
+                false
+            }
+            None => {
+                self.row(id).score = 0;
+                self.pending.insert((0, id.to_string()));
+                true
             }
         }
     }
@@ -891,10 +906,7 @@ impl Model {
         } else {
             self.row(id).last_error = Some(RETRY_ERROR.to_string());
             if delay_ms > 0 {
-                let row = self.row(id);
-                row.place = Place::Scheduled;
-                row.due = delay_ms;
-                self.scheduled.insert((delay_ms, id.to_string()));
+                self.schedule(id, delay_ms);
             } else {
                 self.ready(id);
                 if r.group.is_none() {
@@ -921,20 +933,9 @@ impl Model {
         self.leave_active(id);
         self.row(id).free += 1;
         if delay_ms > 0 {
-            let row = self.row(id);
-            row.place = Place::Scheduled;
-            row.due = delay_ms;
-            self.scheduled.insert((delay_ms, id.to_string()));
-        } else {
-            self.row(id).place = Place::Pending;
-            match &g {
-                Some(g) => self.lane(g).push_front(id.to_string()),
-                None => {
-                    self.row(id).score = 0;
-                    self.pending.insert((0, id.to_string()));
-                    self.ring_step_flat();
-                }
-            }
+            self.schedule(id, delay_ms);
+        } else if self.front(id) {
+            self.ring_step_flat();
         }
         if let Some(g) = &g {
             self.leave_lane(g);
@@ -949,18 +950,11 @@ impl Model {
         }
         let mut flat = false;
         for id in lapsed.iter().rev() {
-            self.row(id).place = Place::Pending;
-            match self.rows[id].group.clone() {
-                Some(g) => {
-                    self.free_slot(&g);
-                    self.lane(&g).push_front(id.clone());
-                    self.ring_step(&g);
-                }
-                None => {
-                    self.row(id).score = 0;
-                    self.pending.insert((0, id.clone()));
-                    flat = true;
-                }
+            if self.front(id) {
+                flat = true;
+            } else if let Some(g) = self.rows[id].group.clone() {
+                self.free_slot(&g);
+                self.ring_step(&g);
             }
         }
         if flat {
@@ -990,15 +984,7 @@ impl Model {
                 self.metrics.failed += 1;
                 buried.push(id.clone());
             } else {
-                self.row(id).place = Place::Pending;
-                match &g {
-                    Some(g) => self.lane(g).push_front(id.clone()),
-                    None => {
-                        self.row(id).score = 0;
-                        self.pending.insert((0, id.clone()));
-                        flat = true;
-                    }
-                }
+                flat |= self.front(id);
                 self.metrics.stalled += 1;
                 recovered.push(id.clone());
             }
@@ -1963,6 +1949,15 @@ fn reap_and_sweep_recover_to_the_front() {
     assert_eq!(replies[7], Reply::Swept(ids(&["1", "2", "3", "4"]), vec![]));
     assert_eq!(claimed(&replies[8]), ["3", "1", "4", "2"]);
     assert_eq!(replies[9], Reply::Swept(vec![], ids(&["1", "2", "3", "4"])));
+}
+
+/// A delay of an hour plus the next of `delays` (distinct due times) when `later`, else 0.
+fn later_ms(later: bool, delays: &mut u64) -> u64 {
+    if !later {
+        return 0;
+    }
+    *delays += 1;
+    LATER_MS + *delays
 }
 
 fn claim(n: u32, short: bool) -> Op {

@@ -83,10 +83,10 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, Job, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
-    check_claim, check_jobs, check_list_limit, check_payload, millis, positive, CancelRequest, Cancelled, ClaimRequest,
-    CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended, Handoff, LimitTarget, Obliterated,
-    Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions, Settled, StalledPolicy, Store,
-    Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
+    check_claim, check_jobs, check_list_limit, check_outputs, check_payload, millis, positive, CancelRequest,
+    Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended, Handoff,
+    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
+    Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
 
@@ -720,11 +720,7 @@ impl Store for EmbeddedStore {
         jobs: &[Completion],
         settle: SettleOptions,
     ) -> Result<Vec<Settled>> {
-        for c in jobs {
-            if let Some(o) = &c.output {
-                check_payload(o.len(), self.payload_limit)?;
-            }
-        }
+        check_outputs(jobs, self.payload_limit)?;
         let (keep, recmax) = settle_args(settle);
         let mut out = Vec::with_capacity(jobs.len());
         for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
@@ -1026,11 +1022,7 @@ impl Store for EmbeddedStore {
         claim: ClaimRequest,
     ) -> Result<CompletedThenClaimed> {
         // refused whole before anything runs, as the Redis pipeline is
-        for c in jobs {
-            if let Some(o) = &c.output {
-                check_payload(o.len(), self.payload_limit)?;
-            }
-        }
+        check_outputs(jobs, self.payload_limit)?;
         if claim.n > 0 {
             check_claim(claim.lease, claim.max_attempts)?;
         }

@@ -8,7 +8,7 @@ use super::connection::Call;
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{QueueKeys, QueueName};
-use crate::store::{check_payload, Completion, SettleOptions, Settled};
+use crate::store::{check_outputs, Completion, SettleOptions, Settled};
 
 pub(super) async fn complete_many(
     store: &RedisStore,
@@ -31,14 +31,10 @@ pub(super) fn complete_many_calls<'a>(
     jobs: &[Completion],
     settle: SettleOptions,
 ) -> Result<Vec<Call<'a>>> {
+    check_outputs(jobs, store.payload_limit)?;
     let mut calls = Vec::new();
     for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
         let [keep, recmax] = settle_args(settle);
-        for c in batch {
-            if let Some(o) = &c.output {
-                check_payload(o.len(), store.payload_limit)?;
-            }
-        }
         let mut args = Vec::with_capacity(4 + batch.len() * 3);
         args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
         settle_entries(batch, &mut args);
