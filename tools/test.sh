@@ -83,7 +83,7 @@ cargo test --workspace --doc --locked
 # (`cargo run -p echomq` would resolve fewer and compile tokio, redis and echomq once more).
 cargo build -q --locked --workspace --examples
 examples="${CARGO_TARGET_DIR:-target}/debug/examples"
-for ex in enqueue_and_consume groups delays_and_retries cancel graceful_stop; do
+for ex in service enqueue_and_consume groups delays_and_retries cancel graceful_stop; do
   echo "tools/test.sh: example $ex" >&2
   "$examples/$ex"
 done

@@ -28,6 +28,10 @@ enum Workload {
         /// Jobs (N).
         #[arg(long, default_value_t = 100_000, value_parser = at_least_one::<usize>)]
         jobs: usize,
+        /// Typed jobs (`Queue::push_many` of a small serde job, its kind on each row) instead of
+        /// raw payloads.
+        #[arg(long)]
+        typed: bool,
     },
     /// b_process: N waiting no-op jobs, one consumer in this process at concurrency C.
     Process {
@@ -36,6 +40,11 @@ enum Workload {
         /// Jobs (N).
         #[arg(long, default_value_t = 100_000, value_parser = at_least_one::<usize>)]
         jobs: usize,
+        /// Through the typed front door: jobs pushed with `Queue::push_many` and run by a
+        /// `Worker` handler that decodes each (a small serde job), instead of bytes and a raw
+        /// `Consumer`.
+        #[arg(long)]
+        typed: bool,
     },
     /// c_latency: an idle consumer, 2000 enqueues at 200/s, enqueue → handler start (one clock).
     Latency {
@@ -191,6 +200,33 @@ fn payloads(n: usize) -> Vec<NewJob> {
     (0..n).map(|i| NewJob::new(format!("{{\"n\":{i}}}"))).collect()
 }
 
+/// The typed workloads' job: the same JSON as [`payloads`], with a kind.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BenchJob {
+    n: usize,
+}
+
+impl echomq::Job for BenchJob {
+    const KIND: &'static str = "bench";
+}
+
+/// `n` jobs onto the queue: raw payloads, or typed ones through a `Queue`, 1000 to a call.
+async fn push(store: &Arc<dyn Store>, q: &QueueName, n: usize, typed: bool) -> anyhow::Result<()> {
+    if typed {
+        let queue = echomq::Queue::new(store.clone(), q.as_str())?;
+        for start in (0..n).step_by(1000) {
+            queue
+                .push_many((start..n.min(start + 1000)).map(|n| BenchJob { n }))
+                .await?;
+        }
+    } else {
+        for chunk in payloads(n).chunks(1000) {
+            store.enqueue(q, chunk).await?;
+        }
+    }
+    Ok(())
+}
+
 async fn reset(store: &Arc<dyn Store>, q: &QueueName) -> anyhow::Result<()> {
     store.obliterate(q, true).await?;
     Ok(())
@@ -204,8 +240,12 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     store.enqueue(&q, &payloads(1)).await?;
     reset(&store, &q).await?;
     match args.workload {
-        Workload::Enqueue { jobs } => enqueue(&store, &q, &meter, jobs).await?,
-        Workload::Process { concurrency, jobs } => process(&store, &q, &meter, jobs, concurrency).await?,
+        Workload::Enqueue { jobs, typed } => enqueue(&store, &q, &meter, jobs, typed).await?,
+        Workload::Process {
+            concurrency,
+            jobs,
+            typed,
+        } => process(&store, &q, &meter, jobs, concurrency, typed).await?,
         Workload::Latency {
             concurrency,
             count,
@@ -217,13 +257,17 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-async fn enqueue(store: &Arc<dyn Store>, q: &QueueName, meter: &Meter, n: usize) -> anyhow::Result<()> {
+async fn enqueue(store: &Arc<dyn Store>, q: &QueueName, meter: &Meter, n: usize, typed: bool) -> anyhow::Result<()> {
     let jobs = payloads(n);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let a = meter.snap().await;
     let t = Instant::now();
-    for chunk in jobs.chunks(1000) {
-        store.enqueue(q, chunk).await?;
+    if typed {
+        push(store, q, n, true).await?;
+    } else {
+        for chunk in jobs.chunks(1000) {
+            store.enqueue(q, chunk).await?;
+        }
     }
     let secs = t.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -232,7 +276,7 @@ async fn enqueue(store: &Arc<dyn Store>, q: &QueueName, meter: &Meter, n: usize)
     emit(
         "a_enqueue_bulk",
         json!({
-            "n": n, "chunk": 1000, "secs": secs, "jobs_per_s": n as f64 / secs,
+            "n": n, "chunk": 1000, "typed": typed, "secs": secs, "jobs_per_s": n as f64 / secs,
             "waiting": store.counts(q).await?.pending,
             "mem_bytes_per_waiting_job": d.as_ref().map(|d| d.mem as f64 / n as f64),
             "redis_cmds_per_job": d.as_ref().map(|d| d.total() as f64 / n as f64),
@@ -249,23 +293,38 @@ async fn process(
     meter: &Meter,
     n: usize,
     concurrency: usize,
+    typed: bool,
 ) -> anyhow::Result<()> {
-    store.enqueue(q, &payloads(n)).await?;
+    push(store, q, n, typed).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
     let a = meter.snap().await;
     let cpu0 = own_cpu_s();
     let t = Instant::now();
-    let consumer = Consumer::start(
-        store.clone(),
-        q.clone(),
-        move |_job: JobContext| {
-            s.fetch_add(1, Ordering::Relaxed);
-            async { Verdict::Done }
-        },
-        ConsumerOptions::default().with_concurrency(concurrency),
-    )?;
+    // finished rows are not kept (retain 0), as the peers' harnesses remove completed jobs
+    let opts = ConsumerOptions::default().with_concurrency(concurrency).with_retain(0);
+    let running = if typed {
+        let worker = echomq::Worker::new(store.clone(), q.as_str())?
+            .on(move |_job: BenchJob, _ctx: JobContext| {
+                s.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<_, echomq::JobError>(()) }
+            })
+            .options(opts)
+            .start()?;
+        Running::Worker(worker)
+    } else {
+        let consumer = Consumer::start(
+            store.clone(),
+            q.clone(),
+            move |_job: JobContext| {
+                s.fetch_add(1, Ordering::Relaxed);
+                async { Verdict::Done }
+            },
+            opts,
+        )?;
+        Running::Consumer(consumer)
+    };
     // every handler ran; then the settles of the last ones
     while started.load(Ordering::Relaxed) < n {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -276,12 +335,16 @@ async fn process(
     let secs = t.elapsed().as_secs_f64();
     let cpu = own_cpu_s() - cpu0;
     let b = meter.snap().await;
-    consumer.stop(Duration::from_secs(10)).await?;
+    match running {
+        Running::Worker(w) => w.stop(Duration::from_secs(10)).await?,
+        Running::Consumer(c) => c.stop(Duration::from_secs(10)).await?,
+    }
     let d = delta(&a, &b);
     emit(
         "b_process",
         json!({
-            "concurrency": concurrency, "n": n, "secs": secs, "jobs_per_s": n as f64 / secs,
+            "concurrency": concurrency, "n": n, "typed": typed, "results_kept": false,
+            "secs": secs, "jobs_per_s": n as f64 / secs,
             "worker_cpu_s": cpu, "worker_cpu_pct": 100.0 * cpu / secs,
             "redis_cpu_s": d.as_ref().map(|d| d.cpu_s),
             "redis_cpu_pct": d.as_ref().map(|d| 100.0 * d.cpu_s / d.secs),
@@ -293,6 +356,12 @@ async fn process(
         }),
     );
     Ok(())
+}
+
+/// What runs the process workload: a raw consumer, or a typed worker.
+enum Running {
+    Consumer(Consumer),
+    Worker(echomq::WorkerHandle),
 }
 
 async fn latency(
@@ -311,7 +380,7 @@ async fn latency(
         move |job: JobContext| {
             // one clock for both ends: the enqueue's instant rides in the payload
             let now = clock.elapsed().as_micros() as f64;
-            if let Some(sent) = std::str::from_utf8(&job.payload)
+            if let Some(sent) = std::str::from_utf8(job.payload())
                 .ok()
                 .and_then(|s| s.parse::<f64>().ok())
             {

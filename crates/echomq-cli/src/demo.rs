@@ -101,16 +101,16 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         let started = clock.elapsed().as_micros() as f64;
         let payload: serde_json::Value = job.json().unwrap_or_default();
         let kind = payload["kind"].as_str().unwrap_or("ok").to_string();
-        if job.attempts == 1 {
+        if job.attempt() == 1 {
             if let Some(t) = payload["t"].as_f64() {
-                let lane = job.group.as_ref().map_or("flat".to_string(), |g| g.to_string());
+                let lane = job.group().as_ref().map_or("flat".to_string(), |g| g.to_string());
                 if let Ok(mut s) = s.lock() {
                     s.waits.entry(lane).or_default().push((started - t) / 1000.0);
                 }
             }
         }
         async move {
-            match (kind.as_str(), job.attempts) {
+            match (kind.as_str(), job.attempt()) {
                 ("poison", _) => Verdict::Error("poison: this job always fails".into()),
                 ("flaky", 1) => Verdict::Error("flaky: the first attempt fails".into()),
                 _ => Verdict::Done,

@@ -38,6 +38,9 @@ pub struct Args {
     /// This job's attempt budget (default: the consumer's).
     #[arg(long, value_name = "N")]
     pub max_attempts: Option<u32>,
+    /// The job's kind, for a worker that routes by kind (the payload is then its JSON).
+    #[arg(long, value_name = "K")]
+    pub kind: Option<String>,
     /// A caller-given id (must hold a non-digit): enqueueing it again while its job exists prints
     /// the existing id and `duplicate` on stderr, and writes nothing.
     #[arg(long, value_name = "ID", conflicts_with = "file")]
@@ -72,6 +75,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         id,
         delay: args.delay,
         max_attempts: args.max_attempts,
+        kind: args.kind.clone(),
     };
     match (args.payload, args.file) {
         (Some(payload), None) => {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use echomq::{Job, JobId, QueueName, Store};
+use echomq::{JobId, JobRow, QueueName, Store};
 use serde_json::Value;
 
 /// Show one job.
@@ -13,7 +13,7 @@ pub struct Args {
     pub queue: String,
     /// The job's id (generated or caller-given).
     pub id: String,
-    /// One JSON object: id, queue, state, attempts, max_attempts, group, payload (or payload_base64
+    /// One JSON object: id, queue, state, attempts, max_attempts, group, kind, payload (or payload_base64
     /// when the payload is not UTF-8), run_at, last_error, output (or output_base64), then stalled,
     /// cancel, finished_at, lease_deadline, dead_at. Absent fields are null; times are ms since the
     /// epoch.
@@ -65,7 +65,7 @@ fn bytes_field(name: &'static str, name_base64: &'static str, bytes: &[u8]) -> (
 }
 
 /// The row's fields in the documented order.
-fn fields(queue: &QueueName, job: &Job) -> Vec<(&'static str, Value)> {
+fn fields(queue: &QueueName, job: &JobRow) -> Vec<(&'static str, Value)> {
     let opt_u64 = |v: Option<u64>| v.map_or(Value::Null, Value::from);
     let opt_str = |v: Option<&str>| v.map_or(Value::Null, Value::from);
     let score_when = |state| {
@@ -82,6 +82,7 @@ fn fields(queue: &QueueName, job: &Job) -> Vec<(&'static str, Value)> {
         ("attempts", Value::from(job.attempts)),
         ("max_attempts", opt_u64(job.max_attempts)),
         ("group", opt_str(job.group.as_ref().map(|g| g.as_str()))),
+        ("kind", opt_str(job.kind.as_deref())),
         bytes_field("payload", "payload_base64", &job.payload),
         ("run_at", opt_u64(job.run_at)),
         ("last_error", opt_str(job.last_error.as_deref())),
@@ -98,7 +99,7 @@ fn fields(queue: &QueueName, job: &Job) -> Vec<(&'static str, Value)> {
 }
 
 /// One JSON object on one line, its fields in the documented order (shared with `emq list --json`).
-pub fn json_line(queue: &QueueName, job: &Job) -> String {
+pub fn json_line(queue: &QueueName, job: &JobRow) -> String {
     let body: Vec<String> = fields(queue, job)
         .into_iter()
         .map(|(k, v)| format!("{}:{v}", Value::from(k)))
@@ -107,7 +108,7 @@ pub fn json_line(queue: &QueueName, job: &Job) -> String {
 }
 
 /// The readable listing: `key: value` lines, `-` for an absent field, times also in RFC 3339.
-fn listing(queue: &QueueName, job: &Job) -> String {
+fn listing(queue: &QueueName, job: &JobRow) -> String {
     const TIMES: [&str; 4] = ["run_at", "finished_at", "lease_deadline", "dead_at"];
     let rows = fields(queue, job);
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;

@@ -271,15 +271,15 @@ impl Exec {
         cmd.arg("-c")
             .arg(&self.cmd)
             .env("EMQ_QUEUE", &self.queue)
-            .env("EMQ_JOB_ID", job.id.as_str())
-            .env("EMQ_ATTEMPTS", job.attempts.to_string())
+            .env("EMQ_JOB_ID", job.id().as_str())
+            .env("EMQ_ATTEMPTS", job.attempt().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // its own group: a terminal's Ctrl-C reaches emq only, and a kill reaches the
             // command's children too
             .process_group(0);
-        match &job.group {
+        match &job.group() {
             Some(g) => cmd.env("EMQ_GROUP", g.as_str()),
             None => cmd.env_remove("EMQ_GROUP"),
         };
@@ -291,10 +291,10 @@ impl Exec {
             return Verdict::Error("the command's process vanished at start".into());
         };
         groups_lock(&self.groups).insert(pgid);
-        tracing::info!(queue = %self.queue, id = %job.id, attempt = job.attempts, pgid, "job started");
+        tracing::info!(queue = %self.queue, id = %job.id(), attempt = job.attempt(), pgid, "job started");
 
         let stdin = child.stdin.take();
-        let payload = job.payload;
+        let payload = job.payload().to_vec();
         let writer = tokio::spawn(async move {
             if let Some(mut stdin) = stdin {
                 // a command that ignores stdin closes it early: that is fine
@@ -325,7 +325,7 @@ impl Exec {
                 }
             },
             _ = timeout => End::TimedOut,
-            c = job.cancel.cancelled() => End::Cancelled(c.reason),
+            c = job.cancel_token().cancelled() => End::Cancelled(c.reason),
         };
         if !matches!(end, End::Exited(_)) {
             kill_group(pgid, "TERM").await;
@@ -375,7 +375,7 @@ impl Exec {
                 ))),
             },
         };
-        tracing::info!(queue = %self.queue, id = %job.id, attempt = job.attempts, verdict = ?short(&verdict), "job finished");
+        tracing::info!(queue = %self.queue, id = %job.id(), attempt = job.attempt(), verdict = ?short(&verdict), "job finished");
         verdict
     }
 }

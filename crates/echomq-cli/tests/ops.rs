@@ -108,7 +108,20 @@ fn now_ms() -> u64 {
 fn job_json_prints_every_documented_field_with_times_in_ms() {
     let q = queue("job-json");
     let before = now_ms();
-    let id = enqueue(&q, "hello", &["--group", "g1", "--delay", "1h", "--max-attempts", "7"]);
+    let id = enqueue(
+        &q,
+        "hello",
+        &[
+            "--group",
+            "g1",
+            "--delay",
+            "1h",
+            "--max-attempts",
+            "7",
+            "--kind",
+            "send_email",
+        ],
+    );
     let o = emq(&["job", &q, &id, "--json"]);
     assert_exit(&o, 0);
     assert_eq!(lines(&o).len(), 1, "one line: {}", stdout(&o));
@@ -121,6 +134,7 @@ fn job_json_prints_every_documented_field_with_times_in_ms() {
         "attempts",
         "max_attempts",
         "group",
+        "kind",
         "payload",
         "run_at",
         "last_error",
@@ -134,6 +148,7 @@ fn job_json_prints_every_documented_field_with_times_in_ms() {
     assert_eq!(v["attempts"], 0);
     assert_eq!(v["max_attempts"], 7);
     assert_eq!(v["group"], "g1");
+    assert_eq!(v["kind"], "send_email");
     assert_eq!(v["payload"], "hello");
     assert_eq!(v["last_error"], Value::Null);
     assert_eq!(v["output"], Value::Null);

@@ -140,7 +140,7 @@ async fn enqueue_to_start(store: EmbeddedStore, q: &QueueName, n: usize, rate: u
         let (started, starts) = (started.clone(), starts.clone());
         move |job: JobContext| {
             let now = clock.elapsed().as_secs_f64() * 1e6;
-            let sent: f64 = std::str::from_utf8(&job.payload).unwrap().parse().unwrap();
+            let sent: f64 = std::str::from_utf8(job.payload()).unwrap().parse().unwrap();
             started.lock().unwrap().push(now - sent);
             starts.lock().unwrap().push((sent, now));
             async { Verdict::Done }

@@ -53,7 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // 600 steps of 50ms: half a minute of work, unless cancelled
             for step in 0..600 {
                 tokio::select! {
-                    c = job.cancel.cancelled() => {
+                    c = job.cancel_token().cancelled() => {
                         let reason = c.reason.unwrap_or_else(|| "cancelled".into());
                         println!("  handler: cancelled at step {step} ({reason}); cleaning up");
                         let _ = stopped_tx.send((Instant::now(), reason.clone()));

@@ -53,12 +53,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         move |job: JobContext| {
             let attempts = attempts.clone();
             async move {
-                let what = String::from_utf8_lossy(&job.payload).into_owned();
-                println!("  {:>6.0?}  {what} attempt {}", start.elapsed(), job.attempts);
+                let what = String::from_utf8_lossy(job.payload()).into_owned();
+                println!("  {:>6.0?}  {what} attempt {}", start.elapsed(), job.attempt());
                 if let Ok(mut a) = attempts.lock() {
-                    a.push((what.clone(), job.attempts, start.elapsed()));
+                    a.push((what.clone(), job.attempt(), start.elapsed()));
                 }
-                match (what.as_str(), job.attempts) {
+                match (what.as_str(), job.attempt()) {
                     ("flaky", 1 | 2) => Verdict::Error("the payment provider timed out".into()),
                     ("doomed", _) => Verdict::Error("card declined".into()),
                     ("later", 1) => Verdict::RetryAfter(Duration::from_millis(200)),

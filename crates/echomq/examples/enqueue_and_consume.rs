@@ -48,9 +48,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Ok(e) => e,
                     Err(e) => return Verdict::Discard(format!("bad payload: {e}")),
                 };
-                let fresh = seen.lock().map(|mut s| s.insert(job.id.clone())).unwrap_or(false);
+                let fresh = seen.lock().map(|mut s| s.insert(job.id().clone())).unwrap_or(false);
                 if !fresh {
-                    return Verdict::Error(format!("job {} ran twice", job.id));
+                    return Verdict::Error(format!("job {} ran twice", job.id()));
                 }
                 if email.to.is_empty() {
                     return Verdict::Discard("no recipient".into());

@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         move |job: JobContext| {
             let seen = seen.clone();
             async move {
-                let group = job.group.as_ref().map(|g| g.to_string()).unwrap_or_default();
+                let group = job.group().as_ref().map(|g| g.to_string()).unwrap_or_default();
                 if let Ok(mut s) = seen.lock() {
                     let now = {
                         let r = s.running.entry(group.clone()).or_default();

@@ -427,7 +427,7 @@ end
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n
-  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 4 * n) then
+  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 5 * n) then
     return emq_bad_args(verb, 'batch shape')
   end
   if redis.call('EXISTS', base .. 'obliterating') == 1 then
@@ -459,7 +459,7 @@ local function emq_new_jobs(verb, base, o, g)
   -- read and validate everything first
   local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
   for i = 1, n do
-    local a = o + 4 * (i - 1)
+    local a = o + 5 * (i - 1)
     local id, delay, maxa = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
     if not delay or delay < 0 or delay ~= math.floor(delay) then
       return emq_bad_args(verb, 'delay of job ' .. i)
@@ -488,7 +488,7 @@ local function emq_new_jobs(verb, base, o, g)
   for i = 1, n do
     if not dup[i] then
       k = k + 1
-      if ARGV[o + 4 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
+      if ARGV[o + 5 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
     end
   end
   if nsched > 0 then touch[#touch + 1] = 'scheduled' end
@@ -505,16 +505,17 @@ local function emq_new_jobs(verb, base, o, g)
     else
       k = k + 1
       local seqtext = texts[k]
-      local a = o + 4 * (i - 1)
-      local id, delay, maxa = ARGV[a + 1], delays[i], ARGV[a + 3]
+      local a = o + 5 * (i - 1)
+      local id, delay, maxa, kind = ARGV[a + 1], delays[i], ARGV[a + 3], ARGV[a + 4]
       if id == '' then id = seqtext end
-      if delay == 0 and not g and maxa == '' then
+      if delay == 0 and not g and maxa == '' and kind == '' then
         -- the common case, kept to exactly the two fields of a waiting flat row
-        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 4], 'state', 'pending')
+        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 5], 'state', 'pending')
       else
-        local row = { 'data', ARGV[a + 4], 'state', 'pending' }
+        local row = { 'data', ARGV[a + 5], 'state', 'pending' }
         if g then row[#row + 1] = 'group'; row[#row + 1] = g end
         if maxa ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = maxa end
+        if kind ~= '' then row[#row + 1] = 'kind'; row[#row + 1] = kind end
         if delay > 0 then
           if now == 0 then now = emq_now() end
           row[4] = 'scheduled'

@@ -13,9 +13,10 @@
 -- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] n, 1..1000
--- ARGV[3 + 4(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none), payload
+-- ARGV[3 + 5(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none), kind
+--   ('' = none: a raw job), payload
 --   or, the plain layout: ARGV[2 + i] = the payload of job i alone (a generated id, no delay,
---   no max_attempts): one argument per job, chosen when ARGV holds exactly n of them
+--   no max_attempts, no kind): one argument per job, chosen when ARGV holds exactly n of them
 --
 -- Replies: {first sequence, index (1-based) of each duplicate, …}: the new jobs took the sequences
 --          from the first on, in batch order; a generated id is its sequence;

@@ -11,9 +11,10 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] the group g
 -- ARGV[3] n, 1..1000
--- ARGV[4 + 4(i-1) ..] per job: id ('' = generated), delay ms, max_attempts ('' = none), payload
+-- ARGV[4 + 5(i-1) ..] per job: id ('' = generated), delay ms, max_attempts ('' = none), kind ('' = none),
+--   payload
 --   or, the plain layout: ARGV[3 + i] = the payload of job i alone (a generated id, no delay,
---   no max_attempts): one argument per job, chosen when ARGV holds exactly n of them
+--   no max_attempts, no kind): one argument per job, chosen when ARGV holds exactly n of them
 --
 -- Replies: as enqueue.
 -- Wakes: one per new ready job the group's free slots let be claimed (at most 16).

@@ -17,6 +17,7 @@
 mod handler;
 mod locks;
 mod options;
+mod panics;
 mod run;
 mod settle;
 
@@ -27,7 +28,8 @@ use std::time::Duration;
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-pub use handler::{typed, Handler, JobContext, Typed, Verdict};
+pub(crate) use handler::State;
+pub use handler::{Handler, JobContext, Verdict};
 pub use options::*;
 
 use crate::cancel::CancelToken;
@@ -53,6 +55,11 @@ pub(crate) struct Shared {
     pub(crate) stop: CancellationToken,
     /// Fired by `abort`: every handler is dropped where it stands, unsettled.
     pub(crate) aborted: CancellationToken,
+    /// Fired when a stop outlasts its timeout: every handler still running is dropped and its job
+    /// released (ready again at once, its attempt unused).
+    pub(crate) dropping: CancellationToken,
+    /// What the worker hands every handler ([`JobContext::state`]).
+    pub(crate) state: Arc<handler::State>,
     /// The runtime the consumer started on: its tasks are spawned there from any thread (a store
     /// may start handed-over jobs on a thread of its own).
     pub(crate) runtime: tokio::runtime::Handle,
@@ -178,15 +185,28 @@ impl Consumer {
         handler: impl Handler,
         opts: ConsumerOptions,
     ) -> Result<Consumer> {
+        Self::start_with(store, queue, Arc::new(handler), opts, Arc::default())
+    }
+
+    /// [`start`](Self::start) with a shared handler and the state its jobs see.
+    pub(crate) fn start_with(
+        store: Arc<dyn Store>,
+        queue: QueueName,
+        handler: Arc<dyn Handler>,
+        opts: ConsumerOptions,
+        state: Arc<handler::State>,
+    ) -> Result<Consumer> {
         opts.validate()?;
         let runtime = current_runtime("a consumer starts inside a tokio runtime (call it from a task)")?;
         let shared = Arc::new(Shared {
             store,
             queue,
-            handler: Arc::new(handler),
+            handler,
             opts,
             stop: CancellationToken::new(),
             aborted: CancellationToken::new(),
+            dropping: CancellationToken::new(),
+            state,
             runtime,
             ended: CancellationToken::new(),
             back: tokio::sync::Notify::new(),
@@ -234,12 +254,27 @@ impl Consumer {
         *self.done.borrow() || self.done.has_changed().is_err()
     }
 
-    /// Stops: no new claims; in-flight handlers finish and settle; returns when the loop is down.
-    /// Past `timeout` it returns [`Error::Timeout`] while the loop goes on settling what it holds
-    /// (call `stop` again to keep waiting, or `abort`).
+    /// Stops: no new claims, and every handler's [`JobContext::shutdown`] fires; in-flight
+    /// handlers finish and settle; returns when the loop is down. Past `timeout` the handlers still
+    /// running are dropped and their jobs released — ready again at once for any consumer, their
+    /// attempts unused — and `stop` returns once those releases are sent. Only when even they do
+    /// not finish within [`RELEASE_WAIT`] (the store unreachable) does it return
+    /// [`Error::Timeout`]; those jobs come back when their leases lapse.
     pub async fn stop(&self, timeout: Duration) -> Result<()> {
         self.shared.stop.cancel();
-        self.wait_for(timeout).await
+        if self.wait_for(timeout).await.is_ok() {
+            return Ok(());
+        }
+        let running: Vec<String> = lock(&self.shared.inflight).keys().map(|id| id.to_string()).collect();
+        tracing::warn!(
+            queue = %self.shared.queue, ?timeout, ids = ?running,
+            "stop timed out; dropping the handlers still running and releasing their jobs"
+        );
+        self.shared.dropping.cancel();
+        self.wait_for(RELEASE_WAIT).await.map_err(|_| Error::Timeout {
+            what: "consumer stop (releasing the jobs still running)",
+            after: timeout + RELEASE_WAIT,
+        })
     }
 
     /// Waits up to `timeout` for the loop to end on its own (its ttl), without asking it to stop.
@@ -273,6 +308,9 @@ impl Drop for Consumer {
         self.shared.stop.cancel();
     }
 }
+
+/// How long a stop past its timeout waits for the releases of the jobs it dropped.
+pub const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// Starts a fresh consumer — its own store and connections — whenever the last one ended (its ttl,
 /// or a stop of the consumer alone), until the supervisor itself is stopped.

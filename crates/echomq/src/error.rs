@@ -12,6 +12,8 @@ pub enum NameKind {
     Group,
     /// A caller-given job id.
     JobId,
+    /// A job kind.
+    JobKind,
 }
 
 impl fmt::Display for NameKind {
@@ -20,6 +22,7 @@ impl fmt::Display for NameKind {
             NameKind::Queue => "queue name",
             NameKind::Group => "group name",
             NameKind::JobId => "job id",
+            NameKind::JobKind => "job kind",
         })
     }
 }
@@ -111,6 +114,15 @@ pub enum Error {
         /// The queue.
         queue: String,
     },
+    /// A typed job that does not serialize to JSON (a map with non-string keys, a failing
+    /// `Serialize` impl): nothing was pushed.
+    #[error("job of kind {kind} does not serialize: {reason}")]
+    Serialize {
+        /// The job's kind.
+        kind: &'static str,
+        /// serde's message.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -122,4 +134,4 @@ impl Error {
 }
 
 /// The result type of every fallible EchoMQ call.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
+pub type Result<T> = std::result::Result<T, Error>;

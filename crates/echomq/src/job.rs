@@ -1,9 +1,32 @@
-//! Jobs: what a producer hands in ([`NewJob`]), what a consumer gets ([`ClaimedJob`]), what an
-//! operator reads ([`Job`]), and the states a job moves through ([`JobState`]).
+//! Jobs: a typed job ([`Job`]), what a producer hands the store ([`NewJob`]), what a consumer gets
+//! ([`ClaimedJob`]), what an operator reads ([`JobRow`]), and the states a job moves through
+//! ([`JobState`]).
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::keyspace::{GroupName, JobId};
+
+/// A typed job: a serde type whose JSON is the payload, and its kind, which the pushed row carries
+/// and by which a [`Worker`](crate::Worker) picks the handler.
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct SendEmail { to: String }
+///
+/// impl echomq::Job for SendEmail {
+///     const KIND: &'static str = "send_email";
+/// }
+/// ```
+pub trait Job: Serialize + DeserializeOwned + Send + 'static {
+    /// The kind written on every row of this type: 1 to 128 bytes, no spaces. Renaming it strands
+    /// the rows already pushed unless the old name is kept in [`KIND_ALIASES`](Self::KIND_ALIASES).
+    const KIND: &'static str;
+    /// Earlier names of this kind: a worker routes rows carrying any of them here too.
+    const KIND_ALIASES: &'static [&'static str] = &[];
+}
 
 /// Where a job is. Each job is in exactly one place at a time; `docs/state_machine.md` has the graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,7 +100,13 @@ pub struct NewJob {
     pub delay: Option<Duration>,
     /// This job's attempt budget; absent = the consumer's default.
     pub max_attempts: Option<u32>,
+    /// What kind of job it is, for a worker that routes by kind ([`crate::Job::KIND`]); absent for
+    /// a raw job. 1 to [`KIND_MAX`] bytes of printable text.
+    pub kind: Option<String>,
 }
+
+/// The longest job kind, in bytes.
+pub const KIND_MAX: usize = 128;
 
 impl NewJob {
     /// A job with this payload and no options.
@@ -105,6 +134,12 @@ impl NewJob {
         self.max_attempts = Some(max_attempts);
         self
     }
+
+    /// Sets the kind.
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
 }
 
 /// A job handed out by claim: the holder's view.
@@ -122,12 +157,16 @@ pub struct ClaimedJob {
     pub attempts: u64,
     /// The job's group, for a lane job.
     pub group: Option<GroupName>,
+    /// The job's kind; `None` for a raw job.
+    pub kind: Option<String>,
+    /// The job's attempt budget: its own, else the claim's default.
+    pub max_attempts: u64,
 }
 
 /// A job's row as an operator reads it (`get`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Job {
+pub struct JobRow {
     /// The job's id.
     pub id: JobId,
     /// Where it is.
@@ -143,6 +182,8 @@ pub struct Job {
     pub max_attempts: Option<u64>,
     /// Its group, for a lane job.
     pub group: Option<GroupName>,
+    /// Its kind; `None` for a raw job.
+    pub kind: Option<String>,
     /// Due time (ms since the epoch, store clock) while scheduled.
     pub run_at: Option<u64>,
     /// Times the stalled sweep found its lease lapsed.

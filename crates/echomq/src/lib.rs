@@ -17,11 +17,28 @@ pub mod consumer;
 pub mod error;
 pub mod job;
 pub mod keyspace;
+pub mod queue;
 pub mod store;
+pub mod worker;
 
-pub use cancel::CancelToken;
+pub use cancel::{CancelToken, Cancelled};
 pub use consumer::{Consumer, ConsumerOptions, Handler, JobContext, Verdict};
 pub use error::{Error, Result};
-pub use job::{ClaimedJob, Job, JobState, NewJob};
+pub use job::{ClaimedJob, Job, JobRow, JobState, NewJob};
 pub use keyspace::{GroupName, JobId, QueueName};
+pub use queue::{JobHandle, Push, Queue};
 pub use store::Store;
+pub use worker::{JobError, JobHandler, Worker, WorkerHandle};
+
+/// Opens a store from a URL, shared (`Arc`) so a [`Queue`] and a [`Worker`] can use it at once:
+/// `""` is the embedded default (the file `echomq.db` in the working directory); `sqlite:PATH` (or
+/// a plain path) an embedded store on that file; `redis://…` or `rediss://…` Redis or Valkey.
+/// See [`store::open`] for the options each takes.
+pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    let store = if url.is_empty() {
+        store::open_default().await?
+    } else {
+        store::open(url).await?
+    };
+    Ok(std::sync::Arc::from(store))
+}

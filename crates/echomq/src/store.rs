@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 use crate::error::{Error, Result};
-use crate::job::{ClaimedJob, Job, JobState, NewJob};
+use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 
 #[cfg(feature = "embedded")]
@@ -429,7 +429,7 @@ pub trait Store: Send + Sync {
     async fn obliterate(&self, queue: &QueueName, force: bool) -> Result<Obliterated>;
 
     /// get: one job's row, or `None`.
-    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<Job>>;
+    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>>;
 
     /// remove: deletes a job wherever it is; an active job only with `force`.
     async fn remove(&self, queue: &QueueName, id: &JobId, force: bool) -> Result<Removed>;
@@ -638,8 +638,30 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
         if let Some(d) = job.delay {
             millis("delay", d)?;
         }
+        if let Some(kind) = &job.kind {
+            check_kind(kind)?;
+        }
     }
     Ok(())
+}
+
+/// Refuses a job kind that is empty, longer than [`crate::job::KIND_MAX`] bytes, or holds a
+/// control character or a space (a kind is a name, printed in logs and `emq get`).
+pub(crate) fn check_kind(kind: &str) -> Result<()> {
+    let reason = if kind.is_empty() {
+        "must not be empty"
+    } else if kind.len() > crate::job::KIND_MAX {
+        "must be at most 128 bytes"
+    } else if kind.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        "must hold no spaces or control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidName {
+        kind: crate::error::NameKind::JobKind,
+        value: kind.to_string(),
+        reason,
+    })
 }
 
 /// The longest one park waits: a longer timeout waits this long, and the caller parks again.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use echomq::keyspace::{METRIC_EVENTS, SUFFIXES};
 use echomq::store::{Completion, Counts, Obliterated, SettleOptions};
-use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob};
+use echomq::{ClaimedJob, GroupName, JobId, JobRow, JobState, NewJob};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
@@ -151,7 +151,7 @@ fn ids(claimed: &[ClaimedJob]) -> Vec<JobId> {
     claimed.iter().map(|c| c.id.clone()).collect()
 }
 
-async fn get(ctx: &Ctx, id: &JobId) -> Job {
+async fn get(ctx: &Ctx, id: &JobId) -> JobRow {
     ctx.store
         .get(&ctx.q, id)
         .await
@@ -208,7 +208,7 @@ async fn eval_new_jobs(
     ctx: &Ctx,
     group: Option<&str>,
     n: &str,
-    jobs: &[[&str; 4]],
+    jobs: &[[&str; 5]],
 ) -> redis::RedisResult<redis::Value> {
     let (mut conn, base) = raw(ctx);
     let verb = if group.is_some() { "genqueue" } else { "enqueue" };
@@ -247,16 +247,16 @@ pub async fn enqueue_script_that_fails_validation_writes_nothing(ctx: &Ctx) {
         .unwrap(); // 3
     let before = snapshot(ctx).await;
 
-    let ok = ["", "0", "", "a"];
-    let fresh = ["fresh-id", "0", "", "b"];
-    let bad_delay = ["", "abc", "", "b"];
-    let negative_delay = ["", "-5", "", "b"];
-    let fractional_delay = ["", "1.5", "", "b"];
-    let bad_max = ["", "0", "0", "b"];
-    let text_max = ["", "0", "many", "b"];
-    let dup = ["taken", "0", "", "b"];
+    let ok = ["", "0", "", "", "a"];
+    let fresh = ["fresh-id", "0", "", "", "b"];
+    let bad_delay = ["", "abc", "", "", "b"];
+    let negative_delay = ["", "-5", "", "", "b"];
+    let fractional_delay = ["", "1.5", "", "", "b"];
+    let bad_max = ["", "0", "0", "", "b"];
+    let text_max = ["", "0", "many", "", "b"];
+    let dup = ["taken", "0", "", "", "b"];
     // (the refusal's text, the group for genqueue, the declared n, the per-job ARGV)
-    type Case<'a> = (&'a str, Option<&'a str>, &'a str, Vec<[&'a str; 4]>);
+    type Case<'a> = (&'a str, Option<&'a str>, &'a str, Vec<[&'a str; 5]>);
     let malformed: Vec<Case> = vec![
         ("delay of job 2", None, "3", vec![ok, bad_delay, ok]),
         ("delay of job 2", Some("g"), "3", vec![fresh, bad_delay, ok]),

@@ -164,7 +164,7 @@ async fn the_store_and_a_consumer_work_over_tls_and_an_untrusted_server_is_refus
         move |job: JobContext| {
             let tx = tx.clone();
             async move {
-                tx.send(job.payload).unwrap();
+                tx.send(job.payload().to_vec()).unwrap();
                 Verdict::Done
             }
         },

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use echomq::store::Counts;
-use echomq::{Job, JobId, QueueName, Store};
+use echomq::{JobId, JobRow, QueueName, Store};
 
 static URL: OnceLock<String> = OnceLock::new();
 /// A counter that makes each test's names its own.
@@ -303,7 +303,7 @@ impl Lib {
         self.rt.block_on(self.store.counts(&qn(q))).unwrap()
     }
 
-    pub fn job(&self, q: &str, id: &str) -> Option<Job> {
+    pub fn job(&self, q: &str, id: &str) -> Option<JobRow> {
         self.rt.block_on(self.store.get(&qn(q), &jid(id))).unwrap()
     }
 }

@@ -1,8 +1,7 @@
-//! The handler: what it gets ([`JobContext`]), what it returns ([`Verdict`]), and the typed layer
-//! over byte payloads ([`typed`]).
+//! The handler of a consumer: what it gets ([`JobContext`]) and what it returns ([`Verdict`]). The
+//! typed layer over it, with routing by kind, is [`crate::Worker`].
 
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +29,10 @@ pub enum Verdict {
     RetryAfter(Duration),
     /// Give up now: dead, with this reason.
     Discard(String),
+    /// Give the job back without using an attempt: ready again after this delay (zero: at once,
+    /// at the front of its set). A snooze; also what a worker does with a kind it has no handler
+    /// for, and with the jobs still running when its stop times out.
+    Release(Duration),
 }
 
 impl Verdict {
@@ -48,32 +51,35 @@ impl<E: std::fmt::Display> From<std::result::Result<(), E>> for Verdict {
     }
 }
 
-/// One claimed job as its handler sees it.
+/// One claimed job as its handler sees it: who it is, which attempt this is, its cancel token, the
+/// worker's shutdown, and the fenced calls a running job makes (checkpoint, lease extension).
 #[derive(Clone)]
 pub struct JobContext {
-    /// The job's id.
-    pub id: JobId,
-    /// The payload (the last checkpoint's, on a redelivery).
-    pub payload: Vec<u8>,
-    /// This attempt's number: 1 on the first; a claim that used no attempt (the job was released)
-    /// does not count.
-    pub attempts: u64,
-    /// The job's group, for a lane job.
-    pub group: Option<GroupName>,
-    /// The job's cancel token (never fires unless cancel routing or the locks plane is on).
-    pub cancel: CancelToken,
+    pub(crate) id: JobId,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempt: u64,
+    pub(crate) max_attempts: u64,
+    pub(crate) group: Option<GroupName>,
+    pub(crate) kind: Option<String>,
+    pub(crate) cancel: CancelToken,
+    pub(crate) shutdown: tokio_util::sync::CancellationToken,
+    pub(crate) state: Arc<State>,
     /// The lease's fencing token, which every fenced call of the handler passes.
     pub(crate) token: u64,
     pub(crate) queue: QueueName,
     pub(crate) store: Arc<dyn Store>,
 }
 
+/// Values a worker hands every handler ([`JobContext::state`]), one per type.
+pub(crate) type State = std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>;
+
 impl std::fmt::Debug for JobContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobContext")
             .field("queue", &self.queue)
             .field("id", &self.id)
-            .field("attempts", &self.attempts)
+            .field("kind", &self.kind)
+            .field("attempt", &self.attempt)
             .field("group", &self.group)
             .finish_non_exhaustive()
     }
@@ -83,6 +89,67 @@ impl JobContext {
     /// The queue the job came from.
     pub fn queue(&self) -> &QueueName {
         &self.queue
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> &JobId {
+        &self.id
+    }
+
+    /// The payload bytes (the last checkpoint's, on a redelivery).
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// This attempt's number: 1 on the first run. A run that used no attempt (the job was
+    /// released: a snooze, a kind no worker had, a stop) does not count.
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
+
+    /// The job's attempt budget: its own, else the worker's default.
+    pub fn max_attempts(&self) -> u64 {
+        self.max_attempts
+    }
+
+    /// True when a failure of this attempt makes the job dead instead of retrying it.
+    pub fn is_last_attempt(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+
+    /// The job's group, for a job pushed into one.
+    pub fn group(&self) -> Option<&GroupName> {
+        self.group.as_ref()
+    }
+
+    /// The job's kind ([`crate::Job::KIND`]); `None` for a raw job.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
+    /// The job's cancel token: fired by a cancel request (`Queue::cancel`, `emq cancel`), by a
+    /// lost lease, or when the worker drops the handler at the end of its stop. A message, never a
+    /// kill: check it where stopping is safe (`ctx.cancel_token().check()?`).
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    /// Resolves when the worker is stopping: no new jobs start, and this one should finish soon
+    /// (past the stop's timeout it is dropped and the job released, its attempt unused).
+    pub async fn shutdown(&self) {
+        self.shutdown.cancelled().await
+    }
+
+    /// True once the worker is stopping (see [`shutdown`](Self::shutdown)).
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    /// The value of type `T` the worker was given with `.state(value)`, if any.
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.state
+            .get(&std::any::TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
     }
 
     /// Checkpoint: the row's payload becomes `payload`, so a redelivery resumes from it. Fenced:
@@ -119,40 +186,5 @@ where
 {
     async fn handle(&self, job: JobContext) -> Verdict {
         self(job).await
-    }
-}
-
-/// The typed layer: a handler of `T` decoded from the JSON payload. A payload that does not decode
-/// is discarded (dead, the decode error as the reason): retrying cannot fix it.
-pub fn typed<T, F, Fut>(f: F) -> Typed<T, F>
-where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(T, JobContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Verdict> + Send + 'static,
-{
-    Typed { f, _t: PhantomData }
-}
-
-/// A handler of typed payloads; see [`typed`].
-pub struct Typed<T, F> {
-    f: F,
-    _t: PhantomData<fn() -> T>,
-}
-
-#[async_trait]
-impl<T, F, Fut> Handler for Typed<T, F>
-where
-    T: DeserializeOwned + Send + 'static,
-    F: Fn(T, JobContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Verdict> + Send + 'static,
-{
-    async fn handle(&self, job: JobContext) -> Verdict {
-        match job.json::<T>() {
-            Ok(value) => (self.f)(value, job).await,
-            Err(e) => Verdict::Discard(format!(
-                "payload does not decode as {}: {e}",
-                std::any::type_name::<T>()
-            )),
-        }
     }
 }

@@ -49,10 +49,17 @@ pub struct ConsumerOptions {
     pub record: bool,
     /// Keep the newest `retain` completed/cancelled rows (0 = delete on settle).
     pub retain: u32,
-    /// Renew the leases of in-flight jobs before they lapse (off).
+    /// Renew the leases of in-flight jobs a third of a lease before they lapse (on): a handler
+    /// that runs longer than its lease is not run a second time beside itself. Off, a job whose
+    /// handler outlives its lease is recovered and may run again while the first run goes on.
     pub locks: bool,
-    /// Route remote cancel requests to the jobs' tokens (off).
+    /// Route cancel requests to the running jobs' tokens (on). Off, a cancel of a running job is
+    /// recorded on its row but no handler hears of it.
     pub cancel: bool,
+    /// The longest one run of a handler may take (none by default): past it the handler is
+    /// dropped and the attempt fails with `timed out after …` (retried, or dead on its last
+    /// attempt). Separate from the lease, which only says how long a silent consumer keeps a job.
+    pub timeout: Option<Duration>,
 }
 
 impl Default for ConsumerOptions {
@@ -68,8 +75,9 @@ impl Default for ConsumerOptions {
             ttl: None,
             record: false,
             retain: 0,
-            locks: false,
-            cancel: false,
+            locks: true,
+            cancel: true,
+            timeout: None,
         }
     }
 }
@@ -110,6 +118,8 @@ setters! {
     with_locks: locks: bool;
     /// Turns cancel routing on or off.
     with_cancel: cancel: bool;
+    /// Sets the run-time cap of one handler run.
+    with_timeout: timeout: Option<Duration>;
 }
 
 /// The most handlers one consumer runs at once.
@@ -152,6 +162,9 @@ impl ConsumerOptions {
                     "max_stalled and limit must be at least 1",
                 ));
             }
+        }
+        if self.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(refuse("timeout", self.timeout, "must be greater than zero when set"));
         }
         if self.ttl.is_some_and(|t| t.is_zero()) {
             return Err(refuse("ttl", self.ttl, "must be greater than zero when set"));

@@ -9,7 +9,9 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
+use super::panics;
 use super::settle::Finished;
 use super::{lock, JobContext, Shared, Verdict};
 use crate::error::Error;
@@ -318,31 +320,61 @@ impl Launcher {
                 continue;
             };
             let cancel = shared.track(&job.id, job.token);
+            let span = tracing::info_span!(
+                "emq.job",
+                queue = %shared.queue,
+                kind = %job.kind.as_deref().unwrap_or(""),
+                id = %job.id,
+                attempt = job.attempts,
+            );
             let ctx = JobContext {
                 id: job.id.clone(),
                 payload: job.payload,
-                attempts: job.attempts,
+                attempt: job.attempts,
+                max_attempts: job.max_attempts,
                 token: job.token,
                 group: job.group,
-                cancel,
+                kind: job.kind,
+                cancel: cancel.clone(),
+                shutdown: shared.stop.clone(),
+                state: shared.state.clone(),
                 queue: shared.queue.clone(),
                 store: shared.store.clone(),
             };
             let handler = shared.handler.clone();
-            let (tx, aborted) = (settle_tx.clone(), shared.aborted.clone());
-            let (id, token) = (job.id, job.token);
+            let (tx, aborted, dropping) = (settle_tx.clone(), shared.aborted.clone(), shared.dropping.clone());
+            let timeout = shared.opts.timeout;
+            let (id, token, queue) = (job.id, job.token, shared.queue.clone());
             self.tracker.spawn_on(
                 async move {
-                    let run = AssertUnwindSafe(handler.handle(ctx)).catch_unwind();
+                    let began = Instant::now();
+                    let run = AssertUnwindSafe(panics::logged(handler.handle(ctx))).catch_unwind();
+                    let timed = async {
+                        match timeout {
+                            Some(t) => tokio::time::timeout(t, run).await.ok(),
+                            None => Some(run.await),
+                        }
+                    };
                     let verdict = tokio::select! {
                         // an abort drops the handler where it stands, unsettled
                         biased;
                         _ = aborted.cancelled() => return,
-                        v = run => match v {
-                            Ok(v) => v,
-                            Err(panic) => Verdict::Error(format!("panic: {}", panic_message(&panic))),
+                        // a stop past its timeout drops it too, and gives the job back
+                        _ = dropping.cancelled() => {
+                            cancel.cancel(Some("worker stopping".into()));
+                            tracing::warn!("dropped by the worker's stop; releasing the job");
+                            Verdict::Release(Duration::ZERO)
+                        }
+                        v = timed => match v {
+                            Some(Ok(v)) => v,
+                            Some(Err(panic)) => Verdict::Error(format!("panic: {}", panics::message(&*panic))),
+                            None => {
+                                cancel.cancel(Some("timed out".into()));
+                                Verdict::Error(format!("timed out after {:?}", timeout.unwrap_or_default()))
+                            }
                         },
                     };
+                    log_verdict(&queue, &id, &verdict, began.elapsed());
                     // the slot goes with the verdict: free for a claim once its settle is sent.
                     // The settler outlives every handler; a closed channel means an abort
                     let _ = tx.send(Finished {
@@ -351,10 +383,25 @@ impl Launcher {
                         verdict,
                         permit: Some(permit),
                     });
-                },
+                }
+                .instrument(span),
                 &shared.runtime,
             );
         }
+    }
+}
+
+/// The line a finished handler leaves in its job's span: a completion at debug with its duration,
+/// a failure or a discard at warn (naming the job: a subscriber at warn filters the span out; a
+/// death is logged by the settle that finds it).
+fn log_verdict(queue: &crate::keyspace::QueueName, id: &crate::keyspace::JobId, verdict: &Verdict, took: Duration) {
+    match verdict {
+        Verdict::Done | Verdict::DoneWith(_) => tracing::debug!(?took, "job completed"),
+        Verdict::Error(error) => tracing::warn!(%queue, %id, ?took, %error, "job failed"),
+        Verdict::Discard(reason) => tracing::warn!(%queue, %id, ?took, %reason, "job discarded"),
+        Verdict::RetryAfter(delay) => tracing::info!(?took, ?delay, "job asked to run again later"),
+        Verdict::Cancel(reason) => tracing::info!(?took, %reason, "job cancelled"),
+        Verdict::Release(delay) => tracing::debug!(?took, ?delay, "job released"),
     }
 }
 
@@ -374,16 +421,6 @@ impl Launcher {
                 &self.shared.runtime,
             );
         }
-    }
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_string()
     }
 }
 

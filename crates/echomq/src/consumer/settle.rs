@@ -226,8 +226,12 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
     use crate::store::{Discarded, Retried};
     let (store, q, opts) = (&shared.store, &shared.queue, &shared.opts);
     let settle = opts.settle_options();
-    let retried = |r: Retried| match r {
-        Retried::Retrying | Retried::Dead => Settled::Ok,
+    let retried = |r: Retried, error: &str| match r {
+        Retried::Retrying => Settled::Ok,
+        Retried::Dead => {
+            tracing::error!(queue = %q, id = %f.id, %error, "job dead: its last attempt failed");
+            Settled::Ok
+        }
         Retried::Stale => Settled::Stale,
         Retried::Gone => Settled::Gone,
     };
@@ -241,6 +245,7 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
             store
                 .retry(q, &f.id, f.token, opts.retry_delay, opts.max_attempts, e, settle)
                 .await?,
+            e,
         ),
         Verdict::RetryAfter(delay) => {
             // the longest delay a store takes: a handler's "after forever" is as late as it goes
@@ -249,10 +254,18 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
                 store
                     .retry(q, &f.id, f.token, delay, opts.max_attempts, "retry requested", settle)
                     .await?,
+                "retry requested",
             )
         }
+        Verdict::Release(delay) => {
+            let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));
+            store.release(q, &f.id, f.token, delay).await?
+        }
         Verdict::Discard(reason) => match store.discard(q, &f.id, f.token, reason, settle).await? {
-            Discarded::Dead => Settled::Ok,
+            Discarded::Dead => {
+                tracing::error!(queue = %q, id = %f.id, %reason, "job dead: discarded");
+                Settled::Ok
+            }
             Discarded::Stale => Settled::Stale,
             Discarded::Gone => Settled::Gone,
         },
@@ -263,8 +276,9 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
 fn report(shared: &Shared, f: &Finished, r: std::result::Result<Settled, String>) {
     match r {
         Ok(Settled::Ok) => {}
-        // after a lost lease or a replayed settle this is expected, not a failure
-        Ok(why) => tracing::debug!(
+        // after a lost lease, or a replay whose first try landed: the job may have run twice,
+        // which an operator must hear of
+        Ok(why) => tracing::warn!(
             queue = %shared.queue, id = %f.id, token = f.token, reply = ?why,
             "settle refused: this consumer no longer holds the job"
         ),

@@ -80,7 +80,7 @@ use rusqlite::Connection;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
-use crate::job::{ClaimedJob, Job, JobState, NewJob};
+use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
     check_claim, check_jobs, check_list_limit, check_outputs, check_payload, millis, positive, CancelRequest,
@@ -884,7 +884,7 @@ impl Store for EmbeddedStore {
         }
     }
 
-    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<Job>> {
+    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
         let id = id.clone();
         self.run(queue.as_str(), "get", On::CallerFirst, move |db| get::get(db, &id))
             .await

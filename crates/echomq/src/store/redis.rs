@@ -23,7 +23,7 @@ use redis::{Client, IntoConnectionInfo};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::job::{ClaimedJob, Job, JobState, NewJob};
+use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
     CancelRequest, Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
@@ -336,7 +336,7 @@ impl Store for RedisStore {
         obliterate::obliterate(self, queue, force).await
     }
 
-    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<Job>> {
+    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
         get::get(self, queue, id).await
     }
 

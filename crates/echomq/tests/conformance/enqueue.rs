@@ -175,7 +175,91 @@ pub async fn genqueue_puts_jobs_in_their_lane(ctx: &Ctx) {
     crate::harness::assert_slot_invariant(ctx).await;
 }
 
+/// A job's kind goes on its row and comes back with every claim of it — flat or in a lane, with or
+/// without other options, after a delay, a retry and a release — and on `get`; a raw job has none.
+/// The claim also gives each job's budget: its own, else the claim's default.
+pub async fn enqueue_writes_the_kind_and_every_claim_returns_it(ctx: &Ctx) {
+    let g = GroupName::new("tenant-1").unwrap();
+    let flat = [
+        NewJob::new("raw"),
+        NewJob::new("{}").with_kind("send_email"),
+        NewJob::new("{}").with_kind("resize").with_max_attempts(7),
+        NewJob::new("{}")
+            .with_kind("later")
+            .with_delay(Duration::from_millis(1)),
+    ];
+    let ids: Vec<JobId> = ctx
+        .store
+        .enqueue(&ctx.q, &flat)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id().clone())
+        .collect();
+    ctx.store
+        .genqueue(&ctx.q, &g, &[NewJob::new("{}").with_kind("lane_kind")])
+        .await
+        .unwrap();
+    for (id, want) in ids
+        .iter()
+        .zip([None, Some("send_email"), Some("resize"), Some("later")])
+    {
+        let row = ctx.store.get(&ctx.q, id).await.unwrap().unwrap();
+        assert_eq!(row.kind.as_deref(), want, "job {id}");
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    ctx.store.promote(&ctx.q, 10).await.unwrap();
+    let claimed = ctx
+        .store
+        .claim(&ctx.q, 10, LEASE, 3, SettleOptions::default())
+        .await
+        .unwrap();
+    let mut got: Vec<(Option<&str>, u64)> = claimed.iter().map(|c| (c.kind.as_deref(), c.max_attempts)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (None, 3),
+            (Some("lane_kind"), 3),
+            (Some("later"), 3),
+            (Some("resize"), 7),
+            (Some("send_email"), 3)
+        ]
+    );
+    // a retry and a release keep it: the next claims return it again
+    let email = claimed
+        .iter()
+        .find(|c| c.kind.as_deref() == Some("send_email"))
+        .unwrap();
+    let resize = claimed.iter().find(|c| c.kind.as_deref() == Some("resize")).unwrap();
+    ctx.store
+        .retry(
+            &ctx.q,
+            &email.id,
+            email.token,
+            Duration::ZERO,
+            3,
+            "boom",
+            SettleOptions::default(),
+        )
+        .await
+        .unwrap();
+    ctx.store
+        .release(&ctx.q, &resize.id, resize.token, Duration::ZERO)
+        .await
+        .unwrap();
+    let again = ctx
+        .store
+        .claim(&ctx.q, 10, LEASE, 3, SettleOptions::default())
+        .await
+        .unwrap();
+    let mut kinds: Vec<Option<&str>> = again.iter().map(|c| c.kind.as_deref()).collect();
+    kinds.sort();
+    assert_eq!(kinds, [Some("resize"), Some("send_email")]);
+}
+
 crate::conformance!(
+    enqueue_writes_the_kind_and_every_claim_returns_it,
     enqueue_generates_ids_from_one_in_order,
     enqueue_keeps_fifo_within_one_batch,
     generated_ids_are_the_decimal_text_of_their_sequence_across_carries,

@@ -122,6 +122,24 @@ pub async fn enqueue_refuses_invalid_caller_ids(ctx: &Ctx) {
     assert!(queue_keys(ctx).await.is_empty());
 }
 
+pub async fn enqueue_refuses_invalid_kinds_and_writes_nothing(ctx: &Ctx) {
+    let g = GroupName::new("g").unwrap();
+    for bad in ["", "two words", "tab\there", "new\nline", &"k".repeat(129)] {
+        let job = NewJob::new("{}").with_kind(bad);
+        let err = ctx
+            .store
+            .enqueue(&ctx.q, &[NewJob::new("ok"), job.clone()])
+            .await
+            .unwrap_err();
+        assert_invalid_name(&err, NameKind::JobKind, bad);
+        let err = ctx.store.genqueue(&ctx.q, &g, &[job]).await.unwrap_err();
+        assert_invalid_name(&err, NameKind::JobKind, bad);
+    }
+    assert!(queue_keys(ctx).await.is_empty(), "nothing written");
+    let fine = NewJob::new("{}").with_kind("k".repeat(128));
+    ctx.store.enqueue(&ctx.q, &[fine]).await.unwrap();
+}
+
 pub async fn enqueue_refuses_a_digits_only_id_made_by_parse_and_writes_nothing(ctx: &Ctx) {
     // `JobId::parse` takes digits (a reference to a generated id); as a new job's id it would take
     // the row of the job generated with that number later
@@ -376,6 +394,7 @@ crate::conformance!(
     enqueue_refuses_invalid_queue_names,
     genqueue_refuses_invalid_group_names,
     enqueue_refuses_invalid_caller_ids,
+    enqueue_refuses_invalid_kinds_and_writes_nothing,
     enqueue_refuses_a_digits_only_id_made_by_parse_and_writes_nothing,
     enqueue_refuses_an_oversized_payload_and_writes_nothing,
     complete_refuses_an_oversized_output,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use echomq::store::{Completion, Counts, Discarded, Extended, Redriven, Retried, SettleOptions, Settled};
-use echomq::{ClaimedJob, GroupName, Job, JobId, JobState, NewJob};
+use echomq::{ClaimedJob, GroupName, JobId, JobRow, JobState, NewJob};
 
 use crate::harness::{assert_slot_invariant, wait_until, Ctx, Record};
 
@@ -74,7 +74,7 @@ pub fn ids(claimed: &[ClaimedJob]) -> Vec<JobId> {
     claimed.iter().map(|c| c.id.clone()).collect()
 }
 
-pub async fn get(ctx: &Ctx, id: &JobId) -> Job {
+pub async fn get(ctx: &Ctx, id: &JobId) -> JobRow {
     ctx.store
         .get(&ctx.q, id)
         .await
@@ -199,7 +199,7 @@ impl Holder {
 /// counters, the slots, the ring and the wake list.
 #[derive(Debug, PartialEq)]
 struct World {
-    row: Option<Job>,
+    row: Option<JobRow>,
     active: Vec<JobId>,
     counts: Counts,
     slots: HashMap<String, u64>,

@@ -21,15 +21,15 @@ async fn a_cancel_from_another_handle_reaches_only_its_job_within_a_beat(ctx: &C
     let handler = move |job: JobContext| {
         let (started_tx, stopped_tx) = (started_tx.clone(), stopped_tx.clone());
         async move {
-            let _ = started_tx.send(job.payload.clone());
+            let _ = started_tx.send(job.payload().to_vec());
             // "a" runs until cancelled; "b" ends on its own unless (wrongly) cancelled
-            let runs_for = if job.payload == b"a" {
+            let runs_for = if job.payload() == b"a" {
                 Duration::from_secs(30)
             } else {
                 Duration::from_millis(800)
             };
             tokio::select! {
-                c = job.cancel.cancelled() => {
+                c = job.cancel_token().cancelled() => {
                     let _ = stopped_tx.send((Instant::now(), c.reason.clone()));
                     Verdict::Cancel(c.reason.unwrap_or_default())
                 }
@@ -146,16 +146,18 @@ async fn a_cancel_for_an_earlier_job_spares_a_new_job_with_the_same_id(ctx: &Ctx
         move |job: JobContext| {
             let (s, m) = (s.clone(), m.clone());
             async move {
-                if job.payload.starts_with(b"marker") {
+                if job.payload().starts_with(b"marker") {
                     // runs until its cancel reaches it: proof the requests before it arrived too
-                    let why = job.cancel.cancelled().await;
-                    let _ = m.send(job.payload.clone());
+                    let why = job.cancel_token().cancelled().await;
+                    let _ = m.send(job.payload().to_vec());
                     return Verdict::Cancel(why.reason.unwrap_or_default());
                 }
                 // not a synchronisation: the time in which a wrongly remembered request, checked
                 // against the row once the job is tracked, would cancel it
                 tokio::time::sleep(Duration::from_millis(300)).await;
-                s.lock().unwrap().push((job.payload.clone(), job.cancel.is_cancelled()));
+                s.lock()
+                    .unwrap()
+                    .push((job.payload().to_vec(), job.cancel_token().is_cancelled()));
                 Verdict::Done
             }
         },
@@ -241,7 +243,7 @@ async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked(ct
         move |job: JobContext| {
             let (s, c, f) = (s.clone(), c.clone(), f.clone());
             async move {
-                if job.attempts == 1 {
+                if job.attempt() == 1 {
                     // outlives its lease: returns once attempt 2 runs
                     while s.load(Ordering::SeqCst) == 0 {
                         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -252,7 +254,7 @@ async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked(ct
                 job.extend_lock(Duration::from_secs(30)).await.unwrap();
                 s.store(1, Ordering::SeqCst);
                 tokio::select! {
-                    _ = job.cancel.cancelled() => {
+                    _ = job.cancel_token().cancelled() => {
                         c.store(1, Ordering::SeqCst);
                         Verdict::Cancel("cancelled".into())
                     }
@@ -264,7 +266,9 @@ async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked(ct
             .with_beat(Duration::from_millis(50))
             .with_lease(Duration::from_millis(100))
             .with_concurrency(2)
-            .with_cancel(true),
+            .with_cancel(true)
+            // the lease must lapse under the first attempt
+            .with_locks(false),
     )
     .unwrap();
     wait_until(Duration::from_secs(5), "attempt 2 running", || async {

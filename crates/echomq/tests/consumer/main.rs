@@ -2,7 +2,7 @@
 //! against every store (`consumer_cases!` in `harness.rs`: a `redis_store` and an `embedded_store`
 //! test per case). What holds on one store only is apart, in files named for it.
 //!
-//! - `processing.rs`: every job once, lanes, a free slot, panics, typed handlers, a refused
+//! - `processing.rs`: every job once, lanes, a free slot, panics, a refused
 //!   completion, records, refused options;
 //! - `wake.rs`: a parked consumer woken by an enqueue (this handle's or another's), one wake token
 //!   per parked consumer;
@@ -12,6 +12,9 @@
 //!   a stale settle that must not untrack the next attempt;
 //! - `recovery.rs`: recover and promote under a backlog, checkpoints, the stalled sweep, the locks
 //!   plane, recovery off;
+//! - `worker.rs`: the front door — typed jobs through a `Queue`, a `Worker` routing by kind,
+//!   `JobError` and `?`, panics, unknown kinds in a rolling deploy, a stop that releases, the
+//!   lease renewed by default;
 //! - `embedded_only.rs`: the embedded store's direct hand-off, SQLite's storage classes, a failed
 //!   write inside a round, the cancel-requests table;
 //! - `redis_only.rs`: a Redis of the test's own (killed, restarted, password-protected, an ACL
@@ -27,3 +30,4 @@ mod recovery;
 mod redis_only;
 mod stop;
 mod wake;
+mod worker;

@@ -44,7 +44,7 @@ async fn a_backlog_longer_than_a_beat_still_lets_recover_and_promote_run(ctx: &C
             async move {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 let n = d.fetch_add(1, Ordering::SeqCst);
-                if job.id == lost_id {
+                if *job.id() == lost_id {
                     *la.lock().unwrap() = Some(n);
                 }
                 Verdict::Done
@@ -99,9 +99,11 @@ async fn a_checkpoint_survives_a_lease_expiry(ctx: &Ctx) {
         stale_seen.clone(),
     );
     let (qq, jid) = (q.clone(), id.clone());
+    // no lease renewal: the lease lapses under the first run
     let opts = fast()
         .with_concurrency(2)
         .with_lease(Duration::from_millis(100))
+        .with_locks(false)
         .with_retain(10);
     let c = Consumer::start(
         store.clone(),
@@ -118,8 +120,8 @@ async fn a_checkpoint_survives_a_lease_expiry(ctx: &Ctx) {
             async move {
                 s.lock()
                     .unwrap()
-                    .push(String::from_utf8_lossy(&job.payload).into_owned());
-                if job.attempts == 1 {
+                    .push(String::from_utf8_lossy(job.payload()).into_owned());
+                if job.attempt() == 1 {
                     job.checkpoint("step2").await.unwrap();
                     // the reaper hands the job to attempt 2 once this lease lapses
                     second.notified().await;
@@ -177,6 +179,8 @@ async fn the_stalled_sweep_buries_a_job_whose_holder_vanished_twice(ctx: &Ctx) {
         fast()
             .with_concurrency(4)
             .with_lease(Duration::from_millis(50))
+            // no lease renewal: the holder vanishes as far as the store can tell
+            .with_locks(false)
             .with_recovery(Recovery::Stalled(StalledPolicy {
                 max_stalled: 2,
                 limit: 100,
@@ -217,7 +221,7 @@ async fn the_stalled_sweep_recovers_a_vanished_consumers_job_then_dead_letters_i
         move |job: JobContext| {
             let runs = runs.clone();
             async move {
-                runs.lock().unwrap().push((job.queue().to_string(), job.attempts));
+                runs.lock().unwrap().push((job.queue().to_string(), job.attempt()));
                 Verdict::Done
             }
         }
@@ -285,10 +289,10 @@ async fn three_lease_job(ctx: &Ctx, q: &QueueName, locks: bool) -> ThreeLeases {
         move |job: JobContext| {
             let runs = runs.clone();
             async move {
-                runs.lock().unwrap().push(job.attempts);
+                runs.lock().unwrap().push(job.attempt());
                 tokio::select! {
                     _ = tokio::time::sleep(lease * 3) => Verdict::Done,
-                    c = job.cancel.cancelled() => Verdict::Error(format!("cancelled: {c}")),
+                    c = job.cancel_token().cancelled() => Verdict::Error(format!("cancelled: {c}")),
                 }
             }
         }
@@ -346,7 +350,7 @@ async fn the_locks_plane_cancels_a_handler_whose_lease_was_lost(ctx: &Ctx) {
         move |job: JobContext| {
             let tx = tx.clone();
             async move {
-                let why = job.cancel.cancelled().await;
+                let why = job.cancel_token().cancelled().await;
                 let _ = tx.send(why.reason);
                 Verdict::Done
             }
@@ -388,7 +392,11 @@ async fn recovery_off_leaves_a_lapsed_lease_alone(ctx: &Ctx) {
     let handler = {
         let (orphan_runs, ticks) = (orphan_runs.clone(), ticks.clone());
         move |job: JobContext| {
-            let counter = if job.payload == b"orphan" { &orphan_runs } else { &ticks };
+            let counter = if job.payload() == b"orphan" {
+                &orphan_runs
+            } else {
+                &ticks
+            };
             counter.fetch_add(1, Ordering::SeqCst);
             std::future::ready(Verdict::Done)
         }

@@ -204,7 +204,7 @@ async fn a_settle_lost_to_an_outage_is_logged_at_warn_with_queue_id_and_attempt_
         move |j: JobContext| {
             let (started, mut go) = (started_tx.clone(), go_rx.clone());
             async move {
-                let _ = started.send(j.attempts);
+                let _ = started.send(j.attempt());
                 let _ = go.wait_for(|g| *g).await;
                 Verdict::Done
             }
@@ -269,7 +269,7 @@ async fn through_an_outage_the_back_off_doubles_from_the_beat_and_ends_when_redi
         move |j: JobContext| {
             let ran = ran_tx.clone();
             async move {
-                let _ = ran.send(j.payload);
+                let _ = ran.send(j.payload().to_vec());
                 Verdict::Done
             }
         },
@@ -339,12 +339,12 @@ async fn a_cancel_sent_after_an_outage_reaches_its_running_job() {
         move |job: JobContext| {
             let started = started_tx.clone();
             async move {
-                let _ = started.send(job.payload.clone());
-                if job.payload != b"long" {
+                let _ = started.send(job.payload().to_vec());
+                if job.payload() != b"long" {
                     return Verdict::Done;
                 }
                 tokio::select! {
-                    why = job.cancel.cancelled() => Verdict::Cancel(why.reason.unwrap_or_default()),
+                    why = job.cancel_token().cancelled() => Verdict::Cancel(why.reason.unwrap_or_default()),
                     _ = tokio::time::sleep(Duration::from_secs(60)) => Verdict::Done,
                 }
             }

@@ -229,6 +229,8 @@ impl Walk<'_, '_> {
             token: (att + 1) as u64,
             attempts: (att + 1 - free) as u64,
             group: g.and_then(|g| GroupName::new(g).ok()),
+            kind: row.kind,
+            max_attempts: maxa as u64,
         });
         Ok(true)
     }

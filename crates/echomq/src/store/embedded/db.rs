@@ -30,6 +30,7 @@ pub(crate) struct Row {
     pub(crate) cancel: Option<String>,
     pub(crate) output: Option<Vec<u8>>,
     pub(crate) finished_at: Option<String>,
+    pub(crate) kind: Option<String>,
 }
 
 /// A new job's row, as enqueue writes it whole.
@@ -38,6 +39,7 @@ pub(crate) struct NewRow<'a> {
     pub(crate) data: &'a [u8],
     pub(crate) state: &'static str,
     pub(crate) max_attempts: Option<String>,
+    pub(crate) kind: Option<&'a str>,
     pub(crate) run_at: Option<String>,
     /// Its score in `pending` (a ready flat job's sequence), or none.
     pub(crate) pending: Option<i64>,
@@ -59,7 +61,7 @@ pub(crate) const ACTIVE: &str = "active";
 /// `emq:{q}:job:<id>` hash: only a lease left on it, see [`ACTIVE`]).
 macro_rules! fields {
     () => {
-        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at, free)"
+        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at, free, kind)"
     };
 }
 pub(crate) use fields;
@@ -71,7 +73,7 @@ pub(crate) use fields;
 macro_rules! new_row_conflict {
     () => {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
-         grp = excluded.grp, max_attempts = excluded.max_attempts, run_at = excluded.run_at, \
+         grp = excluded.grp, max_attempts = excluded.max_attempts, kind = excluded.kind, run_at = excluded.run_at, \
          attempts = excluded.attempts, free = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
          finished_at = NULL, \
          pending = CASE WHEN excluded.lease IS NULL THEN coalesce(excluded.pending, emq_jobs.pending) END, \
@@ -89,7 +91,8 @@ fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String
     format!("{head} {}{tail}", rows.join(", "))
 }
 
-/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel), from column `at` on.
+/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel, kind), from column
+/// `at` on.
 fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
     Ok(Row {
         data: bytes(r, at)?,
@@ -98,6 +101,7 @@ fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
         free: text(r, at + 3)?,
         max_attempts: text(r, at + 4)?,
         cancel: text(r, at + 5)?,
+        kind: text(r, at + 6)?,
         ..Row::default()
     })
 }
@@ -349,7 +353,7 @@ impl<'a> Db<'a> {
         self.tx
             .prepare_cached(concat!(
                 "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, \
-                     finished_at, free FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                     finished_at, free, kind FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -368,6 +372,7 @@ impl<'a> Db<'a> {
                         output: bytes(r, 9)?,
                         finished_at: text(r, 10)?,
                         free: text(r, 11)?,
+                        kind: text(r, 12)?,
                     })
                 })
                 .optional()
@@ -376,11 +381,11 @@ impl<'a> Db<'a> {
     }
 
     /// The fields a claim reads (HGETALL, of which it uses data state attempts free max_attempts
-    /// cancel).
+    /// cancel kind).
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
         self.tx
             .prepare_cached(concat!(
-                "SELECT data, state, attempts, free, max_attempts, cancel FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                "SELECT data, state, attempts, free, max_attempts, cancel, kind FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -443,13 +448,13 @@ impl<'a> Db<'a> {
         static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let sql = SQL.get_or_init(|| {
             multi_sql(
-                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, lease) \
-                 VALUES",
-                8,
+                "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, lease, \
+                 kind) VALUES",
+                9,
                 3,
                 |p| {
                     format!(
-                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{}, ?{}, ?{})",
+                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
                         p,
                         p + 1,
                         p + 2,
@@ -457,7 +462,8 @@ impl<'a> Db<'a> {
                         p + 4,
                         p + 5,
                         p + 6,
-                        p + 7
+                        p + 7,
+                        p + 8
                     )
                 },
                 new_row_conflict!(),
@@ -469,7 +475,7 @@ impl<'a> Db<'a> {
             stmt.raw_bind_parameter(1, self.q).map_err(|e| self.e(e))?;
             stmt.raw_bind_parameter(2, group).map_err(|e| self.e(e))?;
             for (i, r) in chunk.iter().enumerate() {
-                let p = 3 + i * 8;
+                let p = 3 + i * 9;
                 stmt.raw_bind_parameter(p, &r.id).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 1, r.data).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 2, r.state).map_err(|e| self.e(e))?;
@@ -478,6 +484,7 @@ impl<'a> Db<'a> {
                 stmt.raw_bind_parameter(p + 5, r.pending).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 6, r.attempts()).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 7, r.lease).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 8, r.kind).map_err(|e| self.e(e))?;
             }
             stmt.raw_execute().map_err(|e| self.e(e))?;
         }
@@ -485,7 +492,7 @@ impl<'a> Db<'a> {
             self.tx
                 .prepare_cached(concat!(
                     "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, \
-                         lease) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                         lease, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                     new_row_conflict!()
                 ))
                 .and_then(|mut s| {
@@ -499,7 +506,8 @@ impl<'a> Db<'a> {
                         r.run_at,
                         r.pending,
                         r.attempts(),
-                        r.lease
+                        r.lease,
+                        r.kind
                     ])
                 })
                 .map_err(|e| self.e(e))?;
@@ -569,8 +577,8 @@ impl<'a> Db<'a> {
         self.tx
             .prepare_cached(concat!(
                 "UPDATE emq_jobs SET data = NULL, state = NULL, attempts = NULL, grp = NULL, max_attempts = NULL, \
-                 run_at = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL \
-                 WHERE queue = ?1 AND id = ?2 AND (lease IS NOT NULL OR pending IS NOT NULL) AND ",
+                 run_at = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL, \
+                 free = NULL, kind = NULL WHERE queue = ?1 AND id = ?2 AND (lease IS NOT NULL OR pending IS NOT NULL) AND ",
                 fields!(),
                 " IS NOT NULL"
             ))

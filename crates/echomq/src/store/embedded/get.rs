@@ -4,10 +4,10 @@
 
 use super::db::Db;
 use crate::error::{Error, Result};
-use crate::job::{Job, JobState};
+use crate::job::{JobRow, JobState};
 use crate::keyspace::{GroupName, JobId};
 
-pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<Job>> {
+pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<JobRow>> {
     let Some(row) = db.row(id.as_str())? else {
         return Ok(None);
     };
@@ -34,7 +34,7 @@ pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<Job>> {
     let count = |field: &str, v: Option<&str>| v.map(|v| int(field, v)).transpose().map(Option::unwrap_or_default);
     let attempts = count("attempts", row.attempts.as_deref())?;
     let free = count("free", row.free.as_deref())?;
-    Ok(Some(Job {
+    Ok(Some(JobRow {
         id: id.clone(),
         state,
         payload: row.data.unwrap_or_default(),
@@ -47,6 +47,7 @@ pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<Job>> {
             .map(|v| int("max_attempts", v))
             .transpose()?,
         group: row.group.map(GroupName::new).transpose()?,
+        kind: row.kind,
         run_at: row.run_at.as_deref().map(|v| int("run_at", v)).transpose()?,
         stalled: row
             .stalled

@@ -91,6 +91,8 @@ pub(crate) struct Taken {
     pub(crate) n: usize,
     /// The lease deadline their rows are written with.
     pub(crate) deadline: i64,
+    /// The attempt budget of a job without its own.
+    pub(crate) max_attempts: u32,
 }
 
 /// An enqueue's hand-off as it writes, asked before its rows are written: `ready` is how many new
@@ -117,7 +119,13 @@ pub(crate) fn direct(db: &Db, ready: usize, idle: bool) -> Option<Taken> {
     };
     let n = (offer.claim.n as usize).min(BATCH_MAX).min(ready);
     let deadline = db.now() + offer.claim.lease.as_millis() as i64;
-    Some(Taken { offer, n, deadline })
+    let max_attempts = offer.claim.max_attempts;
+    Some(Taken {
+        offer,
+        n,
+        deadline,
+        max_attempts,
+    })
 }
 
 /// The jobs an enqueue wrote for the offer it took ([`direct`]): handed over after the commit, and

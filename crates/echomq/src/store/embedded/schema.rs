@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -89,6 +89,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "
     -- free: the claims that used no attempt (release), written only when above 0
     ALTER TABLE emq_jobs ADD COLUMN free TEXT;
+    ",
+    "
+    -- kind: what kind of job a typed push made it (a worker routes by it); absent for a raw job
+    ALTER TABLE emq_jobs ADD COLUMN kind TEXT;
     ",
 ];
 

@@ -72,23 +72,31 @@ pub(super) fn claim_call<'a>(
 }
 
 /// Appends the claimed jobs of one claim reply to `out`; returns how many. The reply (claim.lua's
-/// header): (id, payload, token, attempt, group) per job, group '' for a flat job.
+/// header): (id, payload, token, attempt, group, kind, max_attempts) per job, group '' for a flat
+/// job, kind '' for a raw one.
 pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
     let verb = "claim";
     let items = reply::array(verb, v)?;
-    if items.len() % 5 != 0 {
+    if items.len() % 7 != 0 {
         return Err(Error::Protocol {
             verb,
-            reply: format!("{} elements: not five per job", items.len()),
+            reply: format!("{} elements: not seven per job", items.len()),
         });
     }
     let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
-    let got = items.len() / 5;
+    let got = items.len() / 7;
     let mut it = items.into_iter();
-    while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group)) =
-        (it.next(), it.next(), it.next(), it.next(), it.next())
-    {
+    while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group), Some(kind), Some(max)) = (
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+        it.next(),
+    ) {
         let group = reply::string(verb, group)?;
+        let kind = reply::string(verb, kind)?;
         out.push(ClaimedJob {
             id: JobId::from_store(reply::string(verb, id)?),
             payload: reply::bytes(verb, payload)?,
@@ -98,6 +106,8 @@ pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize
             // information only, as on the embedded store: it must not fail the batch, whose jobs
             // are leased already and would wait out their leases (the settles read the row's group)
             group: (!group.is_empty()).then(|| GroupName::new(group).ok()).flatten(),
+            kind: (!kind.is_empty()).then_some(kind),
+            max_attempts: count(&max)?,
         });
     }
     Ok(got)

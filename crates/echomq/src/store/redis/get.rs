@@ -1,11 +1,11 @@
-//! get (`scripts/get.lua`): a job's row and its score, read into a [`Job`].
+//! get (`scripts/get.lua`): a job's row and its score, read into a [`JobRow`].
 
 use super::{reply, RedisStore};
 use crate::error::{Error, Result};
-use crate::job::{Job, JobState};
+use crate::job::{JobRow, JobState};
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName};
 
-pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Result<Option<Job>> {
+pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
     let k = QueueKeys::new(queue);
     let verb = "get";
     let v = store
@@ -20,7 +20,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
         return Ok(None);
     };
     let score = reply::string(verb, score)?;
-    let mut job = Job {
+    let mut job = JobRow {
         id: id.clone(),
         state: JobState::Pending,
         payload: Vec::new(),
@@ -28,6 +28,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
         free: 0,
         max_attempts: None,
         group: None,
+        kind: None,
         run_at: None,
         stalled: 0,
         last_error: None,
@@ -53,6 +54,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
             "free" => job.free = int()?,
             "max_attempts" => job.max_attempts = Some(int()?),
             "group" => job.group = Some(GroupName::new(text())?),
+            "kind" => job.kind = Some(text()),
             "run_at" => job.run_at = Some(int()?),
             "stalled" => job.stalled = int()?,
             "last_error" => job.last_error = Some(text()),

@@ -1,0 +1,225 @@
+//! The [`Queue`] handle: push typed or raw jobs (each option on a builder), cancel and read them.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::job::{Job, JobRow, NewJob};
+use crate::keyspace::{GroupName, JobId, QueueName};
+use crate::store::{Cancelled, Enqueued, SettleOptions, Store};
+
+/// One queue of a store: where jobs are pushed, cancelled and looked up.
+#[derive(Clone)]
+pub struct Queue {
+    store: Arc<dyn Store>,
+    name: QueueName,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// The queue `name` of `store` (1–128 bytes of `[A-Za-z0-9._:-]`). Nothing is written until
+    /// the first push.
+    pub fn new(store: Arc<dyn Store>, name: &str) -> Result<Queue> {
+        Ok(Queue {
+            store,
+            name: QueueName::new(name)?,
+        })
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &QueueName {
+        &self.name
+    }
+
+    /// The store it lives in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Pushes a typed job: its JSON as the payload, `J::KIND` as its kind. Set options on the
+    /// builder, then `.await` it for the job's [`JobHandle`].
+    pub fn push<J: Job>(&self, job: J) -> Push<'_> {
+        let payload = serde_json::to_vec(&job).map_err(|e| Error::Serialize {
+            kind: J::KIND,
+            reason: e.to_string(),
+        });
+        Push::new(self, payload, Some(J::KIND))
+    }
+
+    /// Pushes a raw job: these bytes, no kind (a worker's `on_raw` handler runs it, as does
+    /// `emq work --exec`).
+    pub fn push_raw(&self, payload: impl Into<Vec<u8>>) -> Push<'_> {
+        Push::new(self, Ok(payload.into()), None)
+    }
+
+    /// Pushes many typed jobs of one kind in one batch (one round trip per 1,000 jobs or 8 MiB),
+    /// each with no other option; their handles in order.
+    pub async fn push_many<J: Job>(&self, jobs: impl IntoIterator<Item = J>) -> Result<Vec<JobHandle>> {
+        let jobs = jobs
+            .into_iter()
+            .map(|job| {
+                let payload = serde_json::to_vec(&job).map_err(|e| Error::Serialize {
+                    kind: J::KIND,
+                    reason: e.to_string(),
+                })?;
+                Ok(NewJob::new(payload).with_kind(J::KIND))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let replies = self.store.enqueue(&self.name, &jobs).await?;
+        Ok(replies.into_iter().map(|r| self.handle(r)).collect())
+    }
+
+    /// Cancels a job: one waiting is cancelled at once; a running one is asked to stop (its
+    /// handler's cancel token fires).
+    pub async fn cancel(&self, id: &JobId) -> Result<Cancelled> {
+        self.store.cancel(&self.name, id, None, SettleOptions::default()).await
+    }
+
+    /// Cancels a job, giving a reason its handler and its row see.
+    pub async fn cancel_with_reason(&self, id: &JobId, reason: &str) -> Result<Cancelled> {
+        self.store
+            .cancel(&self.name, id, Some(reason), SettleOptions::default())
+            .await
+    }
+
+    /// The job's row, or `None` when there is no such job (never pushed, or finished and not
+    /// kept).
+    pub async fn get(&self, id: &JobId) -> Result<Option<JobRow>> {
+        self.store.get(&self.name, id).await
+    }
+
+    fn handle(&self, reply: Enqueued) -> JobHandle {
+        let duplicate = matches!(reply, Enqueued::Duplicate(_));
+        let id = match reply {
+            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+        };
+        JobHandle {
+            queue: self.clone(),
+            id,
+            duplicate,
+        }
+    }
+}
+
+/// A push being built: set its options, then `.await` it.
+#[must_use = "a push does nothing until it is awaited"]
+pub struct Push<'q> {
+    queue: &'q Queue,
+    payload: Result<Vec<u8>>,
+    kind: Option<&'static str>,
+    group: Option<Result<GroupName>>,
+    id: Option<Result<JobId>>,
+    delay: Option<Duration>,
+    max_attempts: Option<u32>,
+}
+
+impl<'q> Push<'q> {
+    fn new(queue: &'q Queue, payload: Result<Vec<u8>>, kind: Option<&'static str>) -> Self {
+        Push {
+            queue,
+            payload,
+            kind,
+            group: None,
+            id: None,
+            delay: None,
+            max_attempts: None,
+        }
+    }
+
+    /// Runs no earlier than `delay` from now (the store's clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Puts the job in `group`'s lane: a group's jobs run in push order, at most its limit at
+    /// once (1 unless set with `emq limit`), while other groups run beside them.
+    pub fn group(mut self, group: &str) -> Self {
+        self.group = Some(GroupName::new(group));
+        self
+    }
+
+    /// This job's attempt budget (else the worker's).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// A caller-given id (it must hold a non-digit): pushing it again while the job exists
+    /// writes nothing and answers the existing job ([`JobHandle::is_duplicate`]).
+    pub fn id(mut self, id: &str) -> Self {
+        self.id = Some(JobId::new(id));
+        self
+    }
+
+    async fn send(self) -> Result<JobHandle> {
+        let mut job = NewJob::new(self.payload?);
+        job.kind = self.kind.map(str::to_string);
+        job.id = self.id.transpose()?;
+        job.delay = self.delay;
+        job.max_attempts = self.max_attempts;
+        let store = &self.queue.store;
+        let replies = match self.group.transpose()? {
+            Some(g) => store.genqueue(&self.queue.name, &g, &[job]).await?,
+            None => store.enqueue(&self.queue.name, &[job]).await?,
+        };
+        let reply = replies.into_iter().next().ok_or(Error::Protocol {
+            verb: "enqueue",
+            reply: "no reply for the job pushed".into(),
+        })?;
+        Ok(self.queue.handle(reply))
+    }
+}
+
+impl<'q> IntoFuture for Push<'q> {
+    type Output = Result<JobHandle>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<JobHandle>> + Send + 'q>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// A pushed job: its id, and the queue it is in.
+#[derive(Debug, Clone)]
+pub struct JobHandle {
+    queue: Queue,
+    id: JobId,
+    duplicate: bool,
+}
+
+impl JobHandle {
+    /// The job's id.
+    pub fn id(&self) -> &JobId {
+        &self.id
+    }
+
+    /// The queue it was pushed to.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// True when the push wrote nothing: a job with its caller-given id already existed.
+    pub fn is_duplicate(&self) -> bool {
+        self.duplicate
+    }
+
+    /// The job's row now, or `None` once it is gone.
+    pub async fn get(&self) -> Result<Option<JobRow>> {
+        self.queue.get(&self.id).await
+    }
+
+    /// Cancels the job (see [`Queue::cancel`]).
+    pub async fn cancel(&self) -> Result<Cancelled> {
+        self.queue.cancel(&self.id).await
+    }
+}
