@@ -1,5 +1,5 @@
 //! The consumer: a beat of recover, promote, drain and park, with batched claims,
-//! group-committed settles, cooperative cancellation and the opt-in locks plane.
+//! group-committed settles, cooperative cancellation and the locks plane (lease renewal).
 //!
 //! ```text
 //! loop: check stop → ttl → recover + promote + claim (one round trip) → drain leg → park

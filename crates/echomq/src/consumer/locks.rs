@@ -1,4 +1,4 @@
-//! The locks plane (opt-in): renews the lease of every in-flight job a third of a lease before it
+//! The locks plane (on by default): renews the lease of every in-flight job a third of a lease before it
 //! lapses, so a handler that runs many leases long is never reaped. A renewal answered stale or gone
 //! means someone else may hold the job now: its cancel token fires with reason `lease lost`.
 
