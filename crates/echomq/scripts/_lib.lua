@@ -202,6 +202,8 @@ local function emq_finish(base, id, state, now, keep, field, value)
   else
     redis.call('HSET', jk, 'state', state, 'finished_at', now)
   end
+  -- a completed row tells its outcome alone: an earlier attempt's error is not it
+  if state == 'completed' then redis.call('HDEL', jk, 'last_error') end
   local done = base .. 'completed'
   redis.call('ZADD', done, now, id)
   local over = redis.call('ZCARD', done) - keep

@@ -273,7 +273,7 @@ impl Consumer {
         self.shared.dropping.cancel();
         self.wait_for(RELEASE_WAIT).await.map_err(|_| Error::Timeout {
             what: "consumer stop (releasing the jobs still running)",
-            after: timeout + RELEASE_WAIT,
+            after: timeout.saturating_add(RELEASE_WAIT),
         })
     }
 

@@ -1586,7 +1586,57 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
     assert_slot_invariant(ctx).await;
 }
 
+/// A job that failed once and then completed keeps, retained, only its outcome: no `last_error`
+/// of the earlier attempt — through complete and through complete_many alike.
+pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
+    let keep = SettleOptions {
+        retain: 10,
+        record: false,
+    };
+    let ids: Vec<JobId> = ctx
+        .store
+        .enqueue(&ctx.q, &[NewJob::new("a"), NewJob::new("b")])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id().clone())
+        .collect();
+    for c in ctx.store.claim(&ctx.q, 2, LEASE, 3, keep).await.unwrap() {
+        let r = ctx
+            .store
+            .retry(&ctx.q, &c.id, c.token, Duration::ZERO, 3, "boom", keep)
+            .await
+            .unwrap();
+        assert_eq!(r, Retried::Retrying);
+    }
+    let again = ctx.store.claim(&ctx.q, 2, LEASE, 3, keep).await.unwrap();
+    let (one, other) = (&again[0], &again[1]);
+    assert_eq!(
+        ctx.store
+            .complete(&ctx.q, &one.id, one.token, Some(b"out"), keep)
+            .await
+            .unwrap(),
+        Settled::Ok
+    );
+    let many = [Completion {
+        id: other.id.clone(),
+        token: other.token,
+        output: None,
+    }];
+    assert_eq!(
+        ctx.store.complete_many(&ctx.q, &many, keep).await.unwrap(),
+        [Settled::Ok]
+    );
+    for id in &ids {
+        let row = get(ctx, id).await;
+        assert_eq!(row.state, JobState::Completed, "{id}");
+        assert_eq!(row.last_error, None, "{id}: no stale error on a completed row");
+        assert_eq!(row.attempts, 2, "{id}");
+    }
+}
+
 crate::conformance!(
+    complete_of_a_retried_job_keeps_no_earlier_error,
     complete_then_claim_frees_the_slots_for_the_claim_behind_it,
     every_holder_verb_of_a_job_never_claimed_is_stale,
     release_with_the_holders_token_gives_the_job_back,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::db::{text, Db, Field, NewRow, ACTIVE};
+use super::db::{text, Col, Db, Field, NewRow, ACTIVE};
 use crate::error::Result;
 use crate::store::Settled;
 
@@ -280,6 +280,10 @@ pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Fi
     let mut fields = vec![Field::State(state), Field::FinishedAt(now)];
     fields.extend(extra);
     db.hset(id, &fields)?;
+    if state == "completed" {
+        // a completed row tells its outcome alone: an earlier attempt's error is not it
+        db.hdel(id, &[Col::LastError])?;
+    }
     db.zadd("completed", now, id)?;
     let over = db.zcard("completed")? - keep;
     if over > 0 {

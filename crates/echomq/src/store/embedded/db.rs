@@ -179,6 +179,7 @@ pub(crate) enum Col {
     RunAt,
     Stalled,
     Cancel,
+    LastError,
 }
 
 impl Col {
@@ -187,6 +188,7 @@ impl Col {
             Col::RunAt => "run_at",
             Col::Stalled => "stalled",
             Col::Cancel => "cancel",
+            Col::LastError => "last_error",
         }
     }
 }
