@@ -239,6 +239,9 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     // scripts loaded and the queue's keys created once before any window opens
     store.enqueue(&q, &payloads(1)).await?;
     reset(&store, &q).await?;
+    // finished rows are not kept, as the peers' harnesses remove completed jobs (the
+    // process workload's JSON says so: results_kept)
+    store.set_retention(&q, &echomq::Retention::off()).await?;
     match args.workload {
         Workload::Enqueue { jobs, typed } => enqueue(&store, &q, &meter, jobs, typed).await?,
         Workload::Process {
@@ -302,8 +305,7 @@ async fn process(
     let a = meter.snap().await;
     let cpu0 = own_cpu_s();
     let t = Instant::now();
-    // finished rows are not kept (retain 0), as the peers' harnesses remove completed jobs
-    let opts = ConsumerOptions::default().with_concurrency(concurrency).with_retain(0);
+    let opts = ConsumerOptions::default().with_concurrency(concurrency);
     let running = if typed {
         let worker = echomq::Worker::new(store.clone(), q.as_str())?
             .on(move |_job: BenchJob, _ctx: JobContext| {
@@ -343,7 +345,7 @@ async fn process(
     emit(
         "b_process",
         json!({
-            "concurrency": concurrency, "n": n, "typed": typed, "results_kept": false,
+            "concurrency": concurrency, "n": n, "typed": typed, "results_kept": store.retention(q).await?.keep > 0,
             "secs": secs, "jobs_per_s": n as f64 / secs,
             "worker_cpu_s": cpu, "worker_cpu_pct": 100.0 * cpu / secs,
             "redis_cpu_s": d.as_ref().map(|d| d.cpu_s),

@@ -510,7 +510,11 @@ fn exit_statuses_choose_the_verdict() {
         c.completed == 1 && c.dead == 1 && c.scheduled == 1 && c.cancelled == 1
     });
     w.stop();
-    assert!(l.job(&q, &done).is_none(), "a completed row is not retained");
+    assert_eq!(
+        l.job(&q, &done).map(|j| j.state),
+        Some(JobState::Completed),
+        "a completed row is kept (the queue's default retention)"
+    );
     let d = l.job(&q, &discard).unwrap();
     assert_eq!((d.state, d.attempts), (JobState::Dead, 1), "discard: dead at once");
     assert_eq!(d.last_error.as_deref(), Some("why 65"));
@@ -522,7 +526,11 @@ fn exit_statuses_choose_the_verdict() {
         .as_millis() as u64;
     let due_in = r.run_at.unwrap().saturating_sub(now_ms);
     assert!(due_in > 3_500_000 && due_in <= 3_600_000, "due in {due_in} ms");
-    assert!(l.job(&q, &cancel).is_none(), "a cancelled row is not retained");
+    let c = l.job(&q, &cancel).expect("a cancelled row is kept");
+    assert_eq!(
+        (c.state, c.last_error.as_deref()),
+        (JobState::Cancelled, Some("why 79"))
+    );
 }
 
 #[test]

@@ -38,10 +38,8 @@ fn lines(o: &Output) -> Vec<String> {
     stdout(o).lines().map(str::to_string).collect()
 }
 
-const RETAIN: SettleOptions = SettleOptions {
-    retain: 100,
-    record: false,
-};
+/// The settles of these tests: the queue's default retention keeps the finished rows.
+const RETAIN: SettleOptions = SettleOptions { record: false };
 
 impl Lib {
     fn enqueue(&self, q: &str, job: NewJob) -> String {

@@ -27,10 +27,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // another handle on the same file: the operator's side
     let operator = EmbeddedStore::open(&path).await?;
     let queue = QueueName::new("exports")?;
-    let keep = SettleOptions {
-        retain: 100,
-        record: false,
-    };
+    // the queue keeps its finished rows by default, so the cancelled ones can be read back
+    let keep = SettleOptions::default();
 
     // 1. A job still waiting (delayed an hour) is cancelled at once: it never runs.
     let waiting = store
@@ -67,7 +65,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let opts = ConsumerOptions::default()
         .with_beat(Duration::from_millis(500))
-        .with_retain(100)
         .with_cancel(true);
     let consumer = Consumer::start(store.clone(), queue.clone(), handler, opts)?;
     tokio::time::timeout(Duration::from_secs(5), started.recv())

@@ -74,11 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .state(Mailer::default())
         // keep finished rows so their results can be read back; retry after 50 ms
-        .options(
-            ConsumerOptions::default()
-                .with_retain(1000)
-                .with_retry_delay(Duration::from_millis(50)),
-        )
+        .options(ConsumerOptions::default().with_retry_delay(Duration::from_millis(50)))
         .concurrency(4)
         .start()?;
 

@@ -41,6 +41,27 @@ local function emq_rows_of(ids, into)
   return into
 end
 
+-- ZADD/ZREM/RPUSH/HSET/HDEL (on `key`) or DEL/EXISTS (key = nil) with many arguments, unpacked in
+-- chunks of at most 1000 (an even size, so pairs never split)
+local function emq_bulk(cmd, key, args)
+  for i = 1, #args, 1000 do
+    local j = i + 999
+    if j > #args then j = #args end
+    if key then
+      redis.call(cmd, key, unpack(args, i, j))
+    else
+      redis.call(cmd, unpack(args, i, j))
+    end
+  end
+end
+
+-- these job rows deleted (the rows reached before the first write: emq_touch of emq_rows_of)
+local function emq_del_rows(base, ids)
+  local rows = {}
+  for i, id in ipairs(ids) do rows[i] = base .. 'job:' .. id end
+  emq_bulk('DEL', nil, rows)
+end
+
 -- whether the queue is paused: a paused queue makes nothing claimable, so its scripts push no wake
 -- (resume pushes them)
 local function emq_paused_read(base)
@@ -179,40 +200,81 @@ local function emq_opt(v)
   return string.sub(v, 2)
 end
 
--- before `adding` rows join `completed` under retention (keep the newest `keep`): reaches
--- `completed` and the rows emq_finish will trim, so that its reads and deletes come after no refusal
-local function emq_retention_read(base, keep, adding)
-  if keep <= 0 or adding <= 0 then return end
-  local done = base .. 'completed'
-  local over = redis.call('ZCARD', done) + adding - keep
-  if over <= 0 then return end
-  emq_touch(base, emq_rows_of(redis.call('ZRANGE', done, 0, over - 1), {}))
+-- a queue's retention (emq:{q}:retention, written by set_retention; a field absent = its default):
+-- the newest `keep` finished rows are kept (0: a row is deleted as it finishes), each for about
+-- `age` ms (trimmed as later jobs of the queue finish), its output only up to `cap` bytes (a
+-- longer one is dropped, its size kept as output_dropped). The defaults are keyspace.rs's
+-- RETENTION_DEFAULT.
+local function emq_retention_of(base)
+  local f = redis.call('HMGET', base .. 'retention', 'keep', 'age', 'cap')
+  return { keep = tonumber(f[1]) or 10000, age = tonumber(f[2]) or 86400000, cap = tonumber(f[3]) or 65536 }
 end
 
--- a finished job (completed / cancelled): retained (newest `keep` rows, trimmed) or deleted
--- (emq_retention_read first, when retained)
-local function emq_finish(base, id, state, now, keep, field, value)
+-- before `adding` rows finish (complete, cancel): the queue's retention (emq_retention_of), and,
+-- when rows are kept, the store's time (ret.now: `now` when the caller has it) and the rows
+-- trimming deletes reached — the oldest of `completed`, those finished more than `age` ms before
+-- now (at most 100 a call) or past the newest `keep` — so that its reads and deletes come after no
+-- refusal. emq_expire and emq_finish take what it returns.
+local function emq_retention_read(base, adding, now)
+  local ret = emq_retention_of(base)
+  ret.expired = {}
+  if ret.keep <= 0 or adding <= 0 then return ret end
+  ret.now = now or emq_now()
+  local done = base .. 'completed'
+  ret.expired = redis.call('ZRANGEBYSCORE', done, '-inf', ret.now - ret.age, 'LIMIT', 0, 100)
+  local trim = math.max(redis.call('ZCARD', done) + adding - ret.keep, #ret.expired)
+  if trim > 0 then emq_touch(base, emq_rows_of(redis.call('ZRANGE', done, 0, trim - 1), {})) end
+  return ret
+end
+
+-- the kept rows past their age (emq_retention_read's), deleted: the first write of the finishing
+-- step, so the count trimming of emq_finish counts without them
+local function emq_expire(base, ret)
+  if #ret.expired == 0 then return end
+  emq_del_rows(base, ret.expired)
+  emq_bulk('ZREM', base .. 'completed', ret.expired)
+end
+
+-- a finished job (completed / cancelled) under the queue's retention `ret` (emq_retention_read's):
+-- deleted, or kept — its state, finish time and value (`field`: the output, or the cancel reason as
+-- last_error), its payload dropped — with `completed` trimmed to the newest `keep`
+local function emq_finish(base, id, state, now, ret, field, value)
   local jk = base .. 'job:' .. id
-  if keep <= 0 then
+  if ret.keep <= 0 then
     redis.call('DEL', jk)
     return
   end
+  local row = { 'state', state, 'finished_at', now }
   if value then
-    redis.call('HSET', jk, 'state', state, 'finished_at', now, field, value)
-  else
-    redis.call('HSET', jk, 'state', state, 'finished_at', now)
+    if field == 'output' and #value > ret.cap then
+      row[5], row[6] = 'output_dropped', #value
+    else
+      row[5], row[6] = field, value
+    end
   end
-  -- a completed row tells its outcome alone: an earlier attempt's error is not it
-  if state == 'completed' then redis.call('HDEL', jk, 'last_error') end
+  redis.call('HSET', jk, unpack(row))
+  -- a kept row holds the outcome, not the payload, and no earlier attempt's error (a cancel's
+  -- reason is its last_error)
+  if value and field == 'last_error' then
+    redis.call('HDEL', jk, 'data')
+  else
+    redis.call('HDEL', jk, 'data', 'last_error')
+  end
   local done = base .. 'completed'
   redis.call('ZADD', done, now, id)
-  local over = redis.call('ZCARD', done) - keep
+  local over = redis.call('ZCARD', done) - ret.keep
   if over > 0 then
     for _, old in ipairs(redis.call('ZRANGE', done, 0, over - 1)) do
       redis.call('DEL', base .. 'job:' .. old)
     end
     redis.call('ZREMRANGEBYRANK', done, 0, over - 1)
   end
+end
+
+-- a job a caller waits on (its row's `waited` mark, set by mark_waited) has finished — completed,
+-- cancelled or dead: its id published on emq:{q}:finished. Only a marked row costs this command.
+local function emq_notify(base, waited, id)
+  if waited then redis.call('PUBLISH', base .. 'finished', id) end
 end
 
 -- a job to the morgue, scored with the store's time of death
@@ -280,27 +342,14 @@ local function emq_ready(base, id, g, s)
   s.len = s.len + 1
 end
 
--- ZADD/ZREM/RPUSH/HSET/HDEL (on `key`) or DEL/EXISTS (key = nil) with many arguments, unpacked in
--- chunks of at most 1000 (an even size, so pairs never split)
-local function emq_bulk(cmd, key, args)
-  for i = 1, #args, 1000 do
-    local j = i + 999
-    if j > #args then j = #args end
-    if key then
-      redis.call(cmd, key, unpack(args, i, j))
-    else
-      redis.call(cmd, unpack(args, i, j))
-    end
-  end
-end
-
 -- the settles that finish held jobs (complete, complete_many, complete_cancelled): each entry {id,
 -- token, value} fenced on its own, a repeated entry stale after its first settle; then every held
--- job leaves `active` finished as `state` ('completed' or 'cancelled') — its row deleted, or
--- retained with its value (the output, or the cancel reason as last_error) — its lane's slot freed
--- with the ring step, the event counted and recorded. Reads first: the rows, their membership of
--- `active`, their groups, then the writes. Returns a code per entry: 1 settled, 0 stale, -1 gone.
-local function emq_settle_finished(base, active, entries, state, keep, recmax)
+-- job leaves `active` finished as `state` ('completed' or 'cancelled') under the queue's retention
+-- (emq_finish: its row deleted, or kept with its value — the output, or the cancel reason as
+-- last_error), its lane's slot freed with the ring step, the event counted and recorded, a waited
+-- job's id published. Reads first: the rows, their membership of `active`, their groups, the
+-- retention, then the writes. Returns a code per entry: 1 settled, 0 stale, -1 gone.
+local function emq_settle_finished(base, active, entries, state, recmax)
   local field, record_field = 'output', 'output'
   if state == 'cancelled' then field, record_field = 'last_error', 'error' end
   local reply, held, ids, firsts = {}, {}, {}, {}
@@ -308,12 +357,12 @@ local function emq_settle_finished(base, active, entries, state, keep, recmax)
     if firsts[e.id] then
       reply[i] = 0
     else
-      local refused, g, r = emq_fence(base .. 'job:' .. e.id, e.token, 'free')
+      local refused, g, r = emq_fence(base .. 'job:' .. e.id, e.token, 'free', 'waited')
       if refused then
         reply[i] = refused
       else
         firsts[e.id] = true
-        held[#held + 1] = { i = i, e = e, g = g, used = emq_used(r[1], r[3]) }
+        held[#held + 1] = { i = i, e = e, g = g, used = emq_used(r[1], r[3]), waited = r[4] }
         ids[#ids + 1] = e.id
       end
     end
@@ -340,20 +389,22 @@ local function emq_settle_finished(base, active, entries, state, keep, recmax)
   end
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)
-  emq_retention_read(base, keep, #done)
-  local now = 0
-  if keep > 0 or recmax > 0 then now = emq_now() end
+  local ret = emq_retention_read(base, #done)
+  local now = ret.now or 0
+  if recmax > 0 and now == 0 then now = emq_now() end
   local gone, rows = {}, {}
   for k, h in ipairs(done) do
     gone[k] = h.e.id
     rows[k] = base .. 'job:' .. h.e.id
   end
   emq_bulk('ZREM', active, gone)
-  if keep <= 0 then emq_bulk('DEL', nil, rows) end
+  emq_expire(base, ret)
+  if ret.keep <= 0 then emq_bulk('DEL', nil, rows) end
   local wakes = 0
   for _, h in ipairs(done) do
-    if keep > 0 then emq_finish(base, h.e.id, state, now, keep, field, h.e.value) end
+    if ret.keep > 0 then emq_finish(base, h.e.id, state, now, ret, field, h.e.value) end
     emq_record(base, recmax, h.e.id, state, h.used, record_field, h.e.value, now)
+    emq_notify(base, h.waited, h.e.id)
     if h.g then wakes = wakes + emq_lane_leave(base, h.g, lanes[h.g]) end
   end
   emq_wake(base, wakes, paused)
@@ -546,13 +597,6 @@ end
 local function emq_zset_head_read(key, budget)
   if budget <= 0 then return {} end
   return redis.call('ZRANGE', key, 0, budget - 1)
-end
-
--- these job rows deleted (the rows reached before the first write: emq_touch of emq_rows_of)
-local function emq_del_rows(base, ids)
-  local rows = {}
-  for i, id in ipairs(ids) do rows[i] = base .. 'job:' .. id end
-  emq_bulk('DEL', nil, rows)
 end
 
 -- members of a sorted set of job ids (emq_zset_head_read's) deleted with their rows

@@ -1,5 +1,6 @@
 -- cancel — an operator (or any process) cancels a job. Waiting (pending, in a lane, scheduled): it
--- is cancelled now (row deleted or retained, metrics cancelled). Running: the request goes on the
+-- is cancelled now (its row kept under the queue's retention, or deleted; metrics cancelled; a
+-- waited job's id published). Running: the request goes on the
 -- row's `cancel` field (its durable copy: a claim of a row carrying it cancels instead of handing
 -- out) and is published to the queue's consumers. Dead, completed or cancelled: finished.
 -- Reads first (_lib.lua): the row; for a waiting job the retained rows it may trim and the keys it
@@ -10,15 +11,14 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] id
 -- ARGV[3] reason: '' = none, else '+' followed by the reason
--- ARGV[4] retain: newest finished rows kept (0 = delete the row)
--- ARGV[5] record MAXLEN (0 = no completion record)
+-- ARGV[4] record MAXLEN (0 = no completion record)
 --
 -- Replies: 1 = cancelled, 2 = requested, -1 = gone, 0 = finished; error EMQARGS.
 local jk = KEYS[1]
 local base, id, reason = ARGV[1], ARGV[2], emq_opt(ARGV[3])
-local keep, recmax = tonumber(ARGV[4]), tonumber(ARGV[5])
-if not keep or not recmax then return emq_bad_args('cancel', 'settle options') end
-local r = redis.call('HMGET', jk, 'state', 'group', 'attempts', 'free')
+local recmax = tonumber(ARGV[4])
+if not recmax then return emq_bad_args('cancel', 'settle options') end
+local r = redis.call('HMGET', jk, 'state', 'group', 'attempts', 'free', 'waited')
 local state, g = r[1], r[2]
 if not state then return -1 end
 if state == 'active' then
@@ -31,10 +31,12 @@ if state ~= 'pending' and state ~= 'scheduled' then return 0 end
 local touch = { emq_waits_in(state, g), 'metrics:cancelled' }
 if recmax > 0 then touch[#touch + 1] = 'completions' end
 emq_touch(base, touch)
-emq_retention_read(base, keep, 1)
-emq_unwait(base, id, state, g)
 local now = emq_now()
-emq_finish(base, id, 'cancelled', now, keep, 'last_error', reason)
+local ret = emq_retention_read(base, 1, now)
+emq_unwait(base, id, state, g)
+emq_expire(base, ret)
+emq_finish(base, id, 'cancelled', now, ret, 'last_error', reason)
 emq_count(base, 'cancelled', 1)
 emq_record(base, recmax, id, 'cancelled', emq_used(r[3], r[4]), 'error', reason, now)
+emq_notify(base, r[5], id)
 return 1

@@ -9,7 +9,8 @@
 -- "lease expired on the last attempt" (a job that kills its worker would otherwise loop for ever);
 -- a row carrying a cancel request goes to cancelled; a malformed row (no data, a state other than
 -- pending, a count that is no whole number) or a key of another type goes dead naming its defect; a
--- missing row is dropped. None of these fails the batch.
+-- missing row is dropped. None of these fails the batch; a waited job among them has its id
+-- published.
 -- Reads first (_lib.lua): the walk is planned from reads alone — the ring, each member's fields,
 -- the heads of pending and of the lanes, every row it takes — then written in one go, so a refused
 -- key or any error ends the script with nothing written.
@@ -24,9 +25,8 @@
 -- ARGV[2] n, 1..1000
 -- ARGV[3] lease ms (> 0)
 -- ARGV[4] default max_attempts (>= 1)
--- ARGV[5] retain: newest rows kept for claim-time cancellations (0 = delete)
--- ARGV[6] record MAXLEN (0 = no completion records)
--- ARGV[7] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
+-- ARGV[5] record MAXLEN (0 = no completion records)
+-- ARGV[6] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
 --
 -- Replies: {id, payload, token, attempt, group, kind, max_attempts, …}: seven elements per job
@@ -36,13 +36,13 @@
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local keep, recmax, maxbytes = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local recmax, maxbytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
 -- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf is past every recovery
 -- range, and a job leased so would never be recovered
 if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_bad_args('claim', 'lease') end
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
-if not keep or not recmax then return emq_bad_args('claim', 'settle options') end
+if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
 if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
 -- the idle path (a parked consumer's beat) ends here: an empty ring has nothing to give
@@ -125,7 +125,7 @@ local function judge(id, g)
     return false
   end
   if #all == 0 then return false end -- a missing row: dropped
-  local data, state, attempts, free, maxattempts, cancel, kind
+  local data, state, attempts, free, maxattempts, cancel, kind, waited
   for i = 1, #all, 2 do
     local k = all[i]
     if k == 'data' then data = all[i + 1]
@@ -135,6 +135,7 @@ local function judge(id, g)
     elseif k == 'max_attempts' then maxattempts = all[i + 1]
     elseif k == 'cancel' then cancel = all[i + 1]
     elseif k == 'kind' then kind = all[i + 1]
+    elseif k == 'waited' then waited = all[i + 1]
     end
   end
   local att, fr, maxa = tonumber(attempts or '0'), tonumber(free or '0'), tonumber(maxattempts or maxdef)
@@ -149,13 +150,13 @@ local function judge(id, g)
   local used = attempts or '0'
   if not defect then used = att - fr end
   if not defect and cancel then
-    settled[#settled + 1] = { id = id, kind = 'cancelled', reason = cancel, attempt = used }
+    settled[#settled + 1] = { id = id, kind = 'cancelled', reason = cancel, attempt = used, waited = waited }
     cancelled = cancelled + 1
     return false
   end
   if not defect and att - fr >= maxa then defect = 'lease expired on the last attempt' end
   if defect then
-    settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = used }
+    settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = used, waited = waited }
     failed = failed + 1
     return false
   end
@@ -217,12 +218,14 @@ if #settled > 0 then
   if cancelled > 0 then touch[#touch + 1] = 'metrics:cancelled' end
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)
-  emq_retention_read(base, keep, cancelled)
 end
+local ret = { keep = 0, expired = {} }
+if cancelled > 0 then ret = emq_retention_read(base, cancelled, now) end
 
 -- The writes.
 -- the ring: the members popped leave its head, those pushed back and not taken again join its tail
 if popped > 0 then call('LTRIM', ring, popped, -1) end
+emq_expire(base, ret)
 local rest = {}
 for i = repopped + 1, #back do rest[#rest + 1] = back[i] end
 if #rest > 0 then emq_bulk('RPUSH', ring, rest) end
@@ -247,13 +250,14 @@ for i = 1, #tokens, 2 do call('HSET', tokens[i], 'state', 'active', 'attempts', 
 if #leases > 0 then emq_bulk('ZADD', active, leases) end
 for _, j in ipairs(settled) do
   if j.kind == 'cancelled' then
-    emq_finish(base, j.id, 'cancelled', now, keep, 'last_error', j.reason)
+    emq_finish(base, j.id, 'cancelled', now, ret, 'last_error', j.reason)
   elseif j.foreign then
     emq_bury_foreign(base, j.id, now, j.reason, j.data)
   else
     emq_bury(base, j.id, now, j.reason)
   end
   emq_record(base, recmax, j.id, j.kind, j.attempt, 'error', j.reason, now)
+  emq_notify(base, j.waited, j.id)
 end
 emq_count(base, 'failed', failed)
 emq_count(base, 'cancelled', cancelled)

@@ -1,5 +1,5 @@
--- complete — fenced: only the holder of the current attempts token may settle. The row is deleted
--- (or retained as completed, the newest ARGV[4] kept); a lane job frees its slot (ring step, and a
+-- complete — fenced: only the holder of the current attempts token may settle. The row is kept as
+-- completed, with the output, under the queue's retention (or deleted when it keeps none); a lane job frees its slot (ring step, and a
 -- wake when that put its group back on the ring). A flat settle pushes no wake. Reads first
 -- (emq_settle_finished).
 --
@@ -8,14 +8,13 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] id
 -- ARGV[3] the attempts token
--- ARGV[4] retain: newest completed rows kept (0 = delete the row)
--- ARGV[5] record MAXLEN (0 = no completion record)
--- ARGV[6] output: '' = none, else '+' followed by the output bytes
+-- ARGV[4] record MAXLEN (0 = no completion record)
+-- ARGV[5] output: '' = none, else '+' followed by the output bytes
 --
 -- Replies: 1 = completed, 0 = stale (not the holder), -1 = gone (no row); error EMQARGS.
 local active = KEYS[1]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
-local keep, recmax = tonumber(ARGV[4]), tonumber(ARGV[5])
-if not keep or not recmax then return emq_bad_args('complete', 'settle options') end
-local entry = { id = id, token = token, value = emq_opt(ARGV[6]) }
-return emq_settle_finished(base, active, { entry }, 'completed', keep, recmax)[1]
+local recmax = tonumber(ARGV[4])
+if not recmax then return emq_bad_args('complete', 'settle options') end
+local entry = { id = id, token = token, value = emq_opt(ARGV[5]) }
+return emq_settle_finished(base, active, { entry }, 'completed', recmax)[1]

@@ -1,5 +1,5 @@
 -- complete_cancelled — the `cancel(reason)` verdict: fenced like complete, ending in cancelled (the
--- row deleted, or retained with the reason as last_error); a lane job frees its slot. Reads first
+-- row kept under the queue's retention with the reason as last_error, or deleted); a lane job frees its slot. Reads first
 -- (emq_settle_finished).
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
@@ -7,14 +7,13 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] id
 -- ARGV[3] the attempts token
--- ARGV[4] retain: newest cancelled/completed rows kept (0 = delete the row)
--- ARGV[5] record MAXLEN (0 = no completion record)
--- ARGV[6] reason: '' = none, else '+' followed by the reason
+-- ARGV[4] record MAXLEN (0 = no completion record)
+-- ARGV[5] reason: '' = none, else '+' followed by the reason
 --
 -- Replies: 1 = cancelled, 0 = stale, -1 = gone; error EMQARGS.
 local active = KEYS[1]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
-local keep, recmax = tonumber(ARGV[4]), tonumber(ARGV[5])
-if not keep or not recmax then return emq_bad_args('complete_cancelled', 'settle options') end
-local entry = { id = id, token = token, value = emq_opt(ARGV[6]) }
-return emq_settle_finished(base, active, { entry }, 'cancelled', keep, recmax)[1]
+local recmax = tonumber(ARGV[4])
+if not recmax then return emq_bad_args('complete_cancelled', 'settle options') end
+local entry = { id = id, token = token, value = emq_opt(ARGV[5]) }
+return emq_settle_finished(base, active, { entry }, 'cancelled', recmax)[1]

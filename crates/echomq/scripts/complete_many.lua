@@ -5,19 +5,18 @@
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] n, 1..1000
--- ARGV[3] retain: newest completed rows kept (0 = delete the rows)
--- ARGV[4] record MAXLEN (0 = no completion records)
--- ARGV[5 + 3(i-1) ..] per job i: id, attempts token, output ('' = none, else '+' and the bytes)
+-- ARGV[3] record MAXLEN (0 = no completion records)
+-- ARGV[4 + 3(i-1) ..] per job i: id, attempts token, output ('' = none, else '+' and the bytes)
 --
 -- Replies: {code, …} per entry in order: 1 = completed, 0 = stale, -1 = gone; error EMQARGS.
 local active = KEYS[1]
 local base = ARGV[1]
-local n, keep, recmax = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if not n or n < 1 or n > 1000 or #ARGV ~= 4 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
-if not keep or not recmax then return emq_bad_args('complete_many', 'settle options') end
+local n, recmax = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not n or n < 1 or n > 1000 or #ARGV ~= 3 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
+if not recmax then return emq_bad_args('complete_many', 'settle options') end
 local entries = {}
 for i = 1, n do
-  local a = 5 + 3 * (i - 1)
+  local a = 4 + 3 * (i - 1)
   entries[i] = { id = ARGV[a], token = ARGV[a + 1], value = emq_opt(ARGV[a + 2]) }
 end
-return emq_settle_finished(base, active, entries, 'completed', keep, recmax)
+return emq_settle_finished(base, active, entries, 'completed', recmax)

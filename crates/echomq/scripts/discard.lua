@@ -1,6 +1,6 @@
 -- discard — fenced: the holder gives up on the job: dead now (metrics failed), the reason as
 -- last_error. A lane job frees its slot (the ring step, a wake when that put its group back on the
--- ring). Reads first (_lib.lua): the row, its group, then the writes.
+-- ring); a waited job's id published. Reads first (_lib.lua): the row, its group, then the writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:job:<id>    (hash, the row)
@@ -15,7 +15,7 @@
 local active, jk = KEYS[1], KEYS[2]
 local base, id, token, err, recmax = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 if not recmax then return emq_bad_args('discard', 'record') end
-local refused, g, r = emq_fence(jk, token, 'free')
+local refused, g, r = emq_fence(jk, token, 'free', 'waited')
 if refused then return refused end
 local lanes, paused = {}, false
 local touch = { 'metrics:failed' }
@@ -34,4 +34,5 @@ emq_bury(base, id, now, err)
 if g then emq_wake(base, emq_lane_leave(base, g, lanes[g]), paused) end
 emq_count(base, 'failed', 1)
 emq_record(base, recmax, id, 'dead', emq_used(r[1], r[3]), 'error', err, now)
+emq_notify(base, r[4], id)
 return 2

@@ -3,7 +3,8 @@
 -- and dead jobs stay. Ring members of emptied lanes are dropped by the next claim that meets them.
 -- Reads first (_lib.lua): the heads of pending and scheduled, then (budget left) a page of the
 -- groups hash and the heads of its lanes, and every row they hold (EXISTS: the rows are only
--- deleted), then the writes.
+-- deleted), then the writes. A call that deletes rows tells the queue's waiters to look at their
+-- jobs again (`*` on emq:{q}:finished): it reads no row, so it sees no waited mark.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)
@@ -28,6 +29,7 @@ if removed < limit then
   for _, c in ipairs(cuts) do emq_rows_of(c.ids, rows) end
 end
 emq_touch(base, rows)
+if #rows > 0 then redis.call('PUBLISH', base .. 'finished', '*') end
 
 emq_zset_purge(base, KEYS[1], pend)
 emq_zset_purge(base, KEYS[2], sched)

@@ -5,7 +5,8 @@
 -- unless forced (then their lane slots are freed as they go, keeping the slot invariant).
 -- Reads first (_lib.lua): the held jobs' rows and groups, the heads of the other sets, then (budget
 -- left) a page of the groups hash and the heads of its lanes, every row they hold and every key the
--- last call deletes (EXISTS), then the writes.
+-- last call deletes (EXISTS), then the writes. Every call tells the queue's waiters to look at
+-- their jobs again (`*` on emq:{q}:finished): it reads no row, so it sees no waited mark.
 --
 -- KEYS[1] emq:{q}:active      (zset)
 -- KEYS[2] emq:{q}:obliterating (string, the mark)
@@ -92,7 +93,7 @@ touch[#touch + 1] = 'obliterating'
 if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
-  keys = { 'id', 'ring', 'groups', 'wake', 'paused', 'completions' }
+  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end
@@ -101,6 +102,8 @@ end
 emq_touch(base, touch)
 
 redis.call('SET', KEYS[2], 1)
+-- it reads no row, so no waited mark: every waiter of the queue looks at its job again ('*')
+redis.call('PUBLISH', base .. 'finished', '*')
 for i = 1, #held do
   local g = leaving[i]
   if g then emq_lane_leave(base, g, lanes[g]) end

@@ -1,4 +1,5 @@
--- remove — an operator deletes a job wherever it is. An active job only with force (then its lane
+-- remove — an operator deletes a job wherever it is (a waited job's id published: its waiter
+-- learns it is gone). An active job only with force (then its lane
 -- slot is freed and the ring step runs, keeping the slot invariant).
 -- Reads first (_lib.lua): the row and, for a forced lane job, its group; then the writes: first the
 -- membership the job leaves (its key the only one not reached before), then the row.
@@ -12,7 +13,7 @@
 -- Replies: 1 = removed, -1 = gone, 0 = active and not forced (nothing done).
 local jk, active = KEYS[1], KEYS[2]
 local base, id, force = ARGV[1], ARGV[2], ARGV[3] == '1'
-local r = redis.call('HMGET', jk, 'state', 'group')
+local r = redis.call('HMGET', jk, 'state', 'group', 'waited')
 local state, g = r[1], r[2]
 if not state then return -1 end
 if state == 'active' then
@@ -34,4 +35,5 @@ else
   redis.call('ZREM', base .. 'completed', id)
 end
 redis.call('DEL', jk)
+if r[3] then redis.call('PUBLISH', base .. 'finished', id) end
 return 1

@@ -2,7 +2,7 @@
 -- (attempts - free) reach its budget (its own max_attempts, else ARGV[5]) the job goes dead (metrics
 -- failed); else it waits in `scheduled` until now + delay (delay 0: ready at once: pending at a
 -- fresh sequence or its lane's tail), with the error as last_error (metrics retried). A lane job
--- frees its slot either way. Reads first (_lib.lua): the row, its group or the flat set, then the
+-- frees its slot either way; a waited job's id is published when it goes dead. Reads first (_lib.lua): the row, its group or the flat set, then the
 -- writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
@@ -23,7 +23,7 @@ local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
 if not emq_whole(tonumber(token), 0) then return emq_bad_args('retry', 'token') end
-local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts')
+local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts', 'waited')
 if refused then return refused end
 local used = emq_used(r[1], r[3])
 local dead = used >= (tonumber(r[4] or maxdef) or maxdef)
@@ -46,6 +46,7 @@ if dead then
   emq_bury(base, id, now, err)
   emq_count(base, 'failed', 1)
   emq_record(base, recmax, id, 'dead', used, 'error', err, now)
+  emq_notify(base, r[5], id)
   reply = 2
 else
   redis.call('HSET', jk, 'last_error', err)

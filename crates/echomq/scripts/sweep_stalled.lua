@@ -8,7 +8,8 @@
 -- dropped from active and reported neither way; a key of another type at a row's key (only by
 -- hand) becomes a dead row naming the defect (a string's bytes kept as its data; its group, so its
 -- slot, unknown), reported dead, metrics failed; the morgue is scored with the server's time of
--- death.
+-- death; a job a caller waits on (its row's `waited` mark) that goes dead has its id published on
+-- emq:{q}:finished.
 -- Reads first: Redis keeps the writes of a script that fails half-way, and a key a Cluster is
 -- migrating can be refused at any call, so the sweep reads the lapsed ids, every row, each group's
 -- fields and lane, the flat set's ring flag and whether the queue is paused, and reaches the keys
@@ -42,7 +43,7 @@ local dies, recovers, lane_jobs = false, false, false
 for i, id in ipairs(exp) do
   local jk = p .. 'job:' .. id
   -- by pcall: a key of another type at a row's key (only by hand) is buried below
-  local row = redis.pcall('HMGET', jk, 'state', 'group', 'stalled')
+  local row = redis.pcall('HMGET', jk, 'state', 'group', 'stalled', 'waited')
   if row['err'] then
     if string.sub(row['err'], 1, 9) ~= 'WRONGTYPE' then return row end
     local kind = redis.call('TYPE', jk)['ok']
@@ -125,6 +126,7 @@ for i = #exp, 1, -1 do
       redis.call('HSET', jk, 'stalled', stalls, 'state', 'dead', 'last_error', 'stalled')
       redis.call('ZADD', dead, now, id)
       table.insert(buried, id)
+      if row[4] then redis.call('PUBLISH', p .. 'finished', id) end
     else
       redis.call('HSET', jk, 'stalled', stalls, 'state', 'pending')
       if s then

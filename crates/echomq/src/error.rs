@@ -100,7 +100,7 @@ pub enum Error {
         /// The reply, abbreviated.
         reply: String,
     },
-    /// A wait that did not end in time (a consumer's stop).
+    /// A wait that did not end in time (a consumer's stop, a job's wait).
     #[error("{what} did not finish within {after:?}")]
     Timeout {
         /// What was waited for.
@@ -113,6 +113,29 @@ pub enum Error {
     Obliterating {
         /// The queue.
         queue: String,
+    },
+    /// No job with this id in the queue: a generated id the queue never handed out, or a caller's
+    /// id with no row (never pushed, or finished and past retention: a caller's id cannot tell).
+    #[error("no job {id} in queue {queue}")]
+    NoSuchJob {
+        /// The queue.
+        queue: String,
+        /// The id asked for.
+        id: String,
+    },
+    /// A completed job's output the queue's retention did not keep (over its `max_output`).
+    #[error("the job's output of {size} bytes was not kept (over the queue's retention cap)")]
+    OutputDropped {
+        /// The output's size in bytes.
+        size: u64,
+    },
+    /// Bytes that do not decode as the type asked for (a job's output read as JSON).
+    #[error("{what} does not decode: {reason}")]
+    Deserialize {
+        /// What was decoded.
+        what: &'static str,
+        /// serde's message.
+        reason: String,
     },
     /// A typed job that does not serialize to JSON (a map with non-string keys, a failing
     /// `Serialize` impl): nothing was pushed.

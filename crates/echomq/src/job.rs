@@ -48,10 +48,10 @@ pub enum JobState {
     /// Entered by retry past max_attempts, discard, sweep_stalled past max_stalled and claim (the
     /// max-attempts guard, a malformed row); left by redrive, remove and obliterate.
     Dead,
-    /// Completed and retained (only when the settle asked to retain rows).
+    /// Completed, its row kept under the queue's retention (without the payload).
     /// Entered by complete and complete_many; left by trimming, remove and obliterate.
     Completed,
-    /// Cancelled and retained (only when retention is asked).
+    /// Cancelled, its row kept under the queue's retention (without the payload).
     /// Entered by complete_cancelled, cancel and claim (a row carrying a cancel request).
     Cancelled,
 }
@@ -192,9 +192,12 @@ pub struct JobRow {
     pub last_error: Option<String>,
     /// A pending cancel request's reason (empty when none was given).
     pub cancel: Option<String>,
-    /// The output of a retained completed job.
+    /// The output of a kept completed job.
     pub output: Option<Vec<u8>>,
-    /// When a retained job finished (ms since the epoch).
+    /// The size in bytes of an output the queue's retention did not keep (over its
+    /// [`max_output`](crate::store::Retention::max_output)).
+    pub output_dropped: Option<u64>,
+    /// When a kept job finished (ms since the epoch).
     pub finished_at: Option<u64>,
     /// Lease deadline (ms since the epoch) while active; time of death while dead.
     pub score: Option<u64>,

@@ -36,6 +36,8 @@ pub const SUFFIXES: &[&str] = &[
     "metrics:",
     "completions",
     "cancel",
+    "retention",
+    "finished",
 ];
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
@@ -248,6 +250,15 @@ impl QueueKeys {
     /// `emq:{q}:cancel` — the pub/sub channel of cancel requests.
     pub fn cancel(&self) -> String {
         self.key("cancel")
+    }
+    /// `emq:{q}:retention` — what the queue keeps of its finished jobs (hash: keep, age, cap).
+    pub fn retention(&self) -> String {
+        self.key("retention")
+    }
+    /// `emq:{q}:finished` — the pub/sub channel of waited jobs that finished (message: the id, or
+    /// `*`: look at every waited job again).
+    pub fn finished(&self) -> String {
+        self.key("finished")
     }
     /// `emq:{q}:job:<id>` — one job's row.
     pub fn job(&self, id: &JobId) -> String {

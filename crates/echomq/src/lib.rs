@@ -17,6 +17,7 @@ pub mod consumer;
 pub mod error;
 pub mod job;
 pub mod keyspace;
+pub mod outcome;
 pub mod queue;
 pub mod store;
 pub mod worker;
@@ -26,8 +27,9 @@ pub use consumer::{Consumer, ConsumerOptions, Handler, JobContext, Verdict};
 pub use error::{Error, Result};
 pub use job::{ClaimedJob, Job, JobRow, JobState, NewJob};
 pub use keyspace::{GroupName, JobId, QueueName};
+pub use outcome::{Outcome, Output};
 pub use queue::{JobHandle, Push, Queue};
-pub use store::Store;
+pub use store::{Retention, Store};
 pub use worker::{JobError, JobHandler, Worker, WorkerHandle};
 
 /// Opens a store from a URL, shared (`Arc`) so a [`Queue`] and a [`Worker`] can use it at once:

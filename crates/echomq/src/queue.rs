@@ -1,14 +1,18 @@
-//! The [`Queue`] handle: push typed or raw jobs (each option on a builder), cancel and read them.
+//! The [`Queue`] handle: push typed or raw jobs (each option on a builder), cancel and read them,
+//! wait for their outcome ([`JobHandle::wait`]), and set what the queue keeps of finished jobs.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use crate::error::{Error, Result};
 use crate::job::{Job, JobRow, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
-use crate::store::{Cancelled, Enqueued, SettleOptions, Store};
+use crate::outcome::Outcome;
+use crate::store::{Cancelled, Enqueued, Retention, SettleOptions, Store, Waited};
 
 /// One queue of a store: where jobs are pushed, cancelled and looked up.
 #[derive(Clone)]
@@ -75,7 +79,7 @@ impl Queue {
             })
             .collect::<Result<Vec<_>>>()?;
         let replies = self.store.enqueue(&self.name, &jobs).await?;
-        Ok(replies.into_iter().map(|r| self.handle(r)).collect())
+        Ok(replies.into_iter().map(|r| self.pushed(r)).collect())
     }
 
     /// Cancels a job: one waiting is cancelled at once; a running one is asked to stop (its
@@ -91,13 +95,36 @@ impl Queue {
             .await
     }
 
-    /// The job's row, or `None` when there is no such job (never pushed, or finished and not
-    /// kept).
+    /// The job's row, or `None` when there is no such job (never pushed, or finished and past
+    /// the queue's [`Retention`]).
     pub async fn get(&self, id: &JobId) -> Result<Option<JobRow>> {
         self.store.get(&self.name, id).await
     }
 
-    fn handle(&self, reply: Enqueued) -> JobHandle {
+    /// A handle on a job pushed earlier, by its id (one kept from a push, perhaps by another
+    /// process): to wait on it, read or cancel it.
+    pub fn handle(&self, id: JobId) -> JobHandle {
+        JobHandle {
+            queue: self.clone(),
+            id,
+            duplicate: false,
+            pushed: false,
+        }
+    }
+
+    /// Sets what the queue keeps of its finished jobs, for every worker and producer of it: a
+    /// setting stored in the store, read by every verb that finishes a job. A queue that never set
+    /// one keeps [`Retention::default`] (10,000 rows for 24 hours, outputs up to 64 KiB).
+    pub async fn set_retention(&self, retention: Retention) -> Result<()> {
+        self.store.set_retention(&self.name, &retention).await
+    }
+
+    /// What the queue keeps of its finished jobs.
+    pub async fn retention(&self) -> Result<Retention> {
+        self.store.retention(&self.name).await
+    }
+
+    fn pushed(&self, reply: Enqueued) -> JobHandle {
         let duplicate = matches!(reply, Enqueued::Duplicate(_));
         let id = match reply {
             Enqueued::New(id) | Enqueued::Duplicate(id) => id,
@@ -106,6 +133,7 @@ impl Queue {
             queue: self.clone(),
             id,
             duplicate,
+            pushed: true,
         }
     }
 }
@@ -176,7 +204,7 @@ impl<'q> Push<'q> {
             verb: "enqueue",
             reply: "no reply for the job pushed".into(),
         })?;
-        Ok(self.queue.handle(reply))
+        Ok(self.queue.pushed(reply))
     }
 }
 
@@ -195,6 +223,8 @@ pub struct JobHandle {
     queue: Queue,
     id: JobId,
     duplicate: bool,
+    /// Made by a push, so the job existed (a missing row is past retention, not unknown).
+    pushed: bool,
 }
 
 impl JobHandle {
@@ -221,5 +251,70 @@ impl JobHandle {
     /// Cancels the job (see [`Queue::cancel`]).
     pub async fn cancel(&self) -> Result<Cancelled> {
         self.queue.cancel(&self.id).await
+    }
+
+    /// Waits until the job completes, dies or is cancelled, and answers how it ended — for at
+    /// most `timeout` ([`Error::Timeout`] past it; the job goes on).
+    ///
+    /// No polling: the wait subscribes to the queue's finish notices (Redis: the pub/sub channel
+    /// `emq:{q}:finished`, one connection per queue shared by every wait of the store; embedded:
+    /// in memory, and another process's commits noticed within half a second), then marks the
+    /// job's row as waited on — one write. The verb that finishes a job reads the mark with the
+    /// fields it reads anyway and publishes only for a marked job, so a job nobody waits on costs
+    /// no command. A job that finished before the wait is answered from its kept row.
+    ///
+    /// A job whose row is gone answers [`Outcome::Expired`] when it is known to have existed: this
+    /// handle pushed it, or its generated id is one the queue has handed out. A handle made by
+    /// [`Queue::handle`] for a caller's id with no row answers [`Error::NoSuchJob`] (a caller's id
+    /// cannot tell "never pushed" from "past retention"), as does a generated id never handed out.
+    pub async fn wait(&self, timeout: Duration) -> Result<Outcome> {
+        let store = self.queue.store();
+        let queue = self.queue.name();
+        let waiting = async {
+            let mut notices = store.finished_waits(queue).await?;
+            loop {
+                match store.mark_waited(queue, &self.id).await? {
+                    Waited::Finished(row) => {
+                        if let Some(outcome) = Outcome::of(*row) {
+                            return Ok(outcome);
+                        }
+                    }
+                    Waited::Gone { sequence } => return self.gone(sequence),
+                    Waited::Waiting => {}
+                }
+                // until this job's notice, or one to look at every waited job again
+                loop {
+                    match notices.next().await {
+                        Some(Some(id)) if id != self.id => continue,
+                        Some(_) => break,
+                        None => {
+                            return Err(Error::Store {
+                                verb: "wait",
+                                reason: "the store's finish notices ended".into(),
+                            })
+                        }
+                    }
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, waiting).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::Timeout {
+                what: "wait",
+                after: timeout,
+            }),
+        }
+    }
+
+    /// The answer for a job with no row: expired when it is known to have existed.
+    fn gone(&self, sequence: u64) -> Result<Outcome> {
+        let handed_out = self.id.is_generated() && self.id.as_str().parse::<u64>().is_ok_and(|n| n <= sequence);
+        if self.pushed || handed_out {
+            return Ok(Outcome::Expired);
+        }
+        Err(Error::NoSuchJob {
+            queue: self.queue.name().to_string(),
+            id: self.id.to_string(),
+        })
     }
 }

@@ -104,13 +104,68 @@ pub enum Extended {
     Gone,
 }
 
-/// What a settle does besides the move: retention and completion records.
+/// What a settle does besides the move: completion records. (What it keeps of a finished job is
+/// the queue's [`Retention`], a setting in the store.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SettleOptions {
-    /// Keep the newest `retain` completed/cancelled rows (0 = delete the row on settle).
-    pub retain: u32,
     /// Write a completion record to `emq:{q}:completions` inside the settling script.
     pub record: bool,
+}
+
+/// What a queue keeps of its finished jobs — completed and cancelled; dead jobs stay in the morgue,
+/// payload and all, until redriven or removed. A setting stored in the store beside the queue
+/// ([`Store::set_retention`]), read by every verb that finishes a job, so what `get` and
+/// `JobHandle::wait` see does not depend on which worker settled it. A kept row holds the job's
+/// state, attempts, kind, group, times, its output (or cancel reason) and no payload; a queue that
+/// never set one keeps [`Retention::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// The newest finished rows kept; 0 keeps none (a row is deleted as its job finishes).
+    pub keep: u32,
+    /// How long a finished row is kept: rows older than this are deleted as later jobs of the
+    /// queue finish (so an idle queue keeps its last rows until its next finish).
+    pub max_age: Duration,
+    /// The longest output kept, in bytes: a longer output is dropped, and the row keeps its size
+    /// ([`JobRow::output_dropped`]).
+    pub max_output: u32,
+}
+
+impl Default for Retention {
+    /// 10,000 rows, for 24 hours, outputs up to 64 KiB.
+    fn default() -> Self {
+        Retention {
+            keep: 10_000,
+            max_age: Duration::from_secs(24 * 3600),
+            max_output: 64 * 1024,
+        }
+    }
+}
+
+impl Retention {
+    /// Keeps nothing: every finished row is deleted as its job finishes (what a benchmark or a
+    /// queue whose results nobody reads wants; `JobHandle::wait` of a completed job then answers
+    /// `Expired` unless it was waiting before the job finished).
+    pub fn off() -> Self {
+        Retention {
+            keep: 0,
+            ..Retention::default()
+        }
+    }
+}
+
+/// The reply of mark_waited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited {
+    /// Still to finish, and now marked: the verb that finishes it publishes its id.
+    Waiting,
+    /// Finished (completed, cancelled or dead): its row.
+    Finished(Box<JobRow>),
+    /// No row. `sequence` is the queue's id sequence: a generated id at or below it was pushed (its
+    /// row is past retention, or was removed); above it, no such job was ever pushed.
+    Gone {
+        /// The last sequence value the queue handed out (0 before its first job).
+        sequence: u64,
+    },
 }
 
 /// One entry of a complete_many batch.
@@ -452,6 +507,23 @@ pub trait Store: Send + Sync {
         settle: SettleOptions,
     ) -> Result<Cancelled>;
 
+    /// set_retention: what the queue keeps of its finished jobs, from its next finish on.
+    async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()>;
+
+    /// retention: the queue's retention as the finishing verbs read it (the default when unset).
+    async fn retention(&self, queue: &QueueName) -> Result<Retention>;
+
+    /// mark_waited: a finished job's row; else the job marked as waited on, so that the verb that
+    /// finishes it (completes, cancels or buries it, or removes it) tells the streams of
+    /// [`Store::finished_waits`] — only a marked job costs that verb anything. Open the stream first:
+    /// a finish after this call then reaches it.
+    async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited>;
+
+    /// The finishes of the queue's waited jobs, as they happen: `Some(id)` for one job, `None` for
+    /// "look at every waited job again" (a drain or obliterate, which reads no row; a lost
+    /// subscription, resumed; a notice this stream missed). Subscribed when this returns.
+    async fn finished_waits(&self, queue: &QueueName) -> Result<BoxStream<'static, Option<JobId>>>;
+
     /// set_group_limit: a group's own limit or the queue default (n ≥ 1), then the ring step.
     async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()>;
 
@@ -680,6 +752,13 @@ pub(crate) fn check_list_limit(limit: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A retention's age in ms, refused when under 1 ms or from [`DURATION_MAX_MS`] on.
+pub(crate) fn check_retention(retention: &Retention) -> Result<u64> {
+    let age = millis("max_age", retention.max_age)?;
+    positive("max_age", age)?;
+    Ok(age)
 }
 
 /// The `MAXLEN ~` a settle writes records with (0 = no records).

@@ -763,8 +763,17 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
     assert!(zscore(ctx, "active", &id("1")).await.is_some());
 }
 
+/// The queue keeps its newest `n` finished rows.
+async fn keep(ctx: &Ctx, n: u32) {
+    let retention = echomq::Retention {
+        keep: n,
+        ..echomq::Retention::default()
+    };
+    ctx.store.set_retention(&ctx.q, &retention).await.unwrap();
+}
+
 /// complete_many's one argument layout — (id, token, output) per job — settles each entry on its
-/// own fence; an argument count that is not 4 + 3n (n = 1..1000) is refused before anything is
+/// own fence; an argument count that is not 3 + 3n (n = 1..1000) is refused before anything is
 /// written.
 async fn complete_many_takes_one_layout_and_refuses_any_other(ctx: &Ctx) {
     let (conn, base) = raw(ctx);
@@ -786,13 +795,13 @@ async fn complete_many_takes_one_layout_and_refuses_any_other(ctx: &Ctx) {
     let before = snapshot(ctx).await;
     for argv in [
         // the old shared-token layout: one token, then the ids
-        vec!["2", "0", "0", "1", "1", "2"],
+        vec!["2", "0", "1", "1", "2"],
         // the old (id, token) pairs
-        vec!["2", "0", "0", "1", "1", "2", "1"],
+        vec!["2", "0", "1", "1", "2", "1"],
         // one entry short, one too many, none
-        vec!["2", "0", "0", "1", "1", "", "2", "1"],
-        vec!["1", "0", "0", "1", "1", "", "2"],
-        vec!["0", "0", "0"],
+        vec!["2", "0", "1", "1", "", "2", "1"],
+        vec!["1", "0", "1", "1", "", "2"],
+        vec!["0", "0"],
     ] {
         let err = run(argv.clone()).await.unwrap_err();
         assert_eq!(err.code(), Some("EMQARGS"), "{argv:?}: {err}");
@@ -800,24 +809,24 @@ async fn complete_many_takes_one_layout_and_refuses_any_other(ctx: &Ctx) {
     }
     // job 1 with its token, job 2 with another, a ghost
     assert_eq!(
-        run(vec!["3", "0", "0", "1", "1", "", "2", "9", "", "ghost", "1", ""])
+        run(vec!["3", "0", "1", "1", "", "2", "9", "", "ghost", "1", ""])
             .await
             .unwrap(),
         [1, 0, -1]
     );
-    // with outputs, retained: job 2 with its token and an output, job 3 with none
+    // with outputs, kept (the queue keeping 5): job 2 with its token and an output, job 3 with none
+    keep(ctx, 5).await;
     assert_eq!(
-        run(vec!["2", "5", "0", "2", "1", "+out-2", "3", "1", ""])
-            .await
-            .unwrap(),
+        run(vec!["2", "0", "2", "1", "+out-2", "3", "1", ""]).await.unwrap(),
         [1, 1]
     );
     let two = get(ctx, &id("2")).await;
     assert_eq!((two.state, two.output), (JobState::Completed, Some(b"out-2".to_vec())));
     assert_eq!(get(ctx, &id("3")).await.output, None);
-    // an id twice is stale after its first settle
+    // an id twice is stale after its first settle (the queue keeping none again)
+    keep(ctx, 0).await;
     assert_eq!(
-        run(vec!["3", "0", "0", "4", "1", "", "5", "1", "", "4", "1", ""])
+        run(vec!["3", "0", "4", "1", "", "5", "1", "", "4", "1", ""])
             .await
             .unwrap(),
         [1, 1, 0]

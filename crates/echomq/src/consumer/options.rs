@@ -47,8 +47,6 @@ pub struct ConsumerOptions {
     pub ttl: Option<Duration>,
     /// Write completion records from the settling scripts (off).
     pub record: bool,
-    /// Keep the newest `retain` completed/cancelled rows (0 = delete on settle).
-    pub retain: u32,
     /// Renew the leases of in-flight jobs a third of a lease before they lapse (on): a handler
     /// that runs longer than its lease is not run a second time beside itself. Off, a job whose
     /// handler outlives its lease is recovered and may run again while the first run goes on.
@@ -74,7 +72,6 @@ impl Default for ConsumerOptions {
             concurrency: CONCURRENCY_DEFAULT,
             ttl: None,
             record: false,
-            retain: 0,
             locks: true,
             cancel: true,
             timeout: None,
@@ -112,8 +109,6 @@ setters! {
     with_ttl: ttl: Option<Duration>;
     /// Turns completion records on or off.
     with_record: record: bool;
-    /// Sets how many finished rows to retain.
-    with_retain: retain: u32;
     /// Turns the locks plane on or off.
     with_locks: locks: bool;
     /// Turns cancel routing on or off.
@@ -186,10 +181,7 @@ impl ConsumerOptions {
     }
 
     pub(crate) fn settle_options(&self) -> crate::store::SettleOptions {
-        crate::store::SettleOptions {
-            retain: self.retain,
-            record: self.record,
-        }
+        crate::store::SettleOptions { record: self.record }
     }
 }
 

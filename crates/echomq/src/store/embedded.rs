@@ -52,6 +52,7 @@ mod extend_lock;
 mod genqueue;
 mod get;
 mod list;
+mod mark_waited;
 mod obliterate;
 mod pause;
 mod promote;
@@ -62,8 +63,10 @@ mod redrive;
 mod release;
 mod remove;
 mod resume;
+mod retention;
 mod retry;
 mod set_group_limit;
+mod set_retention;
 mod sweep_stalled;
 mod update_data;
 
@@ -83,10 +86,10 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
-    check_claim, check_jobs, check_list_limit, check_outputs, check_payload, millis, positive, CancelRequest,
-    Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended, Handoff,
-    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
-    Settled, StalledPolicy, Store, Swept, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
+    check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive,
+    CancelRequest, Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
+    Handoff, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
+    SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
 
@@ -158,6 +161,8 @@ type Wakes = Arc<Mutex<HashMap<String, Arc<Wake>>>>;
 /// capped as the list is, so a park of this process never needs a transaction to take one).
 #[derive(Default)]
 struct Wake {
+    /// The finishes of waited jobs this process committed (the twin of `emq:{q}:finished`).
+    finished: Finished,
     /// Parked consumers: a commit that made work claimable (or handed some over).
     signal: Notify,
     /// Cancel streams: a commit that published a cancel request. Apart from `signal`, so an
@@ -169,6 +174,22 @@ struct Wake {
     /// Jobs handed over to parked consumers so far.
     handed: std::sync::atomic::AtomicU64,
 }
+
+/// The notices of a queue's finished waited jobs: `Some(id)`, or `None` for every waited job.
+struct Finished(tokio::sync::broadcast::Sender<Option<JobId>>);
+
+impl Default for Finished {
+    fn default() -> Self {
+        Finished(tokio::sync::broadcast::channel(WAIT_NOTICES_BUFFERED).0)
+    }
+}
+
+/// Notices a wait's stream may fall behind by before it is told to look again instead.
+const WAIT_NOTICES_BUFFERED: usize = 1024;
+
+/// How often a wait's stream looks for another process's commits (`PRAGMA data_version`): a job
+/// finished by another process is noticed within this; one finished by this process at once.
+pub const WAIT_BEAT: Duration = Duration::from_millis(500);
 
 impl Wake {
     /// LPOP of one token: true when there was one.
@@ -448,6 +469,15 @@ impl EmbeddedStore {
         }
     }
 
+    /// `PRAGMA data_version` of the store's connection: it moves when another connection (another
+    /// process, or another handle on the file) commits.
+    async fn foreign_commits(&self) -> Result<i64> {
+        self.on_thread("finished_waits", |w: &mut Worker| {
+            data_version(&w.conn).map_err(|e| sql_error("finished_waits", e))
+        })
+        .await
+    }
+
     /// How many jobs of `queue` this handle has handed to parked consumers of this process since
     /// it opened (claimed inside the transaction that woke them; see `park_with_handoff`).
     pub fn handed_over(&self, queue: &QueueName) -> u64 {
@@ -565,7 +595,7 @@ fn transact<T>(
     verb: &'static str,
     f: impl FnOnce(&Db) -> Result<T>,
 ) -> Result<T> {
-    let (out, woken, tokens, handed, cancels) = {
+    let (out, woken, tokens, handed, cancels, finished) = {
         let db = Db::new(&t, q, verb).offering(handoff::Direct::of(wakes, q));
         let out = f(&db)?;
         // a parked consumer of this process that offered a claim gets it in this very
@@ -575,7 +605,8 @@ fn transact<T>(
             Some(wake) => handoff::serve(&db, wake)?,
             None => handoff::Handed::default(),
         };
-        (out, woken, db.tokens.get(), handed, db.cancels.get())
+        let finished = db.finished.take();
+        (out, woken, db.tokens.get(), handed, db.cancels.get(), finished)
     };
     let now = data_version(&t).map_err(|e| sql_error(verb, e))?;
     t.commit().map_err(|e| sql_error(verb, e))?;
@@ -595,6 +626,13 @@ fn transact<T>(
     }
     if cancels {
         wake_of(wakes, q).cancels.notify_waiters();
+    }
+    if !finished.is_empty() {
+        let wake = wake_of(wakes, q);
+        for id in finished {
+            // an id the store wrote is valid; none: every waited job
+            let _ = wake.finished.0.send(id.map(JobId::from_store));
+        }
     }
     Ok(out)
 }
@@ -624,8 +662,10 @@ fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
         .and_then(|mut s| s.query_row([], |r| r.get(0)))
 }
 
-fn settle_args(settle: SettleOptions) -> (i64, i64) {
-    (settle.retain as i64, crate::store::records_maxlen(settle) as i64)
+/// The records `MAXLEN` of a settling verb (what it keeps of a finished job is the queue's
+/// retention, which the twins read).
+fn settle_arg(settle: SettleOptions) -> i64 {
+    crate::store::records_maxlen(settle) as i64
 }
 
 #[async_trait]
@@ -674,7 +714,7 @@ impl Store for EmbeddedStore {
     ) -> Result<Vec<ClaimedJob>> {
         positive("n", n as u64)?;
         check_claim(lease, max_attempts)?;
-        let (keep, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let lease = lease.as_millis() as i64;
         let mut out = Vec::new();
         let mut left = n as usize;
@@ -682,7 +722,7 @@ impl Store for EmbeddedStore {
             let take = left.min(BATCH_MAX) as i64;
             let got = self
                 .run(queue.as_str(), "claim", On::Thread, move |db| {
-                    claim::claim(db, take, lease, max_attempts as i64, keep, recmax)
+                    claim::claim(db, take, lease, max_attempts as i64, recmax)
                 })
                 .await?;
             let k = got.len();
@@ -706,10 +746,10 @@ impl Store for EmbeddedStore {
         if let Some(o) = output {
             check_payload(o.len(), self.payload_limit)?;
         }
-        let (keep, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let (id, output) = (id.to_string(), output.map(<[u8]>::to_vec));
         self.run(queue.as_str(), "complete", On::Thread, move |db| {
-            complete::complete(db, &id, token, output.as_deref(), keep, recmax)
+            complete::complete(db, &id, token, output.as_deref(), recmax)
         })
         .await
     }
@@ -721,13 +761,13 @@ impl Store for EmbeddedStore {
         settle: SettleOptions,
     ) -> Result<Vec<Settled>> {
         check_outputs(jobs, self.payload_limit)?;
-        let (keep, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let mut out = Vec::with_capacity(jobs.len());
         for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
             let batch = batch.to_vec();
             out.extend(
                 self.run(queue.as_str(), "complete_many", On::Thread, move |db| {
-                    complete_many::complete_many(db, &batch, keep, recmax)
+                    complete_many::complete_many(db, &batch, recmax)
                 })
                 .await?,
             );
@@ -743,10 +783,10 @@ impl Store for EmbeddedStore {
         reason: Option<&str>,
         settle: SettleOptions,
     ) -> Result<Settled> {
-        let (keep, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let (id, reason) = (id.to_string(), reason.map(str::to_string));
         self.run(queue.as_str(), "complete_cancelled", On::Thread, move |db| {
-            complete_cancelled::complete_cancelled(db, &id, token, reason.as_deref(), keep, recmax)
+            complete_cancelled::complete_cancelled(db, &id, token, reason.as_deref(), recmax)
         })
         .await
     }
@@ -772,7 +812,7 @@ impl Store for EmbeddedStore {
     ) -> Result<Retried> {
         positive("max_attempts", max_attempts as u64)?;
         millis("delay", delay)?;
-        let (_, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let (id, error) = (id.to_string(), error.to_string());
         let delay = delay.as_millis() as i64;
         self.run(queue.as_str(), "retry", On::Thread, move |db| {
@@ -789,7 +829,7 @@ impl Store for EmbeddedStore {
         error: &str,
         settle: SettleOptions,
     ) -> Result<Discarded> {
-        let (_, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let (id, error) = (id.to_string(), error.to_string());
         self.run(queue.as_str(), "discard", On::Thread, move |db| {
             discard::discard(db, &id, token, &error, recmax)
@@ -938,10 +978,10 @@ impl Store for EmbeddedStore {
         reason: Option<&str>,
         settle: SettleOptions,
     ) -> Result<Cancelled> {
-        let (keep, recmax) = settle_args(settle);
+        let recmax = settle_arg(settle);
         let (id, reason) = (id.to_string(), reason.map(str::to_string));
         self.run(queue.as_str(), "cancel", On::CallerFirst, move |db| {
-            cancel::cancel(db, &id, reason.as_deref(), keep, recmax)
+            cancel::cancel(db, &id, reason.as_deref(), recmax)
         })
         .await
     }
@@ -985,7 +1025,7 @@ impl Store for EmbeddedStore {
         if claim.n > 0 {
             check_claim(claim.lease, claim.max_attempts)?;
         }
-        let (keep, recmax) = settle_args(claim.settle);
+        let recmax = settle_arg(claim.settle);
         let lease = claim.lease.as_millis() as i64;
         let n = (claim.n as usize).min(BATCH_MAX) as i64;
         let max_attempts = claim.max_attempts as i64;
@@ -1001,7 +1041,7 @@ impl Store for EmbeddedStore {
             })?;
             let promoted = db.leg(|| promote::promote(db, pump as i64))?;
             let claimed = if n > 0 {
-                db.leg(|| claim::claim(db, n, lease, max_attempts, keep, recmax))?
+                db.leg(|| claim::claim(db, n, lease, max_attempts, recmax))?
             } else {
                 Ok(Vec::new())
             };
@@ -1026,8 +1066,8 @@ impl Store for EmbeddedStore {
         if claim.n > 0 {
             check_claim(claim.lease, claim.max_attempts)?;
         }
-        let (keep, recmax) = settle_args(settle);
-        let (claim_keep, claim_recmax) = settle_args(claim.settle);
+        let recmax = settle_arg(settle);
+        let claim_recmax = settle_arg(claim.settle);
         let lease = claim.lease.as_millis() as i64;
         let n = (claim.n as usize).min(BATCH_MAX) as i64;
         let max_attempts = claim.max_attempts as i64;
@@ -1035,9 +1075,9 @@ impl Store for EmbeddedStore {
         // the pipeline's twin: one transaction, the completions' leg ahead of the claim's (so the
         // slots they free are free for it), each leg's reply its own
         self.run(queue.as_str(), "complete_then_claim", On::Thread, move |db| {
-            let completed = db.leg(|| complete_many::complete_many(db, &jobs, keep, recmax))?;
+            let completed = db.leg(|| complete_many::complete_many(db, &jobs, recmax))?;
             let claimed = if n > 0 {
-                db.leg(|| claim::claim(db, n, lease, max_attempts, claim_keep, claim_recmax))?
+                db.leg(|| claim::claim(db, n, lease, max_attempts, claim_recmax))?
             } else {
                 Ok(Vec::new())
             };
@@ -1066,6 +1106,57 @@ impl Store for EmbeddedStore {
 
     fn serves_handoffs(&self) -> bool {
         true
+    }
+
+    async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()> {
+        let age = check_retention(retention)? as i64;
+        let (keep, cap) = (retention.keep as i64, retention.max_output as i64);
+        self.run(queue.as_str(), "set_retention", On::CallerFirst, move |db| {
+            set_retention::set_retention(db, keep, age, cap)
+        })
+        .await
+    }
+
+    async fn retention(&self, queue: &QueueName) -> Result<Retention> {
+        self.run(queue.as_str(), "retention", On::CallerFirst, retention::retention)
+            .await
+    }
+
+    async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {
+        let id = id.clone();
+        self.run(queue.as_str(), "mark_waited", On::CallerFirst, move |db| {
+            mark_waited::mark_waited(db, &id)
+        })
+        .await
+    }
+
+    async fn finished_waits(&self, queue: &QueueName) -> Result<BoxStream<'static, Option<JobId>>> {
+        let rx = self.wake(queue.as_str()).finished.0.subscribe();
+        let seen = self.foreign_commits().await?;
+        let store = self.clone();
+        let stream = futures::stream::unfold((store, rx, seen), |(store, mut rx, mut seen)| async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                tokio::select! {
+                    notice = rx.recv() => match notice {
+                        Ok(n) => return Some((n, (store, rx, seen))),
+                        // notices this stream missed: look at every waited job again
+                        Err(RecvError::Lagged(_)) => return Some((None, (store, rx, seen))),
+                        Err(RecvError::Closed) => return None,
+                    },
+                    _ = tokio::time::sleep(WAIT_BEAT) => {
+                        // another process's commit may have finished a waited job
+                        if let Ok(now) = store.foreign_commits().await {
+                            if now != seen {
+                                seen = now;
+                                return Some((None, (store, rx, seen)));
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(stream.boxed())
     }
 
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {

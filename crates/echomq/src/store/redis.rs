@@ -4,7 +4,8 @@
 //! Connections: one shared, multiplexed [`ConnectionManager`] carries every script (concurrent
 //! callers pipeline on it); parks run `BLPOP` on dedicated connections of their own (a blocking
 //! command holds its connection for the whole block, so parking on the shared one would stall every
-//! other caller); cancel requests arrive on a pub/sub connection per subscriber.
+//! other caller); cancel requests arrive on a pub/sub connection per subscriber; the finishes of
+//! waited jobs on one pub/sub connection per queue, shared by every wait (`redis/wait.rs`).
 //!
 //! Layout: this file holds the store, its options and the `Store` impl, which hands each verb to
 //! its own module (`redis/<verb>.rs`, named as the embedded twins are: its KEYS and ARGV, and the
@@ -27,8 +28,8 @@ use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::store::{
     CancelRequest, Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
-    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retried, Round, SettleOptions,
-    Settled, StalledPolicy, Store, Swept, PAYLOAD_LIMIT_DEFAULT,
+    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
+    SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
 };
 
 mod args;
@@ -60,10 +61,12 @@ mod redrive;
 mod release;
 mod remove;
 mod resume;
+mod retention;
 mod retry;
 mod set_group_limit;
 mod sweep_stalled;
 mod update_data;
+mod wait;
 
 use scripts::Scripts;
 pub use scripts::VERBS;
@@ -86,6 +89,8 @@ pub struct RedisStore {
     /// two consumers never share one and no script waits behind a park.
     parkers: Arc<Mutex<Vec<MultiplexedConnection>>>,
     scripts: Arc<Scripts>,
+    /// The shared subscriptions to the queues' finished channels (`JobHandle::wait`).
+    waits: Arc<wait::Waits>,
     addr: String,
     payload_limit: usize,
 }
@@ -143,6 +148,7 @@ impl RedisStore {
             conn,
             parkers: Arc::new(Mutex::new(Vec::new())),
             scripts: Arc::new(Scripts::load()),
+            waits: Arc::default(),
             addr,
             payload_limit: PAYLOAD_LIMIT_DEFAULT,
         };
@@ -364,6 +370,22 @@ impl Store for RedisStore {
         settle: SettleOptions,
     ) -> Result<Cancelled> {
         cancel::cancel(self, queue, id, reason, settle).await
+    }
+
+    async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()> {
+        retention::set_retention(self, queue, retention).await
+    }
+
+    async fn retention(&self, queue: &QueueName) -> Result<Retention> {
+        retention::retention(self, queue).await
+    }
+
+    async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {
+        wait::mark_waited(self, queue, id).await
+    }
+
+    async fn finished_waits(&self, queue: &QueueName) -> Result<BoxStream<'static, Option<JobId>>> {
+        wait::finished_waits(self, queue).await
     }
 
     async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()> {

@@ -15,14 +15,7 @@ use crate::harness::{assert_slot_invariant, Ctx};
 
 const LEASE: Duration = Duration::from_secs(30);
 const MAX: u32 = 3;
-const PLAIN: SettleOptions = SettleOptions {
-    retain: 0,
-    record: false,
-};
-const RETAIN: SettleOptions = SettleOptions {
-    retain: 10,
-    record: false,
-};
+const PLAIN: SettleOptions = SettleOptions { record: false };
 
 pub(crate) fn jobs(n: usize) -> Vec<NewJob> {
     (0..n).map(|i| NewJob::new(format!("{{\"n\":{i}}}"))).collect()
@@ -75,6 +68,13 @@ async fn after(ctx: &Ctx, ms: u64) {
 /// Every key of the case's queue, as its suffix after `emq:{q}:`, sorted.
 pub(crate) async fn queue_keys(ctx: &Ctx) -> Vec<String> {
     ctx.probe.keys().await
+}
+
+/// The queue's keys but its retention setting (which every case's queue starts with).
+pub(crate) async fn job_keys(ctx: &Ctx) -> Vec<String> {
+    let mut keys = queue_keys(ctx).await;
+    keys.retain(|k| !k.starts_with("retention"));
+    keys
 }
 
 /// Waits until `reap` has put `n` lapsed leases back (the caller claimed them with a short lease).
@@ -236,11 +236,9 @@ pub async fn obliterate_refuses_active_jobs_without_force(ctx: &Ctx) {
 }
 
 pub async fn obliterate_with_force_deletes_every_key_of_the_queue(ctx: &Ctx) {
+    ctx.keep(10).await;
     let g = group("g");
-    let record = SettleOptions {
-        retain: 10,
-        record: true,
-    };
+    let record = SettleOptions { record: true };
     ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap(); // 1 2 3
     ctx.store.genqueue(&ctx.q, &g, &jobs(2)).await.unwrap(); // 4 5
     let later = [NewJob::new("later").with_delay(Duration::from_secs(60))];
@@ -486,13 +484,11 @@ pub async fn get_returns_a_dead_row_with_its_time_of_death(ctx: &Ctx) {
 }
 
 pub async fn get_returns_a_retained_row_with_its_output(ctx: &Ctx) {
+    ctx.keep(10).await;
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
     let t0 = store_now(ctx).await;
-    let done = ctx
-        .store
-        .complete(&ctx.q, &c.id, c.token, Some(b"result"), RETAIN)
-        .await;
+    let done = ctx.store.complete(&ctx.q, &c.id, c.token, Some(b"result"), PLAIN).await;
     assert_eq!(done.unwrap(), Settled::Ok);
     let t1 = store_now(ctx).await;
     let job = ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap();
@@ -601,9 +597,10 @@ pub async fn remove_deletes_a_dead_job(ctx: &Ctx) {
 }
 
 pub async fn remove_deletes_a_retained_row(ctx: &Ctx) {
+    ctx.keep(10).await;
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, RETAIN).await;
+    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
     assert_eq!(done.unwrap(), Settled::Ok);
     assert_eq!(ctx.store.remove(&ctx.q, &c.id, false).await.unwrap(), Removed::Removed);
     assert!(ctx.store.get(&ctx.q, &c.id).await.unwrap().is_none());
@@ -876,9 +873,10 @@ pub async fn cancel_of_a_pending_job_cancels_it(ctx: &Ctx) {
 }
 
 pub async fn cancel_of_a_scheduled_job_cancels_it(ctx: &Ctx) {
+    ctx.keep(10).await;
     let later = [NewJob::new("later").with_delay(Duration::from_secs(60))];
     ctx.store.enqueue(&ctx.q, &later).await.unwrap();
-    let reply = ctx.store.cancel(&ctx.q, &id("1"), None, RETAIN).await;
+    let reply = ctx.store.cancel(&ctx.q, &id("1"), None, PLAIN).await;
     assert_eq!(reply.unwrap(), Cancelled::Cancelled);
     let job = ctx.store.get(&ctx.q, &id("1")).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Cancelled);
@@ -891,9 +889,10 @@ pub async fn cancel_of_a_scheduled_job_cancels_it(ctx: &Ctx) {
 }
 
 pub async fn cancel_of_a_lane_job_takes_it_out_of_its_lane(ctx: &Ctx) {
+    ctx.keep(10).await;
     let g = group("g");
     ctx.store.genqueue(&ctx.q, &g, &jobs(3)).await.unwrap(); // 1 2 3
-    let reply = ctx.store.cancel(&ctx.q, &id("1"), Some("why"), RETAIN).await;
+    let reply = ctx.store.cancel(&ctx.q, &id("1"), Some("why"), PLAIN).await;
     assert_eq!(reply.unwrap(), Cancelled::Cancelled);
     let job = ctx.store.get(&ctx.q, &id("1")).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Cancelled);
@@ -961,11 +960,12 @@ pub async fn cancel_of_an_active_job_requests_it_from_its_consumer(ctx: &Ctx) {
 }
 
 pub async fn cancel_of_a_finished_job_is_finished(ctx: &Ctx) {
+    ctx.keep(10).await;
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     let claimed = claim(ctx, 2).await;
     discard_all(ctx, &claimed[..1]).await;
     let c = &claimed[1];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, RETAIN).await;
+    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
     assert_eq!(done.unwrap(), Settled::Ok);
     for i in ["1", "2"] {
         assert_eq!(
@@ -1253,16 +1253,17 @@ pub async fn list_dead_gives_newest_first(ctx: &Ctx) {
 }
 
 pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &Ctx) {
+    ctx.keep(10).await;
     ctx.store.enqueue(&ctx.q, &jobs(5)).await.unwrap();
     let claimed = claim(ctx, 3).await; // 1 2 3
                                        // each wait passes the finished row's own score, so the next finish scores later
     for c in [&claimed[1], &claimed[0]] {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, RETAIN).await;
+        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
         assert_eq!(done.unwrap(), Settled::Ok);
         after(ctx, ctx.probe.score("completed", &c.id).await.unwrap()).await;
     }
     for i in ["5", "4"] {
-        let done = ctx.store.cancel(&ctx.q, &id(i), None, RETAIN).await;
+        let done = ctx.store.cancel(&ctx.q, &id(i), None, PLAIN).await;
         assert_eq!(done.unwrap(), Cancelled::Cancelled);
         after(ctx, ctx.probe.score("completed", &id(i)).await.unwrap()).await;
     }

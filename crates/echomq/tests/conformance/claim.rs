@@ -467,10 +467,7 @@ pub async fn claim_writes_a_completion_record_for_a_job_it_buries_when_asked(ctx
         .await
         .unwrap();
     reap_after_lapse(ctx, 1).await;
-    let record = SettleOptions {
-        retain: 0,
-        record: true,
-    };
+    let record = SettleOptions { record: true };
     assert!(ctx.store.claim(&ctx.q, 1, LEASE, MAX, record).await.unwrap().is_empty());
     let records = ctx.probe.records().await;
     assert_eq!(records.len(), 1, "one record, written by claim itself");
@@ -511,6 +508,7 @@ pub async fn claim_cancels_a_row_carrying_a_cancel_instead_of_handing_it_out(ctx
 }
 
 pub async fn claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_asked(ctx: &Ctx) {
+    ctx.keep(10).await;
     let g = group("a");
     let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
     let got = ctx
@@ -524,10 +522,7 @@ pub async fn claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_aske
         .await
         .unwrap();
     reap_after_lapse(ctx, 1).await;
-    let retain = SettleOptions {
-        retain: 10,
-        record: false,
-    };
+    let retain = SettleOptions { record: false };
     let got = ctx.store.claim(&ctx.q, 10, LEASE, MAX, retain).await.unwrap();
     assert_eq!(payloads(&got), ["a2"]);
     let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();

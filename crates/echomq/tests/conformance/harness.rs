@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use echomq::store::embedded::EmbeddedStore;
 use echomq::store::redis::RedisStore;
 use echomq::store::Store;
-use echomq::{JobId, JobState, QueueName};
+use echomq::{JobId, JobState, QueueName, Retention};
 
 #[path = "probe_embedded.rs"]
 mod probe_embedded;
@@ -239,6 +239,8 @@ pub async fn redis_ctx_at(url: &str, case: &str) -> Ctx {
         probe: Probe::Redis(probe),
         dir: None,
     }
+    .keeping_nothing()
+    .await
 }
 
 /// The embedded world of one case: a fresh database file in a temporary directory of its own.
@@ -257,6 +259,33 @@ pub async fn embedded_ctx(case: &str) -> Ctx {
         q,
         probe: Probe::Embedded(probe),
         dir: Some(dir),
+    }
+    .keeping_nothing()
+    .await
+}
+
+impl Ctx {
+    /// Every case starts on a queue that keeps no finished row (`Retention::off`), so a case
+    /// about the moves sees a finished job's row go; a case about retention sets its own
+    /// ([`Ctx::keep`]), and the default's cases use a queue of their own.
+    async fn keeping_nothing(self) -> Self {
+        self.store
+            .set_retention(&self.q, &Retention::off())
+            .await
+            .expect("set the case's retention");
+        self
+    }
+
+    /// The case's queue keeps its newest `keep` finished rows (the default's age and cap).
+    pub async fn keep(&self, keep: u32) {
+        let retention = Retention {
+            keep,
+            ..Retention::default()
+        };
+        self.store
+            .set_retention(&self.q, &retention)
+            .await
+            .expect("set the case's retention");
     }
 }
 

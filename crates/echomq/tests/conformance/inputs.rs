@@ -10,14 +10,11 @@ use echomq::error::NameKind;
 use echomq::store::{LimitTarget, SettleOptions, Settled, StalledPolicy, Store};
 use echomq::{Error, GroupName, JobId, JobState, NewJob, QueueName};
 
-use crate::admin::{group, id, jobs, queue_keys, sizes};
+use crate::admin::{group, id, job_keys, jobs, sizes};
 use crate::harness::{Ctx, Snapshot};
 
 const LEASE: Duration = Duration::from_secs(30);
-const PLAIN: SettleOptions = SettleOptions {
-    retain: 0,
-    record: false,
-};
+const PLAIN: SettleOptions = SettleOptions { record: false };
 
 /// Names refused as queue names, group names and job ids alike.
 fn bad_names() -> Vec<String> {
@@ -119,7 +116,7 @@ pub async fn enqueue_refuses_invalid_caller_ids(ctx: &Ctx) {
     assert!(JobId::new("x".repeat(128)).is_ok());
     assert!(JobId::new("order-17").is_ok());
     assert!(JobId::new("1e3").is_ok(), "one non-digit is enough");
-    assert!(queue_keys(ctx).await.is_empty());
+    assert!(job_keys(ctx).await.is_empty());
 }
 
 pub async fn enqueue_refuses_invalid_kinds_and_writes_nothing(ctx: &Ctx) {
@@ -135,7 +132,7 @@ pub async fn enqueue_refuses_invalid_kinds_and_writes_nothing(ctx: &Ctx) {
         let err = ctx.store.genqueue(&ctx.q, &g, &[job]).await.unwrap_err();
         assert_invalid_name(&err, NameKind::JobKind, bad);
     }
-    assert!(queue_keys(ctx).await.is_empty(), "nothing written");
+    assert!(job_keys(ctx).await.is_empty(), "nothing written");
     let fine = NewJob::new("{}").with_kind("k".repeat(128));
     ctx.store.enqueue(&ctx.q, &[fine]).await.unwrap();
 }
@@ -150,7 +147,7 @@ pub async fn enqueue_refuses_a_digits_only_id_made_by_parse_and_writes_nothing(c
     let g = group("g");
     let err = ctx.store.genqueue(&ctx.q, &g, &batch[1..]).await.unwrap_err();
     assert_invalid_name(&err, NameKind::JobId, "2");
-    assert!(queue_keys(ctx).await.is_empty(), "nothing written");
+    assert!(job_keys(ctx).await.is_empty(), "nothing written");
     let ids = ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     assert_eq!(ids[1].id(), &taken, "the generated id 2 is free");
     assert_eq!(
@@ -177,7 +174,7 @@ pub async fn enqueue_refuses_an_oversized_payload_and_writes_nothing(ctx: &Ctx) 
     );
     let err = small.genqueue(&ctx.q, &group("g"), &batch).await.unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { size: 17, limit: 16 }), "{err:?}");
-    assert!(queue_keys(ctx).await.is_empty(), "nothing written");
+    assert!(job_keys(ctx).await.is_empty(), "nothing written");
     assert!(
         !ctx.store.queues().await.unwrap().contains(&ctx.q),
         "not even the registration"
@@ -188,14 +185,12 @@ pub async fn enqueue_refuses_an_oversized_payload_and_writes_nothing(ctx: &Ctx) 
 }
 
 pub async fn complete_refuses_an_oversized_output(ctx: &Ctx) {
+    ctx.keep(10).await;
     let small = small_store(ctx).await;
     small.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = small.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
     let before = snapshot(ctx).await;
-    let retain = SettleOptions {
-        retain: 10,
-        record: true,
-    };
+    let retain = SettleOptions { record: true };
     let err = small
         .complete(&ctx.q, &c.id, c.token, Some(&[b'o'; 17]), retain)
         .await
@@ -240,7 +235,7 @@ pub async fn enqueue_refuses_max_attempts_zero_and_writes_nothing(ctx: &Ctx) {
     assert_invalid_option(&err, "max_attempts", "0");
     let err = ctx.store.genqueue(&ctx.q, &group("g"), &batch).await.unwrap_err();
     assert_invalid_option(&err, "max_attempts", "0");
-    assert!(queue_keys(ctx).await.is_empty(), "nothing written");
+    assert!(job_keys(ctx).await.is_empty(), "nothing written");
     let ok = ctx.store.enqueue(&ctx.q, &batch[..1]).await.unwrap();
     assert_eq!(ok[0].id().as_str(), "1");
 }

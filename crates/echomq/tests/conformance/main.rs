@@ -12,6 +12,7 @@ mod inputs;
 mod promote;
 mod recovery;
 mod release;
+mod results;
 mod settle;
 
 /// Every verb of the closed list has at least one case whose name starts with the verb.
@@ -24,6 +25,7 @@ fn every_verb_has_a_case() {
         settle::CASES,
         recovery::CASES,
         release::CASES,
+        results::CASES,
         admin::CASES,
         inputs::CASES,
     ]

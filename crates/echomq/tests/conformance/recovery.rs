@@ -479,6 +479,7 @@ pub async fn extend_lock_of_a_lane_job_keeps_its_slot(ctx: &Ctx) {
 }
 
 pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &Ctx) {
+    ctx.keep(5).await;
     // the row says active with this token, but its id left `active` (a plain ZADD would re-add it)
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
@@ -500,10 +501,7 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
             &waiting,
             done.token,
             None,
-            echomq::store::SettleOptions {
-                retain: 5,
-                record: false,
-            },
+            echomq::store::SettleOptions { record: false },
         )
         .await
         .unwrap();

@@ -234,10 +234,7 @@ pub async fn release_then_redrive_and_records_count_the_attempts_used(ctx: &Ctx)
     assert_eq!((row.attempts, row.max_attempts), (1, Some(3)), "1 used + 2 more");
     let held = claim_id(ctx, &id, LEASE).await;
     assert_eq!((held.attempts, held.token), (2, 3));
-    let record = SettleOptions {
-        retain: 0,
-        record: true,
-    };
+    let record = SettleOptions { record: true };
     assert_eq!(
         ctx.store.complete(&ctx.q, &id, held.token, None, record).await.unwrap(),
         Settled::Ok

@@ -26,14 +26,7 @@ pub fn plain() -> SettleOptions {
 }
 
 fn recording() -> SettleOptions {
-    SettleOptions {
-        retain: 0,
-        record: true,
-    }
-}
-
-fn retaining(retain: u32) -> SettleOptions {
-    SettleOptions { retain, record: false }
+    SettleOptions { record: true }
 }
 
 pub fn group(name: &str) -> GroupName {
@@ -1002,14 +995,11 @@ pub async fn complete_many_answers_stale_for_a_repeated_entry(ctx: &Ctx) {
         .unwrap();
     assert_eq!(replies, [Settled::Ok, Settled::Stale]);
     assert_eq!(counts(ctx).await.completed, 1, "settled once, counted once");
-    // the same with a retained row: one row, one count
+    // the same with a kept row: one row, one count
+    ctx.keep(5).await;
     let replies = ctx
         .store
-        .complete_many(
-            &ctx.q,
-            &[entry(&b, 1, Some("x")), entry(&b, 1, Some("y"))],
-            retaining(5),
-        )
+        .complete_many(&ctx.q, &[entry(&b, 1, Some("x")), entry(&b, 1, Some("y"))], plain())
         .await
         .unwrap();
     assert_eq!(replies, [Settled::Ok, Settled::Stale]);
@@ -1208,11 +1198,12 @@ pub async fn complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_r
 }
 
 pub async fn complete_many_of_four_or_more_held_flat_jobs_settles_every_one(ctx: &Ctx) {
-    for (settle, label) in [
-        (plain(), "plain"),
-        (recording(), "recorded"),
-        (retaining(10), "retained"),
+    for (settle, label, keep) in [
+        (plain(), "plain", 0),
+        (recording(), "recorded", 0),
+        (plain(), "retained", 10),
     ] {
+        ctx.keep(keep).await;
         let mut held = Vec::new();
         for i in 0..6 {
             held.push(add(ctx, None, &format!("{label}-{i}")).await);
@@ -1226,7 +1217,7 @@ pub async fn complete_many_of_four_or_more_held_flat_jobs_settles_every_one(ctx:
         assert_eq!(n.active, 0, "{label}");
         for id in &held {
             let row = ctx.store.get(&ctx.q, id).await.unwrap();
-            if settle.retain > 0 {
+            if keep > 0 {
                 assert_eq!(
                     row.map(|j| j.state),
                     Some(JobState::Completed),
@@ -1239,11 +1230,7 @@ pub async fn complete_many_of_four_or_more_held_flat_jobs_settles_every_one(ctx:
         let added = records(ctx).await.len() - before;
         assert_eq!(added, if settle.record { 6 } else { 0 }, "{label}: records");
         let again = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
-        let want = if settle.retain > 0 {
-            Settled::Stale
-        } else {
-            Settled::Gone
-        };
+        let want = if keep > 0 { Settled::Stale } else { Settled::Gone };
         assert_eq!(again, vec![want; 6], "{label}: a second settle");
     }
     assert_eq!(counts(ctx).await.completed, 18);
@@ -1417,6 +1404,7 @@ pub async fn discard_with_record_writes_a_dead_record(ctx: &Ctx) {
 // --- retention ------------------------------------------------------------------------------------
 
 pub async fn complete_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
+    ctx.keep(2).await;
     let jobs = vec![
         add(ctx, None, "p1").await,
         add(ctx, None, "p2").await,
@@ -1429,7 +1417,7 @@ pub async fn complete_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
         let out = format!("out-{i}");
         let s = ctx
             .store
-            .complete(&ctx.q, id, 1, Some(out.as_bytes()), retaining(2))
+            .complete(&ctx.q, id, 1, Some(out.as_bytes()), plain())
             .await
             .unwrap();
         assert_eq!(s, Settled::Ok);
@@ -1454,15 +1442,12 @@ pub async fn complete_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
     let n = counts(ctx).await;
     assert_eq!((n.completed, n.active), (3, 0));
     // a retained row is no longer held: settling it again is stale, not gone
-    let s = ctx
-        .store
-        .complete(&ctx.q, &jobs[2], 1, None, retaining(2))
-        .await
-        .unwrap();
+    let s = ctx.store.complete(&ctx.q, &jobs[2], 1, None, plain()).await.unwrap();
     assert_eq!(s, Settled::Stale);
 }
 
 pub async fn complete_many_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
+    ctx.keep(2).await;
     let mut jobs = Vec::new();
     for i in 0..3 {
         jobs.push(add(ctx, None, &format!("p{i}")).await);
@@ -1473,7 +1458,7 @@ pub async fn complete_many_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx
         .enumerate()
         .map(|(i, id)| entry(id, 1, Some(&format!("out-{i}"))))
         .collect();
-    let replies = ctx.store.complete_many(&ctx.q, &batch, retaining(2)).await.unwrap();
+    let replies = ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap();
     assert_eq!(replies, [Settled::Ok; 3]);
     assert_eq!(
         ctx.store.get(&ctx.q, &jobs[0]).await.unwrap(),
@@ -1490,11 +1475,12 @@ pub async fn complete_many_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx
 }
 
 pub async fn complete_cancelled_with_retain_keeps_the_row_as_cancelled(ctx: &Ctx) {
+    ctx.keep(5).await;
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
     let s = ctx
         .store
-        .complete_cancelled(&ctx.q, &id, c.token, Some("stop now"), retaining(5))
+        .complete_cancelled(&ctx.q, &id, c.token, Some("stop now"), plain())
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -1589,10 +1575,8 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
 /// A job that failed once and then completed keeps, retained, only its outcome: no `last_error`
 /// of the earlier attempt — through complete and through complete_many alike.
 pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
-    let keep = SettleOptions {
-        retain: 10,
-        record: false,
-    };
+    ctx.keep(10).await;
+    let keep = SettleOptions { record: false };
     let ids: Vec<JobId> = ctx
         .store
         .enqueue(&ctx.q, &[NewJob::new("a"), NewJob::new("b")])

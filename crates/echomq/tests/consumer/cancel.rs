@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use echomq::store::{Cancelled, SettleOptions};
-use echomq::{Consumer, ConsumerOptions, JobContext, JobId, JobState, NewJob, Verdict};
+use echomq::{Consumer, ConsumerOptions, JobContext, JobId, JobState, NewJob, Retention, Verdict};
 use tokio::sync::mpsc;
 
 use crate::harness::{captured_log, counting, fast, stale_settle_reported, wait_until, Ctx};
@@ -41,8 +41,7 @@ async fn a_cancel_from_another_handle_reaches_only_its_job_within_a_beat(ctx: &C
     let opts = ConsumerOptions::default()
         .with_beat(beat)
         .with_concurrency(2)
-        .with_cancel(true)
-        .with_retain(10);
+        .with_cancel(true);
     let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
     let ids: Vec<JobId> = store
         .enqueue(q, &[NewJob::new("a"), NewJob::new("b")])
@@ -127,6 +126,8 @@ async fn a_cancel_for_an_earlier_job_spares_a_new_job_with_the_same_id(ctx: &Ctx
     // a cancel request for a job this consumer does not hold is remembered briefly (it may be
     // about to track it); a later job that reuses the id is not the one it was meant for
     let (store, q) = (&ctx.store, &ctx.q);
+    // the old job's row is not kept once it finishes, so its id can be pushed again
+    store.set_retention(q, &Retention::off()).await.unwrap();
     let id = JobId::new("job-a").unwrap();
     store
         .enqueue(q, &[NewJob::new("old").with_id(id.clone())])

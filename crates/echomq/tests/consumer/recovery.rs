@@ -103,8 +103,7 @@ async fn a_checkpoint_survives_a_lease_expiry(ctx: &Ctx) {
     let opts = fast()
         .with_concurrency(2)
         .with_lease(Duration::from_millis(100))
-        .with_locks(false)
-        .with_retain(10);
+        .with_locks(false);
     let c = Consumer::start(
         store.clone(),
         q.clone(),
@@ -227,7 +226,7 @@ async fn the_stalled_sweep_recovers_a_vanished_consumers_job_then_dead_letters_i
         }
     };
     let stalled = |max_stalled| {
-        fast().with_retain(10).with_recovery(Recovery::Stalled(StalledPolicy {
+        fast().with_recovery(Recovery::Stalled(StalledPolicy {
             max_stalled,
             limit: 100,
         }))
@@ -272,8 +271,8 @@ struct ThreeLeases {
     /// The attempts the handlers saw, in order.
     runs: Vec<u64>,
     counts: Counts,
-    /// Whether the job's row is still there (the consumers retain no finished rows).
-    row: bool,
+    /// The job's state as its row says (the queue keeps finished rows by default).
+    row: Option<JobState>,
 }
 
 /// Runs one job whose handler takes three leases on `q`, with a second consumer (another handle, a
@@ -321,7 +320,7 @@ async fn three_lease_job(ctx: &Ctx, q: &QueueName, locks: bool) -> ThreeLeases {
     ThreeLeases {
         runs,
         counts: store.counts(q).await.unwrap(),
-        row: store.get(q, &id).await.unwrap().is_some(),
+        row: store.get(q, &id).await.unwrap().map(|r| r.state),
     }
 }
 
@@ -329,7 +328,7 @@ async fn the_locks_plane_keeps_a_handler_of_three_leases_alive(ctx: &Ctx) {
     let kept = three_lease_job(ctx, &ctx.q, true).await;
     assert_eq!(kept.runs, [1], "one run, never reaped, never run twice");
     assert_eq!((kept.counts.reaped, kept.counts.completed), (0, 1));
-    assert!(!kept.row, "completed, its row deleted");
+    assert_eq!(kept.row, Some(JobState::Completed), "completed, its row kept");
     // the control: without renewals the lease lapses and the other consumer runs it again
     let without = three_lease_job(ctx, &ctx.queue("control"), false).await;
     assert!(

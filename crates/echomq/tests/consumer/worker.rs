@@ -35,7 +35,7 @@ impl Job for Resize {
 
 /// Quick options that keep finished rows, so a case can read outputs and attempts back.
 fn kept() -> ConsumerOptions {
-    fast().with_retain(1000)
+    fast()
 }
 
 /// Waits until job `id` of the case's queue is in `state`; returns its row.

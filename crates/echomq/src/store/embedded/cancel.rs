@@ -1,5 +1,6 @@
 //! The twin of scripts/cancel.lua: an operator (or any process) cancels a job. Waiting (pending, in
-//! a lane, scheduled): it is cancelled now (row deleted or retained, metrics cancelled). Running:
+//! a lane, scheduled): it is cancelled now (its row kept under the queue's retention, or deleted; metrics cancelled;
+//! a waited job announced). Running:
 //! the request goes on the row's `cancel` field (its durable copy: a claim of a row carrying it
 //! cancels instead of handing out) and is published to the queue's consumers as a row of
 //! `emq_cancels` (the twin of the pub/sub channel, durable: consumers of other processes read it
@@ -16,7 +17,7 @@ use crate::store::{CancelRequest, Cancelled};
 /// The most requests one read of [`requests_after`] returns (the stream reads again at once).
 const REQUESTS_MAX: i64 = 1000;
 
-pub(crate) fn cancel(db: &Db, id: &str, reason: Option<&str>, keep: i64, recmax: i64) -> Result<Cancelled> {
+pub(crate) fn cancel(db: &Db, id: &str, reason: Option<&str>, recmax: i64) -> Result<Cancelled> {
     let Some(row) = db.row(id)? else {
         return Ok(Cancelled::Gone);
     };
@@ -31,8 +32,10 @@ pub(crate) fn cancel(db: &Db, id: &str, reason: Option<&str>, keep: i64, recmax:
     if state != "pending" && state != "scheduled" {
         return Ok(Cancelled::Finished);
     }
+    let kept = common::retention_read(db, 1)?;
     common::unwait(db, id, state, row.group.as_deref())?;
-    common::finish(db, id, "cancelled", keep, reason.map(Field::LastError))?;
+    common::expire(db, &kept)?;
+    common::finish(db, id, "cancelled", &kept, reason.map(Field::LastError))?;
     db.count("cancelled", 1)?;
     db.record(
         recmax,
@@ -42,6 +45,7 @@ pub(crate) fn cancel(db: &Db, id: &str, reason: Option<&str>, keep: i64, recmax:
         "error",
         reason.map(str::as_bytes),
     )?;
+    db.notify(row.waited.as_deref(), id);
     Ok(Cancelled::Cancelled)
 }
 

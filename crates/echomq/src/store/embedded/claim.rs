@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::common::{bury, finish, lane, lua_number};
+use super::common::{bury, expire, finish, lane, lua_number, retention_read, Kept};
 use super::db::{Db, Field};
 use crate::error::Result;
 use crate::job::ClaimedJob;
@@ -48,6 +48,8 @@ struct Settled {
     reason: String,
     /// The attempts it has used, as its record states them.
     attempt: String,
+    /// Its waited mark.
+    waited: Option<String>,
 }
 
 /// The walk: its reads so far and what it decided.
@@ -208,6 +210,7 @@ impl Walk<'_, '_> {
                 cancelled: true,
                 reason: reason.clone(),
                 attempt,
+                waited: row.waited.clone(),
             });
             return Ok(false);
         }
@@ -218,6 +221,7 @@ impl Walk<'_, '_> {
                 cancelled: false,
                 reason,
                 attempt,
+                waited: row.waited.clone(),
             });
             return Ok(false);
         }
@@ -236,14 +240,7 @@ impl Walk<'_, '_> {
     }
 }
 
-pub(crate) fn claim(
-    db: &Db,
-    n: i64,
-    lease_ms: i64,
-    max_attempts: i64,
-    keep: i64,
-    recmax: i64,
-) -> Result<Vec<ClaimedJob>> {
+pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i64) -> Result<Vec<ClaimedJob>> {
     if db.exists_flag("paused")? || db.exists_flag("obliterating")? {
         return Ok(Vec::new());
     }
@@ -309,11 +306,19 @@ pub(crate) fn claim(
         }
     }
 
+    let cancels = w.settled.iter().filter(|j| j.cancelled).count() as i64;
+    let kept = if cancels > 0 {
+        retention_read(db, cancels)?
+    } else {
+        Kept::none()
+    };
+
     // The writes.
     // the ring: the members popped leave its head, those pushed back and not taken again join its tail
     if w.popped > 0 {
         db.ltrim_head("ring", w.popped as i64)?;
     }
+    expire(db, &kept)?;
     for m in &w.back[w.repopped..] {
         db.rpush("ring", m)?;
     }
@@ -346,7 +351,7 @@ pub(crate) fn claim(
     let (mut failed, mut cancelled) = (0, 0);
     for j in &w.settled {
         if j.cancelled {
-            finish(db, &j.id, "cancelled", keep, Some(Field::LastError(&j.reason)))?;
+            finish(db, &j.id, "cancelled", &kept, Some(Field::LastError(&j.reason)))?;
             cancelled += 1;
         } else {
             bury(db, &j.id, &j.reason)?;
@@ -354,6 +359,7 @@ pub(crate) fn claim(
         }
         let status = if j.cancelled { "cancelled" } else { "dead" };
         db.record(recmax, &j.id, status, &j.attempt, "error", Some(j.reason.as_bytes()))?;
+        db.notify(j.waited.as_deref(), &j.id);
     }
     db.count("failed", failed)?;
     db.count("cancelled", cancelled)?;

@@ -218,6 +218,8 @@ pub(crate) struct Held {
     pub(crate) used: i64,
     /// Its `free` count as stored.
     pub(crate) free: Option<String>,
+    /// Its waited mark ([`Db::notify`] takes it).
+    pub(crate) waited: Option<String>,
 }
 
 /// The attempts a job has used: its claims (attempts) less the claims that used none (free); a
@@ -230,23 +232,30 @@ pub(crate) fn used(attempts: Option<&str>, free: Option<&str>) -> i64 {
 /// [`fence`], with the job's membership of `active` read in the same look.
 pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Held, Settled>> {
     use rusqlite::OptionalExtension;
-    /// attempts, group, in active, has a field, free
-    type Look = (Option<String>, Option<String>, bool, bool, Option<String>);
+    /// attempts, group, in active, has a field, free, waited
+    type Look = (
+        Option<String>,
+        Option<String>,
+        bool,
+        bool,
+        Option<String>,
+        Option<String>,
+    );
     let row: Option<Look> = db
         .sql()
         .prepare_cached(concat!(
             "SELECT attempts, grp, lease IS NOT NULL, ",
             super::db::fields!(),
-            " IS NOT NULL, free FROM emq_jobs WHERE queue = ?1 AND id = ?2"
+            " IS NOT NULL, free, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2"
         ))
         .and_then(|mut s| {
             s.query_row(rusqlite::params![db.queue(), id], |r| {
-                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, r.get(3)?, text(r, 4)?))
+                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, r.get(3)?, text(r, 4)?, text(r, 5)?))
             })
             .optional()
         })
         .map_err(|e| db.err(e))?;
-    let Some((attempts, group, active, true, free)) = row else {
+    let Some((attempts, group, active, true, free, waited)) = row else {
         return Ok(Err(Settled::Gone));
     };
     if attempts.as_deref() != Some(token.to_string().as_str()) {
@@ -257,40 +266,121 @@ pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::R
         active,
         used: used(attempts.as_deref(), free.as_deref()),
         free,
+        waited,
     }))
 }
 
+/// A queue's retention as the finishing verbs read it, and the kept rows past their age (the twin
+/// of what `emq_retention_read` returns).
+pub(crate) struct Kept {
+    /// The newest finished rows kept (0: a row is deleted as it finishes).
+    pub(crate) keep: i64,
+    /// The longest output kept, in bytes.
+    cap: i64,
+    /// Kept rows finished more than the retention's age ago (at most 100 a call).
+    expired: Vec<String>,
+    /// The size of `completed`, read once (a count is a scan here, not ZCARD's O(1)) and kept up
+    /// to date by [`expire`] and [`finish`].
+    card: std::cell::Cell<i64>,
+}
+
+impl Kept {
+    /// Nothing read: for a verb that finishes no job.
+    pub(crate) fn none() -> Self {
+        Kept {
+            keep: 0,
+            cap: 0,
+            expired: Vec::new(),
+            card: std::cell::Cell::new(0),
+        }
+    }
+}
+
+/// The kv keys of a queue's retention (the fields of `emq:{q}:retention`).
+pub(crate) const RETENTION_KEYS: [&str; 3] = ["retention:keep", "retention:age", "retention:cap"];
+
+/// A queue's retention (the twin of `emq_retention_of`): each of its fields, or its default.
+pub(crate) fn retention_of(db: &Db) -> Result<crate::store::Retention> {
+    let d = crate::store::Retention::default();
+    let [keep, age, cap] = RETENTION_KEYS;
+    let field = |key: &str, default: i64| -> Result<i64> { Ok(db.kv_get(key)?.unwrap_or(default)) };
+    Ok(crate::store::Retention {
+        keep: field(keep, d.keep as i64)?.clamp(0, u32::MAX as i64) as u32,
+        max_age: std::time::Duration::from_millis(field(age, d.max_age.as_millis() as i64)?.max(1) as u64),
+        max_output: field(cap, d.max_output as i64)?.clamp(0, u32::MAX as i64) as u32,
+    })
+}
+
+/// Before `adding` rows finish: the queue's retention, and when rows are kept the ones past their
+/// age (the twin of `emq_retention_read`).
+pub(crate) fn retention_read(db: &Db, adding: i64) -> Result<Kept> {
+    let r = retention_of(db)?;
+    let mut kept = Kept {
+        keep: r.keep as i64,
+        cap: r.max_output as i64,
+        ..Kept::none()
+    };
+    if kept.keep > 0 && adding > 0 {
+        kept.expired = db.zrange_upto("completed", db.now() - r.max_age.as_millis() as i64, 100)?;
+        kept.card.set(db.zcard("completed")?);
+    }
+    Ok(kept)
+}
+
+/// The kept rows past their age deleted (the twin of `emq_expire`).
+pub(crate) fn expire(db: &Db, kept: &Kept) -> Result<()> {
+    for id in &kept.expired {
+        db.del_row(id)?;
+        if db.zrem("completed", id)? {
+            kept.card.set(kept.card.get() - 1);
+        }
+    }
+    Ok(())
+}
+
 /// A held job in `active` leaves it finished: its row deleted with its lease in one delete, or
-/// retained (see [`finish`]).
-pub(crate) fn finish_active(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Field<'_>>) -> Result<()> {
-    if keep <= 0 {
+/// kept (see [`finish`]).
+pub(crate) fn finish_active(db: &Db, id: &str, state: &str, kept: &Kept, extra: Option<Field<'_>>) -> Result<()> {
+    if kept.keep <= 0 {
         return db.del_active_row(id);
     }
     db.zrem(ACTIVE, id)?;
-    finish(db, id, state, keep, extra)
+    finish(db, id, state, kept, extra)
 }
 
-/// A finished job (completed / cancelled): retained (newest `keep`, trimmed) or deleted.
-pub(crate) fn finish(db: &Db, id: &str, state: &str, keep: i64, extra: Option<Field<'_>>) -> Result<()> {
-    if keep <= 0 {
+/// A finished job (completed / cancelled) under the queue's retention (the twin of `emq_finish`):
+/// deleted, or kept — its state, finish time and value (an output over the cap dropped, its size
+/// kept), its payload dropped — with `completed` trimmed to the newest `keep`.
+pub(crate) fn finish(db: &Db, id: &str, state: &str, kept: &Kept, extra: Option<Field<'_>>) -> Result<()> {
+    if kept.keep <= 0 {
         db.del_row(id)?;
         return Ok(());
     }
     let now = db.now();
+    let reason = matches!(extra, Some(Field::LastError(_)));
     let mut fields = vec![Field::State(state), Field::FinishedAt(now)];
-    fields.extend(extra);
+    fields.extend(extra.map(|f| match f {
+        Field::Output(o) if o.len() as i64 > kept.cap => Field::OutputDropped(o.len() as i64),
+        f => f,
+    }));
     db.hset(id, &fields)?;
-    if state == "completed" {
-        // a completed row tells its outcome alone: an earlier attempt's error is not it
-        db.hdel(id, &[Col::LastError])?;
+    // a kept row holds the outcome, not the payload, and no earlier attempt's error (a cancel's
+    // reason is its last_error)
+    if reason {
+        db.hdel(id, &[Col::Data])?;
+    } else {
+        db.hdel(id, &[Col::Data, Col::LastError])?;
     }
+    // a finished row is new to `completed` (its id was in no set of finished jobs)
     db.zadd("completed", now, id)?;
-    let over = db.zcard("completed")? - keep;
+    kept.card.set(kept.card.get() + 1);
+    let over = kept.card.get() - kept.keep;
     if over > 0 {
         for old in db.zrange("completed", 0, over, false)? {
             db.del_row(&old)?;
             db.zrem("completed", &old)?;
         }
+        kept.card.set(kept.keep);
     }
     Ok(())
 }
@@ -306,15 +396,11 @@ pub(crate) struct Finishing<'a> {
 
 /// complete, complete_many and complete_cancelled (the twin of `emq_settle_finished`): each entry
 /// fenced on its own, a repeated entry stale after its first settle; then every held job leaves
-/// `active` finished as `state` ("completed" or "cancelled") — deleted, or retained with its value
-/// (the output, or the reason as last_error) — its lane's slot freed with the ring step, the event
-/// counted and recorded. Reads first, as the script: every fence, the groups, then the writes.
-pub(crate) fn settle_finished(
-    db: &Db,
-    entries: &[Finishing<'_>],
-    state: &str,
-    (keep, recmax): (i64, i64),
-) -> Result<Vec<Settled>> {
+/// `active` finished as `state` ("completed" or "cancelled") under the queue's retention — kept
+/// with its value (the output, or the reason as last_error), or deleted — its lane's slot freed
+/// with the ring step, the event counted and recorded, a waited job announced. Reads first, as the
+/// script: every fence, the groups, the retention, then the writes.
+pub(crate) fn settle_finished(db: &Db, entries: &[Finishing<'_>], state: &str, recmax: i64) -> Result<Vec<Settled>> {
     let mut reply = Vec::with_capacity(entries.len());
     let mut firsts = std::collections::HashSet::new();
     let mut done = Vec::new();
@@ -344,16 +430,23 @@ pub(crate) fn settle_finished(
         }
     }
     let paused = !lanes.is_empty() && paused_read(db)?;
+    let kept = if done.is_empty() {
+        Kept::none()
+    } else {
+        retention_read(db, done.len() as i64)?
+    };
+    expire(db, &kept)?;
     let record_field = if state == "cancelled" { "error" } else { "output" };
     let mut wakes = 0;
     for (e, held) in &done {
-        finish_active(db, e.id, state, keep, e.value.clone())?;
+        finish_active(db, e.id, state, &kept, e.value.clone())?;
         let value = match &e.value {
             Some(Field::LastError(reason)) => Some(reason.as_bytes()),
             Some(Field::Output(output)) => Some(*output),
             _ => None,
         };
         db.record(recmax, e.id, state, &held.used.to_string(), record_field, value)?;
+        db.notify(held.waited.as_deref(), e.id);
         if let Some(g) = &held.group {
             if let Some(s) = lanes.get(g) {
                 wakes += lane_leave(db, g, s)?;

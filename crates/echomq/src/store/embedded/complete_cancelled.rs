@@ -6,19 +6,12 @@ use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::Settled;
 
-pub(crate) fn complete_cancelled(
-    db: &Db,
-    id: &str,
-    token: u64,
-    reason: Option<&str>,
-    keep: i64,
-    recmax: i64,
-) -> Result<Settled> {
+pub(crate) fn complete_cancelled(db: &Db, id: &str, token: u64, reason: Option<&str>, recmax: i64) -> Result<Settled> {
     let entry = Finishing {
         id,
         token,
         value: reason.map(Field::LastError),
     };
-    let reply = settle_finished(db, &[entry], "cancelled", (keep, recmax))?;
+    let reply = settle_finished(db, &[entry], "cancelled", recmax)?;
     Ok(reply.first().copied().unwrap_or(Settled::Gone))
 }

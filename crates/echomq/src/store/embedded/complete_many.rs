@@ -6,7 +6,7 @@ use super::db::{Db, Field};
 use crate::error::Result;
 use crate::store::{Completion, Settled};
 
-pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64) -> Result<Vec<Settled>> {
+pub(crate) fn complete_many(db: &Db, jobs: &[Completion], recmax: i64) -> Result<Vec<Settled>> {
     let entries: Vec<Finishing<'_>> = jobs
         .iter()
         .map(|c| Finishing {
@@ -15,5 +15,5 @@ pub(crate) fn complete_many(db: &Db, jobs: &[Completion], keep: i64, recmax: i64
             value: c.output.as_deref().map(Field::Output),
         })
         .collect();
-    settle_finished(db, &entries, "completed", (keep, recmax))
+    settle_finished(db, &entries, "completed", recmax)
 }

@@ -31,6 +31,10 @@ pub(crate) struct Row {
     pub(crate) output: Option<Vec<u8>>,
     pub(crate) finished_at: Option<String>,
     pub(crate) kind: Option<String>,
+    /// The mark of a job a caller waits on (mark_waited).
+    pub(crate) waited: Option<String>,
+    /// The size of an output the queue's retention did not keep.
+    pub(crate) output_dropped: Option<String>,
 }
 
 /// A new job's row, as enqueue writes it whole.
@@ -61,7 +65,8 @@ pub(crate) const ACTIVE: &str = "active";
 /// `emq:{q}:job:<id>` hash: only a lease left on it, see [`ACTIVE`]).
 macro_rules! fields {
     () => {
-        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at, free, kind)"
+        "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at, free, kind, \
+         waited, output_dropped)"
     };
 }
 pub(crate) use fields;
@@ -75,7 +80,7 @@ macro_rules! new_row_conflict {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
          grp = excluded.grp, max_attempts = excluded.max_attempts, kind = excluded.kind, run_at = excluded.run_at, \
          attempts = excluded.attempts, free = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
-         finished_at = NULL, \
+         finished_at = NULL, waited = NULL, output_dropped = NULL, \
          pending = CASE WHEN excluded.lease IS NULL THEN coalesce(excluded.pending, emq_jobs.pending) END, \
          lease = coalesce(excluded.lease, emq_jobs.lease)"
     };
@@ -91,8 +96,8 @@ fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String
     format!("{head} {}{tail}", rows.join(", "))
 }
 
-/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel, kind), from column
-/// `at` on.
+/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel, kind, waited), from
+/// column `at` on.
 fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
     Ok(Row {
         data: bytes(r, at)?,
@@ -102,6 +107,7 @@ fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
         max_attempts: text(r, at + 4)?,
         cancel: text(r, at + 5)?,
         kind: text(r, at + 6)?,
+        waited: text(r, at + 7)?,
         ..Row::default()
     })
 }
@@ -143,6 +149,8 @@ pub(crate) enum Field<'a> {
     Output(&'a [u8]),
     FinishedAt(i64),
     Free(i64),
+    OutputDropped(i64),
+    Waited,
 }
 
 impl Field<'_> {
@@ -158,6 +166,8 @@ impl Field<'_> {
             Field::Output(_) => "output",
             Field::FinishedAt(_) => "finished_at",
             Field::Free(_) => "free",
+            Field::OutputDropped(_) => "output_dropped",
+            Field::Waited => "waited",
         }
     }
 
@@ -168,7 +178,10 @@ impl Field<'_> {
             Field::State(s) | Field::MaxAttempts(s) | Field::LastError(s) | Field::Cancel(s) => {
                 Value::Text(s.to_string())
             }
-            Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) | Field::Free(n) => Value::Text(n.to_string()),
+            Field::RunAt(n) | Field::Stalled(n) | Field::FinishedAt(n) | Field::Free(n) | Field::OutputDropped(n) => {
+                Value::Text(n.to_string())
+            }
+            Field::Waited => Value::Text("1".to_string()),
         }
     }
 }
@@ -176,6 +189,7 @@ impl Field<'_> {
 /// A field to delete with `hdel`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Col {
+    Data,
     RunAt,
     Stalled,
     Cancel,
@@ -185,6 +199,7 @@ pub(crate) enum Col {
 impl Col {
     fn column(self) -> &'static str {
         match self {
+            Col::Data => "data",
             Col::RunAt => "run_at",
             Col::Stalled => "stalled",
             Col::Cancel => "cancel",
@@ -207,6 +222,9 @@ pub(crate) struct Db<'a> {
     pub(crate) cancels: Cell<bool>,
     /// Wake tokens pushed by this transaction (the store hands them to parks in this process).
     pub(crate) tokens: Cell<i64>,
+    /// The waited jobs this transaction finished (the store tells the queue's waits after commit;
+    /// `None` in the list: every waited job, from a verb that reads no row).
+    pub(crate) finished: std::cell::RefCell<Vec<Option<String>>>,
     /// The offers of this process's parked consumers an enqueue may serve as it writes.
     pub(crate) direct: super::handoff::Direct,
 }
@@ -244,6 +262,7 @@ impl<'a> Db<'a> {
             woke: Cell::new(false),
             cancels: Cell::new(false),
             tokens: Cell::new(0),
+            finished: std::cell::RefCell::new(Vec::new()),
             direct: super::handoff::Direct::default(),
         }
     }
@@ -264,6 +283,7 @@ impl<'a> Db<'a> {
     /// savepoint cannot be opened or rolled back: the transaction must then fail whole.
     pub(crate) fn leg<T>(&self, f: impl FnOnce() -> R<T>) -> R<R<T>> {
         let (woke, cancels, tokens) = (self.woke.get(), self.cancels.get(), self.tokens.get());
+        let finished = self.finished.borrow().len();
         txn::run(self.tx, "SAVEPOINT emq_leg").map_err(|e| self.e(e))?;
         let out = f();
         if out.is_err() {
@@ -271,6 +291,7 @@ impl<'a> Db<'a> {
             self.woke.set(woke);
             self.cancels.set(cancels);
             self.tokens.set(tokens);
+            self.finished.borrow_mut().truncate(finished);
         }
         txn::run(self.tx, "RELEASE emq_leg").map_err(|e| self.e(e))?;
         Ok(out)
@@ -355,7 +376,7 @@ impl<'a> Db<'a> {
         self.tx
             .prepare_cached(concat!(
                 "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, \
-                     finished_at, free, kind FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                     finished_at, free, kind, waited, output_dropped FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -375,6 +396,8 @@ impl<'a> Db<'a> {
                         finished_at: text(r, 10)?,
                         free: text(r, 11)?,
                         kind: text(r, 12)?,
+                        waited: text(r, 13)?,
+                        output_dropped: text(r, 14)?,
                     })
                 })
                 .optional()
@@ -383,11 +406,11 @@ impl<'a> Db<'a> {
     }
 
     /// The fields a claim reads (HGETALL, of which it uses data state attempts free max_attempts
-    /// cancel kind).
+    /// cancel kind waited).
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
         self.tx
             .prepare_cached(concat!(
-                "SELECT data, state, attempts, free, max_attempts, cancel, kind FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                "SELECT data, state, attempts, free, max_attempts, cancel, kind, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -580,7 +603,7 @@ impl<'a> Db<'a> {
             .prepare_cached(concat!(
                 "UPDATE emq_jobs SET data = NULL, state = NULL, attempts = NULL, grp = NULL, max_attempts = NULL, \
                  run_at = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, finished_at = NULL, \
-                 free = NULL, kind = NULL WHERE queue = ?1 AND id = ?2 AND (lease IS NOT NULL OR pending IS NOT NULL) AND ",
+                 free = NULL, kind = NULL, waited = NULL, output_dropped = NULL WHERE queue = ?1 AND id = ?2 AND (lease IS NOT NULL OR pending IS NOT NULL) AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -866,6 +889,20 @@ impl<'a> Db<'a> {
             .and_then(|mut s| s.execute(params![self.q, recmax + 100]))
             .map(drop)
             .map_err(|e| self.e(e))
+    }
+
+    /// PUBLISH emq:{q}:finished of a job that finished, when its row carries the waited mark
+    /// (`emq_notify`): the store tells the queue's waits once this transaction commits.
+    pub(crate) fn notify(&self, waited: Option<&str>, id: &str) {
+        if waited.is_some() {
+            self.finished.borrow_mut().push(Some(id.to_string()));
+        }
+    }
+
+    /// PUBLISH emq:{q}:finished `*`: every waited job of the queue is looked at again (from a
+    /// verb that reads no row).
+    pub(crate) fn notify_all(&self) {
+        self.finished.borrow_mut().push(None);
     }
 
     /// PUBLISH emq:{q}:cancel: a durable request the queue's cancel streams read, in every process.

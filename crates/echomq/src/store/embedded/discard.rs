@@ -36,5 +36,6 @@ pub(crate) fn discard(db: &Db, id: &str, token: u64, error: &str, recmax: i64) -
         "error",
         Some(error.as_bytes()),
     )?;
+    db.notify(held.waited.as_deref(), id);
     Ok(Discarded::Dead)
 }

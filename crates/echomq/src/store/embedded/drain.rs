@@ -24,6 +24,10 @@ pub(crate) fn drain(db: &Db, limit: i64) -> Result<(u64, bool)> {
         // the script answers "not finished" here; finishing when nothing is left spares a call
         left = db.zcard("pending")? + db.zcard("scheduled")? - removed + lanes_len(db)?;
     }
+    if removed + lanes > 0 {
+        // it reads no row, so no waited mark: every waiter of the queue looks at its job again
+        db.notify_all();
+    }
     zset_purge(db, "pending", &pending)?;
     zset_purge(db, "scheduled", &scheduled)?;
     if removed >= limit {

@@ -1,6 +1,6 @@
 //! The twin of scripts/get.lua: one job's row, and its score in the set its state names (lease
 //! deadline while active, time of death while dead, due time while scheduled, finished_at while
-//! retained), parsed as the Redis store parses the script's reply.
+//! kept), parsed as the Redis store parses the script's reply.
 
 use super::db::Db;
 use crate::error::{Error, Result};
@@ -58,6 +58,11 @@ pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<JobRow>> {
         last_error: row.last_error,
         cancel: row.cancel,
         output: row.output,
+        output_dropped: row
+            .output_dropped
+            .as_deref()
+            .map(|v| int("output_dropped", v))
+            .transpose()?,
         finished_at: row.finished_at.as_deref().map(|v| int("finished_at", v)).transpose()?,
         score,
     }))

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::db::Db;
-use super::{claim, settle_args, Wake, Wakes};
+use super::{claim, settle_arg, Wake, Wakes};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::store::{ClaimRequest, Handoff, BATCH_MAX};
@@ -183,9 +183,9 @@ pub(super) fn serve(db: &Db, wake: &Wake) -> Result<Handed> {
     let taken = std::mem::take(&mut *wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner));
     for offer in taken {
         let n = (offer.claim.n as usize).min(BATCH_MAX) as i64;
-        let (keep, recmax) = settle_args(offer.claim.settle);
+        let recmax = settle_arg(offer.claim.settle);
         let (lease, max_attempts) = (offer.claim.lease.as_millis() as i64, offer.claim.max_attempts as i64);
-        match db.leg(|| claim::claim(db, n, lease, max_attempts, keep, recmax))? {
+        match db.leg(|| claim::claim(db, n, lease, max_attempts, recmax))? {
             Ok(jobs) => {
                 let short = (jobs.len() as i64) < n;
                 if !jobs.is_empty() {

@@ -80,6 +80,8 @@ pub(crate) fn obliterate(db: &Db, force: bool, limit: i64) -> Result<Step> {
     }
 
     db.kv_set("obliterating", 1)?;
+    // it reads no row, so no waited mark: every waiter of the queue looks at its job again
+    db.notify_all();
     for (id, g) in held.iter().zip(&leaving) {
         if let Some(g) = g.as_deref() {
             if let Some(s) = lanes.get(g) {

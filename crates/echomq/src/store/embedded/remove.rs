@@ -1,4 +1,5 @@
-//! The twin of scripts/remove.lua: an operator deletes a job wherever it is. An active job only
+//! The twin of scripts/remove.lua: an operator deletes a job wherever it is (a waited job
+//! announced). An active job only
 //! with force (then its lane slot is freed and the ring step runs, keeping the slot invariant).
 //! Reads first, as the script: the row and, for a forced lane job, its group, then the writes.
 
@@ -43,5 +44,6 @@ pub(crate) fn remove(db: &Db, id: &str, force: bool) -> Result<Removed> {
         }
     }
     db.del_row(id)?;
+    db.notify(row.waited.as_deref(), id);
     Ok(Removed::Removed)
 }

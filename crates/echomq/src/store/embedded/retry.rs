@@ -64,6 +64,7 @@ pub(crate) fn retry(
             "error",
             Some(error.as_bytes()),
         )?;
+        db.notify(held.waited.as_deref(), id);
         Retried::Dead
     } else {
         db.hset(id, &[Field::LastError(error)])?;

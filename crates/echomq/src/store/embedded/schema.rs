@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -93,6 +93,12 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "
     -- kind: what kind of job a typed push made it (a worker routes by it); absent for a raw job
     ALTER TABLE emq_jobs ADD COLUMN kind TEXT;
+    ",
+    "
+    -- waited: the mark of a job a caller waits on (its finish is announced); output_dropped: the
+    -- size of an output the queue's retention did not keep
+    ALTER TABLE emq_jobs ADD COLUMN waited TEXT;
+    ALTER TABLE emq_jobs ADD COLUMN output_dropped TEXT;
     ",
 ];
 

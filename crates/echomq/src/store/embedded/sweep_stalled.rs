@@ -23,7 +23,7 @@ pub(crate) fn sweep_stalled(db: &Db, max_stalled: i64, limit: i64) -> Result<Swe
     }
     let now = db.now();
     let exp = db.zrange_upto("active", now, limit)?;
-    // the reads: every row (HMGET state, group, stalled), each group's state, the flat set's flag
+    // the reads: every row (HMGET state, group, stalled, waited), each group's state, the flat set's flag
     let mut rows = Vec::with_capacity(exp.len());
     let mut lanes = Lanes::default();
     let mut flat_ringed = None;
@@ -49,7 +49,7 @@ pub(crate) fn sweep_stalled(db: &Db, max_stalled: i64, limit: i64) -> Result<Swe
     let mut flat = false;
     // groups a dead-lettered lane job put back on the ring: each made a job claimable
     let mut freed = 0i64;
-    for (id, (st, g, stalled)) in exp.iter().zip(rows).rev() {
+    for (id, (st, g, stalled, waited)) in exp.iter().zip(rows).rev() {
         db.zrem("active", id)?;
         if st.is_none() {
             continue;
@@ -80,6 +80,7 @@ pub(crate) fn sweep_stalled(db: &Db, max_stalled: i64, limit: i64) -> Result<Swe
                 ],
             )?;
             db.zadd("dead", now, id)?;
+            db.notify(waited.as_deref(), id);
             buried.push(id.clone());
         } else {
             db.hset(id, &[Field::Stalled(stalls), Field::State("pending")])?;
@@ -123,13 +124,17 @@ pub(crate) fn sweep_stalled(db: &Db, max_stalled: i64, limit: i64) -> Result<Swe
     })
 }
 
-/// HMGET job:<id> state group stalled — without reading the payload.
-fn state_group_stalled(db: &Db, id: &str) -> Result<(Option<String>, Option<String>, Option<String>)> {
+/// HMGET job:<id> state group stalled waited — without reading the payload.
+type Look = (Option<String>, Option<String>, Option<String>, Option<String>);
+
+fn state_group_stalled(db: &Db, id: &str) -> Result<Look> {
     db.sql()
-        .prepare_cached("SELECT state, grp, stalled FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .prepare_cached("SELECT state, grp, stalled, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?)))
-                .optional()
+            s.query_row(params![db.queue(), id], |r| {
+                Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?, text(r, 3)?))
+            })
+            .optional()
         })
         .map(Option::unwrap_or_default)
         .map_err(|e| db.err(e))

@@ -1,5 +1,5 @@
 //! Encoding script arguments: numbers as their decimal text, optional values behind a `+`, the
-//! settle options of the settling verbs.
+//! settle option of the settling verbs.
 
 use std::time::Duration;
 
@@ -26,7 +26,8 @@ pub(super) fn ms(d: Duration) -> Vec<u8> {
     num(d.as_millis())
 }
 
-/// `[retain, records MAXLEN]`, the two settle arguments of the verbs that settle a job.
-pub(super) fn settle_args(settle: SettleOptions) -> [Vec<u8>; 2] {
-    [num(settle.retain), num(crate::store::records_maxlen(settle))]
+/// The records `MAXLEN`, the settle argument of the verbs that settle a job (what they keep of a
+/// finished job is the queue's retention, which the scripts read).
+pub(super) fn settle_arg(settle: SettleOptions) -> Vec<u8> {
+    num(crate::store::records_maxlen(settle))
 }

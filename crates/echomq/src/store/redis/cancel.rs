@@ -1,7 +1,7 @@
 //! cancel (`scripts/cancel.lua`): a waiting job cancelled at once, a running one asked to stop (the
 //! request on its row, and published to the queue's consumers).
 
-use super::args::{opt_arg, settle_args};
+use super::args::{opt_arg, settle_arg};
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
@@ -15,7 +15,7 @@ pub(super) async fn cancel(
     settle: SettleOptions,
 ) -> Result<Cancelled> {
     let k = QueueKeys::new(queue);
-    let [keep, recmax] = settle_args(settle);
+    let recmax = settle_arg(settle);
     let v = store
         .run(
             &store.scripts.cancel,
@@ -24,7 +24,6 @@ pub(super) async fn cancel(
                 k.base().as_bytes().to_vec(),
                 id.as_str().as_bytes().to_vec(),
                 opt_arg(reason.map(str::as_bytes)),
-                keep,
                 recmax,
             ],
         )

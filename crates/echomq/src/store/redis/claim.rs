@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::args::{ms, num, settle_args};
+use super::args::{ms, num, settle_arg};
 use super::connection::Call;
 use super::{reply, RedisStore};
 use crate::error::{Error, Result};
@@ -48,7 +48,7 @@ pub(super) fn claim_call<'a>(
     max_attempts: u32,
     settle: SettleOptions,
 ) -> Call<'a> {
-    let [keep, recmax] = settle_args(settle);
+    let recmax = settle_arg(settle);
     Call {
         script: &store.scripts.claim,
         keys: vec![
@@ -64,7 +64,6 @@ pub(super) fn claim_call<'a>(
             num(n),
             ms(lease),
             num(max_attempts),
-            keep,
             recmax,
             num(BATCH_BYTES_MAX),
         ],

@@ -1,7 +1,7 @@
 //! complete (`scripts/complete.lua`), and the holder's settle that finishes a job with an optional
 //! value, shared with complete_cancelled.
 
-use super::args::{num, opt_arg, settle_args};
+use super::args::{num, opt_arg, settle_arg};
 use super::scripts::Script;
 use super::{reply, RedisStore};
 use crate::error::Result;
@@ -34,12 +34,11 @@ pub(super) async fn finish(
     settle: SettleOptions,
 ) -> Result<Settled> {
     let k = QueueKeys::new(queue);
-    let [keep, recmax] = settle_args(settle);
+    let recmax = settle_arg(settle);
     let args = vec![
         k.base().as_bytes().to_vec(),
         id.as_str().as_bytes().to_vec(),
         num(token),
-        keep,
         recmax,
         opt_arg(value),
     ];

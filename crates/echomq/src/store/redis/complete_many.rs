@@ -1,7 +1,7 @@
 //! complete_many (`scripts/complete_many.lua`): the batch settle, split in script calls of ≤ 1000
 //! jobs and ≤ 8 MiB of outputs sent in one pipeline, and the encoding of its entries.
 
-use super::args::{num, opt_arg, settle_args};
+use super::args::{num, opt_arg, settle_arg};
 use redis::Value;
 
 use super::connection::Call;
@@ -34,9 +34,9 @@ pub(super) fn complete_many_calls<'a>(
     check_outputs(jobs, store.payload_limit)?;
     let mut calls = Vec::new();
     for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
-        let [keep, recmax] = settle_args(settle);
+        let recmax = settle_arg(settle);
         let mut args = Vec::with_capacity(4 + batch.len() * 3);
-        args.extend([k.base().as_bytes().to_vec(), num(batch.len()), keep, recmax]);
+        args.extend([k.base().as_bytes().to_vec(), num(batch.len()), recmax]);
         settle_entries(batch, &mut args);
         calls.push(Call {
             script: &store.scripts.complete_many,

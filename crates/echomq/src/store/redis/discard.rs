@@ -1,6 +1,6 @@
 //! discard (`scripts/discard.lua`): the holder's failure that buries the job at once.
 
-use super::args::{num, settle_args};
+use super::args::{num, settle_arg};
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
@@ -15,7 +15,7 @@ pub(super) async fn discard(
     settle: SettleOptions,
 ) -> Result<Discarded> {
     let k = QueueKeys::new(queue);
-    let [_, recmax] = settle_args(settle);
+    let recmax = settle_arg(settle);
     let v = store
         .run(
             &store.scripts.discard,

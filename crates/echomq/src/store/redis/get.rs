@@ -15,7 +15,13 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
             vec![id.as_str().as_bytes().to_vec()],
         )
         .await?;
-    let mut items = reply::array(verb, v)?;
+    let items = reply::array(verb, v)?;
+    row(verb, id, items).map(|r| r.map(|r| *r))
+}
+
+/// A job's row from a reply of HGETALL field/value pairs followed by its score (`''` for none):
+/// get's, and mark_waited's for a finished job. `None` for an empty reply (no row).
+pub(super) fn row(verb: &'static str, id: &JobId, mut items: Vec<redis::Value>) -> Result<Option<Box<JobRow>>> {
     let Some(score) = items.pop() else {
         return Ok(None);
     };
@@ -34,6 +40,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
         last_error: None,
         cancel: None,
         output: None,
+        output_dropped: None,
         finished_at: None,
         score: score.parse::<f64>().ok().map(|s| s as u64),
     };
@@ -60,11 +67,12 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
             "last_error" => job.last_error = Some(text()),
             "cancel" => job.cancel = Some(text()),
             "output" => job.output = Some(val.clone()),
+            "output_dropped" => job.output_dropped = Some(int()?),
             "finished_at" => job.finished_at = Some(int()?),
             _ => {}
         }
     }
     // the attempts it has used: its claims less those that used none
     job.attempts = job.attempts.saturating_sub(job.free);
-    Ok(Some(job))
+    Ok(Some(Box::new(job)))
 }

@@ -17,6 +17,14 @@ pub(crate) fn protocol(verb: &'static str, v: &Value) -> Error {
     Error::Protocol { verb, reply }
 }
 
+/// A reply of the wrong shape, described in words.
+pub(crate) fn protocol_text(verb: &'static str, what: &str) -> Error {
+    Error::Protocol {
+        verb,
+        reply: what.to_string(),
+    }
+}
+
 pub(crate) fn int(verb: &'static str, v: &Value) -> Result<i64> {
     match v {
         Value::Int(i) => Ok(*i),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::args::{ms, num, settle_args};
+use super::args::{ms, num, settle_arg};
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
@@ -23,7 +23,7 @@ pub(super) async fn retry(
     positive("max_attempts", max_attempts as u64)?;
     millis("delay", delay)?;
     let k = QueueKeys::new(queue);
-    let [_, recmax] = settle_args(settle);
+    let recmax = settle_arg(settle);
     let v = store
         .run(
             &store.scripts.retry,

@@ -1,0 +1,85 @@
+//! What a finished job came to ([`Outcome`]), as [`JobHandle::wait`](crate::JobHandle::wait)
+//! answers it, and a completed job's [`Output`].
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::job::{JobRow, JobState};
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Its handler succeeded; what it returned.
+    Completed(Output),
+    /// It failed for good (its attempts spent, discarded, a payload that did not decode, a kind no
+    /// worker knew for too long); `error` is its last error.
+    Dead {
+        /// The last error recorded.
+        error: String,
+        /// The attempts it used.
+        attempts: u64,
+    },
+    /// It was cancelled, with the reason given, if any.
+    Cancelled {
+        /// The cancel's reason.
+        reason: Option<String>,
+    },
+    /// It finished, but its row is no longer kept: past the queue's retention, or removed by an
+    /// operator (a drain, a remove, an obliterate).
+    Expired,
+}
+
+impl Outcome {
+    /// The outcome a finished row states (completed, cancelled or dead); `None` for a job still to
+    /// finish.
+    pub(crate) fn of(row: JobRow) -> Option<Outcome> {
+        Some(match row.state {
+            JobState::Completed => Outcome::Completed(Output {
+                bytes: row.output,
+                dropped: row.output_dropped,
+            }),
+            JobState::Cancelled => Outcome::Cancelled {
+                reason: row.last_error.filter(|r| !r.is_empty()),
+            },
+            JobState::Dead => Outcome::Dead {
+                error: row.last_error.unwrap_or_default(),
+                attempts: row.attempts,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// A completed job's output: the bytes its handler returned (a typed handler's are JSON), or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    bytes: Option<Vec<u8>>,
+    dropped: Option<u64>,
+}
+
+impl Output {
+    /// The output decoded from JSON. No output reads as JSON `null` (so `()` and `Option<T>`
+    /// decode it); an output the queue did not keep is [`Error::OutputDropped`].
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
+        if let Some(size) = self.dropped {
+            return Err(Error::OutputDropped { size });
+        }
+        let bytes = self.bytes.as_deref().unwrap_or(b"null");
+        serde_json::from_slice(bytes).map_err(|e| Error::Deserialize {
+            what: "the job's output",
+            reason: e.to_string(),
+        })
+    }
+
+    /// The output's bytes, if the handler returned any and the queue kept them.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        self.bytes.as_deref()
+    }
+
+    /// The size in bytes of an output the queue's retention did not keep (over its
+    /// [`max_output`](crate::store::Retention::max_output)).
+    pub fn dropped(&self) -> Option<u64> {
+        self.dropped
+    }
+}
