@@ -475,3 +475,86 @@ async fn a_script_that_cannot_be_loaded_fails_its_own_leg_and_the_claim_beside_i
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].payload, b"a".to_vec());
 }
+
+/// The commands (inside scripts included, `INFO` itself left out) the server counted since
+/// `before`, by name.
+fn commands_since(
+    port: u16,
+    before: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    redis_server::command_calls(port)
+        .into_iter()
+        .filter(|(name, _)| name != "info")
+        .map(|(name, n)| {
+            let was = before.get(&name).copied().unwrap_or(0);
+            (name, n - was)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// A job nobody waits on costs no command: ten jobs claimed and completed in one batch each cost
+/// the same commands, as `INFO commandstats` counts them, whether three of them are waited on or
+/// none — but for one PUBLISH per waited job; marking a job is one script of one read and one
+/// write. Whether a wait's subscription is open changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_nobody_waits_on_costs_no_command_and_a_waited_one_one_publish() {
+    let server = OwnedServer::start(&["--appendonly", "no"]);
+    let store = RedisStore::open(&server.url()).await.unwrap();
+    store.preload().await.unwrap();
+    let q = QueueName::new("costs").unwrap();
+    store.set_retention(&q, &echomq::Retention::off()).await.unwrap();
+    let _notices = store.finished_waits(&q).await.unwrap();
+    let lease = Duration::from_secs(30);
+    // one round: ten jobs enqueued, `waited` of them marked, all claimed and completed
+    let round = |waited: usize| {
+        let (store, q) = (store.clone(), q.clone());
+        async move {
+            let jobs: Vec<NewJob> = (0..10).map(|i| NewJob::new(format!("{i}"))).collect();
+            let ids: Vec<_> = store
+                .enqueue(&q, &jobs)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.id().clone())
+                .collect();
+            let before = redis_server::command_calls(server.port);
+            for id in &ids[..waited] {
+                let marked = store.mark_waited(&q, id).await.unwrap();
+                assert_eq!(marked, echomq::store::Waited::Waiting);
+            }
+            let marks = commands_since(server.port, &before);
+            let before = redis_server::command_calls(server.port);
+            let claimed = store.claim(&q, 10, lease, 3, Default::default()).await.unwrap();
+            assert_eq!(claimed.len(), 10);
+            let batch: Vec<_> = claimed
+                .iter()
+                .map(|c| echomq::store::Completion {
+                    id: c.id.clone(),
+                    token: c.token,
+                    output: None,
+                })
+                .collect();
+            store.complete_many(&q, &batch, Default::default()).await.unwrap();
+            (marks, commands_since(server.port, &before))
+        }
+    };
+    let (_, warm) = round(0).await;
+    let (_, none) = round(0).await;
+    assert_eq!(none, warm, "a round's commands are the same each time");
+    assert_eq!(none.get("publish"), None, "no job waited on: no publish");
+    let (marks, three) = round(3).await;
+    let mut expected = none.clone();
+    *expected.entry("publish".into()).or_default() += 3;
+    assert_eq!(three, expected, "three waited jobs: three publishes more, nothing else");
+    assert_eq!(
+        (marks.get("evalsha"), marks.get("hgetall"), marks.get("hset")),
+        (Some(&3), Some(&3), Some(&3)),
+        "one mark per waited job: {marks:?}"
+    );
+    let per_job: u64 = none.values().sum();
+    eprintln!(
+        "claim 10 + complete_many 10: {per_job} commands ({:.1} a job), unchanged by waits: {none:?}",
+        per_job as f64 / 10.0
+    );
+}

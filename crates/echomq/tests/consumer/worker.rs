@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use echomq::store::Cancelled;
-use echomq::{ConsumerOptions, Job, JobContext, JobError, JobHandler, JobId, JobState, Queue, Worker};
+use echomq::{Error, Job, JobContext, JobError, JobHandler, JobId, JobState, Outcome, Queue, Retention, Worker};
 use serde::{Deserialize, Serialize};
 
 use crate::harness::{captured_log, fast, log_lines, wait_until, Ctx};
@@ -31,11 +31,6 @@ struct Resize {
 impl Job for Resize {
     const KIND: &'static str = "resize";
     const KIND_ALIASES: &'static [&'static str] = &["resize_v0"];
-}
-
-/// Quick options that keep finished rows, so a case can read outputs and attempts back.
-fn kept() -> ConsumerOptions {
-    fast()
 }
 
 /// Waits until job `id` of the case's queue is in `state`; returns its row.
@@ -109,7 +104,7 @@ async fn a_worker_routes_each_kind_to_its_handler_and_keeps_its_output(ctx: &Ctx
                 Ok::<_, JobError>(out)
             }
         })
-        .options(kept().with_max_attempts(3))
+        .options(fast().with_max_attempts(3))
         .start()
         .unwrap();
     let email_row = row_in(ctx, email.id(), JobState::Completed).await;
@@ -151,7 +146,7 @@ async fn an_alias_and_a_struct_handler_with_state_run_like_the_kind(ctx: &Ctx) {
         .unwrap()
         .on(Halver)
         .state(7u32)
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     let row = row_in(ctx, &id, JobState::Completed).await;
@@ -176,7 +171,7 @@ async fn a_job_longer_than_its_lease_runs_once_and_completes_under_the_defaults(
                 Ok::<_, JobError>(())
             }
         })
-        .options(kept())
+        .options(fast())
         .lease(Duration::from_secs(1))
         .start()
         .unwrap();
@@ -218,7 +213,7 @@ async fn question_mark_fails_the_attempt_with_the_error_s_text(ctx: &Ctx) {
             Err::<(), _>(e)?;
             Ok::<_, JobError>(())
         })
-        .options(kept().with_max_attempts(2))
+        .options(fast().with_max_attempts(2))
         .start()
         .unwrap();
     let io_row = row_in(ctx, io.id(), JobState::Dead).await;
@@ -255,7 +250,7 @@ async fn a_panicking_handler_fails_its_attempt_and_the_panic_is_logged_in_the_jo
             }
             Ok::<_, JobError>(())
         })
-        .options(kept().with_max_attempts(1))
+        .options(fast().with_max_attempts(1))
         .start()
         .unwrap();
     let row = row_in(ctx, job.id(), JobState::Dead).await;
@@ -279,7 +274,7 @@ async fn a_payload_that_does_not_decode_goes_dead_naming_the_kind(ctx: &Ctx) {
     let worker = Worker::new(ctx.store.clone(), ctx.q.as_str())
         .unwrap()
         .on(|_job: SendEmail, _ctx: JobContext| async move { Ok::<_, JobError>(()) })
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     let row = row_in(ctx, &id, JobState::Dead).await;
@@ -298,7 +293,7 @@ async fn an_unknown_kind_waits_for_a_worker_that_has_it_and_completes_on_attempt
     let old = Worker::new(ctx.store.clone(), ctx.q.as_str())
         .unwrap()
         .on(|_job: SendEmail, _ctx: JobContext| async move { Ok::<_, JobError>(()) })
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     wait_until(WITHIN, "the old worker released the job", || async {
@@ -320,7 +315,7 @@ async fn an_unknown_kind_waits_for_a_worker_that_has_it_and_completes_on_attempt
                 Ok::<_, JobError>(())
             }
         })
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     let row = row_in(ctx, job.id(), JobState::Completed).await;
@@ -349,7 +344,7 @@ async fn stop_past_its_timeout_releases_the_running_job_and_the_next_worker_runs
                 Ok::<_, JobError>(())
             }
         })
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     row_in(ctx, job.id(), JobState::Active).await;
@@ -370,7 +365,7 @@ async fn stop_past_its_timeout_releases_the_running_job_and_the_next_worker_runs
                 Ok::<_, JobError>(())
             }
         })
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     let row = row_in(ctx, job.id(), JobState::Completed).await;
@@ -416,7 +411,7 @@ async fn job_error_verdicts_and_the_timeout_settle_as_named(ctx: &Ctx) {
                 }
             }
         })
-        .options(kept())
+        .options(fast())
         .timeout(Duration::from_millis(200))
         .start()
         .unwrap();
@@ -486,7 +481,7 @@ async fn one_worker_serves_several_queues_and_refuses_a_bad_build(ctx: &Ctx) {
         .unwrap()
         .queue(other.as_str())
         .on(|_job: SendEmail, _ctx: JobContext| async move { Ok::<_, JobError>(()) })
-        .options(kept())
+        .options(fast())
         .start()
         .unwrap();
     row_in(ctx, ja.id(), JobState::Completed).await;
@@ -517,7 +512,143 @@ async fn one_worker_serves_several_queues_and_refuses_a_bad_build(ctx: &Ctx) {
     assert!(Worker::new(ctx.store.clone(), "").is_err());
 }
 
+/// `wait` answers a job that completed before it was called from its kept row, and one that
+/// completes while it waits as it completes; its output decodes as the handler's type.
+async fn wait_returns_the_output_of_a_job_done_before_it_and_of_one_done_during_it(ctx: &Ctx) {
+    let q = Queue::new(ctx.store.clone(), ctx.q.as_str()).unwrap();
+    let (gate_tx, gate) = tokio::sync::watch::channel(false);
+    let worker = Worker::new(ctx.store.clone(), ctx.q.as_str())
+        .unwrap()
+        .on(move |job: SendEmail, _ctx: JobContext| {
+            let mut gate = gate.clone();
+            async move {
+                if job.to == "later" {
+                    // held until the test waits on it
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                Ok::<_, JobError>(format!("sent to {}", job.to))
+            }
+        })
+        .options(fast())
+        .start()
+        .unwrap();
+    let before = q.push(SendEmail { to: "first".into() }).await.unwrap();
+    row_in(ctx, before.id(), JobState::Completed).await;
+    match before.wait(WITHIN).await.unwrap() {
+        Outcome::Completed(out) => assert_eq!(out.json::<String>().unwrap(), "sent to first"),
+        other => panic!("expected completed, got {other:?}"),
+    }
+    let later = q.push(SendEmail { to: "later".into() }).await.unwrap();
+    row_in(ctx, later.id(), JobState::Active).await;
+    let waiting = tokio::spawn({
+        let later = later.clone();
+        async move { later.wait(WITHIN).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the wait ends only with the job");
+    gate_tx.send_replace(true);
+    match waiting.await.unwrap().unwrap() {
+        Outcome::Completed(out) => {
+            assert_eq!(out.json::<String>().unwrap(), "sent to later");
+            assert_eq!(out.bytes(), Some(&b"\"sent to later\""[..]));
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    worker.stop(WITHIN).await.unwrap();
+}
+
+/// `wait` of a job that goes dead answers `Dead` with its error; of a cancelled one `Cancelled`
+/// with the reason; of one that does not finish in time `Error::Timeout`, the job going on.
+async fn wait_returns_dead_with_the_error_cancelled_with_the_reason_and_times_out(ctx: &Ctx) {
+    let q = Queue::new(ctx.store.clone(), ctx.q.as_str()).unwrap();
+    let doomed = q.push(Resize { width: 0 }).max_attempts(2).await.unwrap();
+    let slow = q
+        .push(SendEmail { to: "slow".into() })
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let doomed = doomed.clone();
+        async move { doomed.wait(WITHIN).await }
+    });
+    let worker = Worker::new(ctx.store.clone(), ctx.q.as_str())
+        .unwrap()
+        .on(|job: Resize, _ctx: JobContext| async move {
+            if job.width == 0 {
+                return Err(JobError::msg("width 0"));
+            }
+            Ok::<_, JobError>(())
+        })
+        .options(fast().with_retry_delay(Duration::from_millis(10)))
+        .start()
+        .unwrap();
+    match waiting.await.unwrap().unwrap() {
+        Outcome::Dead { error, attempts } => assert_eq!((error.as_str(), attempts), ("width 0", 2)),
+        other => panic!("expected dead, got {other:?}"),
+    }
+    let err = slow.wait(Duration::from_millis(300)).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { what: "wait", .. }), "{err:?}");
+    assert_eq!(
+        slow.get().await.unwrap().unwrap().state,
+        JobState::Scheduled,
+        "the job goes on"
+    );
+    let waiting = tokio::spawn({
+        let slow = slow.clone();
+        async move { slow.wait(WITHIN).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    q.cancel_with_reason(slow.id(), "not needed").await.unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap(),
+        Outcome::Cancelled {
+            reason: Some("not needed".into())
+        }
+    );
+    worker.stop(WITHIN).await.unwrap();
+}
+
+/// With nothing kept, a finished job's wait says it expired; a generated id the queue never
+/// handed out, or a caller's id with no row, is no such job.
+async fn wait_past_retention_says_expired_and_an_unknown_id_is_no_such_job(ctx: &Ctx) {
+    let q = Queue::new(ctx.store.clone(), ctx.q.as_str()).unwrap();
+    q.set_retention(Retention::off()).await.unwrap();
+    assert_eq!(q.retention().await.unwrap(), Retention::off());
+    let worker = Worker::new(ctx.store.clone(), ctx.q.as_str())
+        .unwrap()
+        .on(|_job: SendEmail, _ctx: JobContext| async { Ok::<_, JobError>(()) })
+        .options(fast())
+        .start()
+        .unwrap();
+    let done = q.push(SendEmail { to: "x".into() }).await.unwrap();
+    wait_until(WITHIN, "the job done and deleted", || async {
+        q.get(done.id()).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(
+        done.wait(WITHIN).await.unwrap(),
+        Outcome::Expired,
+        "pushed by this handle"
+    );
+    let by_id = q.handle(done.id().clone());
+    assert_eq!(
+        by_id.wait(WITHIN).await.unwrap(),
+        Outcome::Expired,
+        "a generated id handed out"
+    );
+    let never = q.handle(JobId::parse("999999").unwrap());
+    let err = never.wait(WITHIN).await.unwrap_err();
+    assert!(matches!(err, Error::NoSuchJob { .. }), "{err:?}");
+    let caller = q.handle(JobId::new("order-17").unwrap());
+    let err = caller.wait(WITHIN).await.unwrap_err();
+    assert!(matches!(err, Error::NoSuchJob { .. }), "{err:?}");
+    worker.stop(WITHIN).await.unwrap();
+}
+
 crate::consumer_cases!(
+    wait_returns_the_output_of_a_job_done_before_it_and_of_one_done_during_it,
+    wait_returns_dead_with_the_error_cancelled_with_the_reason_and_times_out,
+    wait_past_retention_says_expired_and_an_unknown_id_is_no_such_job,
     a_worker_routes_each_kind_to_its_handler_and_keeps_its_output,
     an_alias_and_a_struct_handler_with_state_run_like_the_kind,
     a_job_longer_than_its_lease_runs_once_and_completes_under_the_defaults,
