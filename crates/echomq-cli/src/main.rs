@@ -27,6 +27,7 @@ mod pause;
 mod promote;
 mod remove;
 mod resume;
+mod retention;
 mod retry;
 mod stats;
 mod work;
@@ -87,6 +88,8 @@ enum Command {
     Cancel(cancel::Args),
     /// Set a group's concurrency limit, or the queue's default.
     GroupLimit(group_limit::Args),
+    /// Show or set what a queue keeps of its finished jobs.
+    Retention(retention::Args),
 }
 
 /// Parses a humantime duration (`500ms`, `2s`, `1m`).
@@ -143,6 +146,7 @@ fn main() {
             Command::Promote(a) => promote::run(&cli.url, a).await,
             Command::Cancel(a) => cancel::run(&cli.url, a).await,
             Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
+            Command::Retention(a) => retention::run(&cli.url, a).await,
         }
     });
     match result {

@@ -931,3 +931,31 @@ fn stats_watch_on_a_terminal_redraws_in_place() {
     );
     assert!(shown.contains("Ctrl-C"), "{shown:?}");
 }
+
+on_both_stores!(retention_shows_the_default_and_sets_what_a_queue_keeps);
+
+fn retention_shows_the_default_and_sets_what_a_queue_keeps(b: &Backend) {
+    let q = queue("retention");
+    let shown = b.emq(&["retention", &q]);
+    assert_exit(&shown, 0);
+    assert_eq!(stdout(&shown).trim(), "keep=10000 max_age=1day max_output=65536");
+    let set = b.emq(&["retention", &q, "--keep", "5", "--max-age", "90s"]);
+    assert_done_with_output(&set, "retention set");
+    assert_eq!(stdout(&set).trim(), "keep=5 max_age=1m30s max_output=65536");
+    let off = b.emq(&["retention", &q, "--off"]);
+    assert_eq!(stdout(&off).trim(), "keep=0 max_age=1m30s max_output=65536");
+    assert_eq!(
+        stdout(&b.emq(&["retention", &q])).trim(),
+        "keep=0 max_age=1m30s max_output=65536",
+        "stored in the store, not in the process"
+    );
+    assert_error_naming(&b.emq(&["retention", &q, "--max-age", "0s"]), "max_age");
+    b.assert_usage_error(&["retention", &q, "--keep", "-1"]);
+    b.assert_usage_error(&["retention", &q, "--keep", "3", "--off"]);
+}
+
+/// Exit 0, `note` on stderr (stdout is checked by the caller).
+fn assert_done_with_output(o: &Output, note: &str) {
+    assert_exit(o, 0);
+    assert!(stderr(o).contains(note), "stderr says {note:?}: {}", stderr(o));
+}

@@ -68,7 +68,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     // Failed jobs wait 50ms before their next attempt; a job without its own budget gets 3 attempts.
-    // `retain` keeps finished rows so their final state can be read below.
+    // The queue keeps its finished rows (its default retention), so their final state can be read
+    // below.
     let opts = ConsumerOptions::default()
         .with_concurrency(4)
         .with_beat(Duration::from_millis(100))

@@ -1,7 +1,7 @@
 //! A whole service on the embedded store: two kinds of job on one queue, each with its handler; a
 //! job that fails once and is retried; one that panics (a failed attempt, never a crashed worker);
 //! one cancelled while it runs; a delayed one; a group whose jobs run one at a time; shared state;
-//! reading each result back; and a graceful stop on Ctrl-C (or once the demo's jobs are done).
+//! waiting for each result (no polling: `JobHandle::wait`); and a graceful stop on Ctrl-C (or once the demo's jobs are done).
 //!
 //! `cargo run -p echomq --example service` — it writes `service.db` in a temporary directory.
 #![allow(clippy::print_stdout)] // an example tells what it does on stdout
@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use echomq::{ConsumerOptions, Job, JobContext, JobError, JobHandle, JobState, Queue, Worker};
+use echomq::{ConsumerOptions, Job, JobContext, JobError, JobHandle, JobState, Outcome, Queue, Worker};
 use serde::{Deserialize, Serialize};
 
 /// Sends an email; the address `flaky@…` fails its first attempt, `panic@…` panics.
@@ -73,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok::<_, JobError>(format!("{}.thumb.png", job.image))
         })
         .state(Mailer::default())
-        // keep finished rows so their results can be read back; retry after 50 ms
+        // retry after 50 ms (the queue keeps finished results by default, for `wait` and `get`)
         .options(ConsumerOptions::default().with_retry_delay(Duration::from_millis(50)))
         .concurrency(4)
         .start()?;
@@ -123,17 +123,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let finished = async {
         for job in &all {
-            let row = wait_for_end(job).await?;
-            let result = match row.state {
-                JobState::Completed => String::from_utf8_lossy(&row.output.unwrap_or_default()).into_owned(),
-                _ => row.last_error.unwrap_or_default(),
+            let said = match job.wait(Duration::from_secs(30)).await? {
+                Outcome::Completed(out) => format!("completed: {}", out.json::<String>()?),
+                Outcome::Dead { error, attempts } => format!("dead after {attempts} attempt(s): {error}"),
+                Outcome::Cancelled { reason } => format!("cancelled: {}", reason.unwrap_or_default()),
+                other => format!("{other:?}"),
             };
-            println!(
-                "job {:>2} {:<9} after {} attempt(s): {result}",
-                job.id(),
-                row.state,
-                row.attempts
-            );
+            println!("job {:>2} {said}", job.id());
         }
         Ok::<_, echomq::Error>(())
     };
@@ -146,22 +142,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Waits until the job is in `state` (polling its row: a demo's shortcut).
+/// Waits until the job is in `state` (polling its row: a demo's shortcut to cancel it while it
+/// runs; `wait` is for its end).
 async fn wait_for(job: &JobHandle, state: JobState) -> echomq::Result<()> {
     while job.get().await?.map(|r| r.state) != Some(state) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Ok(())
-}
-
-/// Waits until the job has finished, and returns its kept row.
-async fn wait_for_end(job: &JobHandle) -> echomq::Result<echomq::JobRow> {
-    loop {
-        if let Some(row) = job.get().await? {
-            if matches!(row.state, JobState::Completed | JobState::Dead | JobState::Cancelled) {
-                return Ok(row);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }

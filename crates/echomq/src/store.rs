@@ -398,7 +398,8 @@ pub trait Store: Send + Sync {
         settle: SettleOptions,
     ) -> Result<Vec<ClaimedJob>>;
 
-    /// complete: fenced by `token`; the row is deleted (or retained); a lane's slot is freed.
+    /// complete: fenced by `token`; the row is kept under the queue's [`Retention`] (or deleted);
+    /// a lane's slot is freed.
     async fn complete(
         &self,
         queue: &QueueName,

@@ -1,5 +1,5 @@
 //! The twin of `scripts/complete_cancelled.lua`: fenced like complete, ending in cancelled (the row
-//! deleted, or retained with the reason as last_error); a lane job frees its slot.
+//! kept under the queue's retention with the reason as last_error, or deleted); a lane job frees its slot.
 
 use super::common::{settle_finished, Finishing};
 use super::db::{Db, Field};
