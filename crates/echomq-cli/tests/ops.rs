@@ -326,8 +326,10 @@ fn list_shows_retained_completed_and_cancelled_rows_only() {
     std::thread::sleep(Duration::from_millis(3));
     let second = l.claim_one(&q, Duration::from_secs(60));
     l.complete(&q, &second, None);
-    // a completion that keeps no row is not listed
+    // a completion while the queue keeps no row is not listed
     let unretained = l.claim_one(&q, Duration::from_secs(60));
+    let set = |r: echomq::Retention| l.rt.block_on(l.store.set_retention(&qn(&q), &r)).unwrap();
+    set(echomq::Retention::off());
     l.rt.block_on(l.store.complete(
         &qn(&q),
         &unretained.id,
@@ -336,6 +338,7 @@ fn list_shows_retained_completed_and_cancelled_rows_only() {
         SettleOptions::default(),
     ))
     .unwrap();
+    set(echomq::Retention::default());
     let waiting = lines(&emq(&["list", &q, "--state", "pending"]));
     assert_eq!(waiting.len(), 1);
     l.cancel_retained(&q, &waiting[0]);

@@ -203,8 +203,8 @@ end
 -- a queue's retention (emq:{q}:retention, written by set_retention; a field absent = its default):
 -- the newest `keep` finished rows are kept (0: a row is deleted as it finishes), each for about
 -- `age` ms (trimmed as later jobs of the queue finish), its output only up to `cap` bytes (a
--- longer one is dropped, its size kept as output_dropped). The defaults are keyspace.rs's
--- RETENTION_DEFAULT.
+-- longer one is dropped, its size kept as output_dropped). The defaults are those of
+-- `Retention::default` (store.rs); a conformance case reads them back on both stores.
 local function emq_retention_of(base)
   local f = redis.call('HMGET', base .. 'retention', 'keep', 'age', 'cap')
   return { keep = tonumber(f[1]) or 10000, age = tonumber(f[2]) or 86400000, cap = tonumber(f[3]) or 65536 }

@@ -1,6 +1,7 @@
 -- mark_waited — a caller starts waiting on a job (JobHandle::wait). A job still to finish (pending,
 -- scheduled, active) gets the `waited` mark on its row: the script that finishes it — complete,
--- complete_many, complete_cancelled, cancel, discard, retry, claim, sweep_stalled, remove — reads
+-- complete_many, complete_cancelled, cancel, discard, retry, claim, sweep_stalled, remove (and reap
+-- and promote, which bury a malformed row) — reads
 -- the mark with the fields it reads anyway and publishes the id on emq:{q}:finished, so a job
 -- nobody waits on costs no command. A finished job (completed, cancelled, dead) is answered with
 -- its row, as get answers; a job with no row with the queue's id sequence (a generated id at or

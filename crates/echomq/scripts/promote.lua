@@ -34,13 +34,14 @@ if #due == 0 then return {0, next_ms} end
 local rows, lanes, order, flat, buried = {}, {}, {}, nil, false
 for i, id in ipairs(due) do
   local jk = base .. 'job:' .. id
-  local row = redis.pcall('HMGET', jk, 'state', 'group')
+  local row = redis.pcall('HMGET', jk, 'state', 'group', 'waited')
   if emq_foreign(row) then
     local defect, data = emq_foreign_read(base, id)
     row = { foreign = defect, data = data }
     buried = true
   else
     -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
+    row[4] = row[3]
     row[3] = redis.call('HEXISTS', jk, 'data') == 1
     local state, g = row[1], row[2]
     if state == 'scheduled' and row[3] then
@@ -85,6 +86,7 @@ for i, id in ipairs(due) do
     moved = moved + 1
   elseif state then
     emq_bury(base, id, now, 'malformed row: state ' .. state .. (row[3] and '' or ', no data') .. ' in scheduled')
+    emq_notify(base, row[4], id)
     failed = failed + 1
   end
 end

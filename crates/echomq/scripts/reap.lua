@@ -23,7 +23,7 @@ if #lapsed == 0 then return 0 end
 -- rows by pcall: a key of another type at a row's key is buried (its defect read here), never raised
 local rows, lanes, flat, buried = {}, {}, nil, false
 for i, id in ipairs(lapsed) do
-  local row = redis.pcall('HMGET', base .. 'job:' .. id, 'state', 'group')
+  local row = redis.pcall('HMGET', base .. 'job:' .. id, 'state', 'group', 'waited')
   if emq_foreign(row) then
     local defect, data = emq_foreign_read(base, id)
     row = { foreign = defect, data = data }
@@ -65,6 +65,7 @@ for i = #lapsed, 1, -1 do
     back = back + 1
   elseif state then
     emq_bury(base, id, now, 'malformed row: state ' .. state .. ' in active')
+    emq_notify(base, row[3], id)
     -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
     if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
     failed = failed + 1

@@ -25,8 +25,8 @@ pub enum Outcome {
         /// The cancel's reason.
         reason: Option<String>,
     },
-    /// It finished, but its row is no longer kept: past the queue's retention, or removed by an
-    /// operator (a drain, a remove, an obliterate).
+    /// Its row is gone though the job existed: it finished and is past the queue's retention, or
+    /// an operator removed it (a remove or a drain, which may come before it ever ran).
     Expired,
 }
 

@@ -256,9 +256,10 @@ impl JobHandle {
     /// Waits until the job completes, dies or is cancelled, and answers how it ended — for at
     /// most `timeout` ([`Error::Timeout`] past it; the job goes on).
     ///
-    /// No polling: the wait subscribes to the queue's finish notices (Redis: the pub/sub channel
-    /// `emq:{q}:finished`, one connection per queue shared by every wait of the store; embedded:
-    /// in memory, and another process's commits noticed within half a second), then marks the
+    /// The row is not polled: the wait subscribes to the queue's finish notices (Redis: the pub/sub
+    /// channel `emq:{q}:finished`, one connection per queue shared by every wait of the store;
+    /// embedded: in memory, and another process's commits noticed within half a second by the
+    /// file's data version, the row read again only when it moved), then marks the
     /// job's row as waited on — one write. The verb that finishes a job reads the mark with the
     /// fields it reads anyway and publishes only for a marked job, so a job nobody waits on costs
     /// no command. A job that finished before the wait is answered from its kept row.
@@ -266,7 +267,8 @@ impl JobHandle {
     /// A job whose row is gone answers [`Outcome::Expired`] when it is known to have existed: this
     /// handle pushed it, or its generated id is one the queue has handed out. A handle made by
     /// [`Queue::handle`] for a caller's id with no row answers [`Error::NoSuchJob`] (a caller's id
-    /// cannot tell "never pushed" from "past retention"), as does a generated id never handed out.
+    /// cannot tell "never pushed" from "past retention"), as does a generated id never handed out
+    /// (or one of a queue obliterated since, which forgets its sequence).
     pub async fn wait(&self, timeout: Duration) -> Result<Outcome> {
         let store = self.queue.store();
         let queue = self.queue.name();

@@ -143,8 +143,8 @@ impl Default for Retention {
 
 impl Retention {
     /// Keeps nothing: every finished row is deleted as its job finishes (what a benchmark or a
-    /// queue whose results nobody reads wants; `JobHandle::wait` of a completed job then answers
-    /// `Expired` unless it was waiting before the job finished).
+    /// queue whose results nobody reads wants). `JobHandle::wait` still learns when a job ends,
+    /// but with no row to read its outcome from it answers `Outcome::Expired`.
     pub fn off() -> Self {
         Retention {
             keep: 0,

@@ -204,8 +204,8 @@ pub async fn mark_waited_of_a_job_with_no_row_answers_the_sequence(ctx: &Ctx) {
 
 /// Every verb that finishes a marked job announces it: complete_many, complete_cancelled, cancel of
 /// a waiting job, discard, retry at the budget, claim (a cancel on the row, the budget spent),
-/// sweep_stalled at its threshold, remove; drain, which reads no row, tells every wait to look
-/// again.
+/// sweep_stalled at its threshold, remove, reap and promote (a malformed row buried); drain, which
+/// reads no row, tells every wait to look again.
 pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx: &Ctx) {
     let mut notices = ctx.store.finished_waits(&ctx.q).await.unwrap();
     let marked = |payload: &'static str| async move {
@@ -293,6 +293,26 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     ctx.store.remove(&ctx.q, &id, false).await.unwrap();
     assert_eq!(notice(&mut notices, "remove").await, Some(id));
 
+    // reap and promote bury a row whose state is malformed (only by hand)
+    let id = marked("reaped").await;
+    claim_id(ctx, &id, SHORT).await;
+    ctx.probe.set_row_field(&id, "state", "bogus").await;
+    tokio::time::sleep(SHORT * 3).await;
+    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    assert_eq!(notice(&mut notices, "reap of a malformed row").await, Some(id));
+    let id = ctx
+        .store
+        .enqueue(&ctx.q, &[NewJob::new("later").with_delay(SHORT)])
+        .await
+        .unwrap()[0]
+        .id()
+        .clone();
+    assert_eq!(mark(ctx, &id).await, Waited::Waiting);
+    ctx.probe.set_row_field(&id, "state", "bogus").await;
+    tokio::time::sleep(SHORT * 3).await;
+    ctx.store.promote(&ctx.q, 10).await.unwrap();
+    assert_eq!(notice(&mut notices, "promote of a malformed row").await, Some(id));
+
     let id = marked("drained").await;
     ctx.store.drain(&ctx.q).await.unwrap();
     assert_eq!(
@@ -300,7 +320,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
         None,
         "look at every waited job again"
     );
-    assert_eq!(mark(ctx, &id).await, Waited::Gone { sequence: 10 });
+    assert_eq!(mark(ctx, &id).await, Waited::Gone { sequence: 12 });
     assert_eq!(counts(ctx).await.active, 0);
 }
 

@@ -66,7 +66,7 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
     }
     let (mut moved, mut failed, mut nflat) = (0u64, 0i64, 0i64);
     let mut added: HashMap<String, i64> = HashMap::new();
-    for (id, (state, g, has_data)) in due.iter().zip(rows) {
+    for (id, (state, g, has_data, waited)) in due.iter().zip(rows) {
         match state.as_deref() {
             Some("scheduled") if has_data => {
                 match (g.as_deref(), flat.as_mut()) {
@@ -88,6 +88,7 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
             Some(state) => {
                 let defect = if has_data { "" } else { ", no data" };
                 bury(db, id, &format!("malformed row: state {state}{defect} in scheduled"))?;
+                db.notify(waited.as_deref(), id);
                 failed += 1;
             }
             // a missing row: only dropped from scheduled
@@ -107,13 +108,17 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
     Ok(Promoted { moved, next_due_in })
 }
 
-/// HMGET job:<id> state group data — the payload only tested for presence, never read.
-fn state_group_data(db: &Db, id: &str) -> Result<(Option<String>, Option<String>, bool)> {
+/// HMGET job:<id> state group data waited — the payload only tested for presence, never read.
+type Look = (Option<String>, Option<String>, bool, Option<String>);
+
+fn state_group_data(db: &Db, id: &str) -> Result<Look> {
     db.sql()
-        .prepare_cached("SELECT state, grp, data IS NOT NULL FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .prepare_cached("SELECT state, grp, data IS NOT NULL, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?, r.get(2)?)))
-                .optional()
+            s.query_row(params![db.queue(), id], |r| {
+                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, text(r, 3)?))
+            })
+            .optional()
         })
         .map(Option::unwrap_or_default)
         .map_err(|e| db.err(e))

@@ -27,14 +27,14 @@ pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
     let (mut lanes, mut flat) = (Lanes::default(), None);
     let mut rows = Vec::with_capacity(lapsed.len());
     for id in &lapsed {
-        let (state, g) = state_group(db, id)?;
+        let (state, g, waited) = state_group(db, id)?;
         if let Some(g) = g.as_deref() {
             lanes.read(db, g, Count::Any)?;
         }
         if state.as_deref() == Some("active") && g.is_none() && flat.is_none() {
             flat = Some(flat_read(db)?);
         }
-        rows.push((state, g));
+        rows.push((state, g, waited));
     }
     let paused = paused_read(db)?;
 
@@ -44,7 +44,7 @@ pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
     // walked backwards: each LPUSH puts a job ahead of the one lapsed after it, so recovered lane
     // jobs keep their order at the lane's front
     let (mut back, mut freed, mut failed) = (0i64, 0i64, 0i64);
-    for (id, (state, g)) in lapsed.iter().zip(rows).rev() {
+    for (id, (state, g, waited)) in lapsed.iter().zip(rows).rev() {
         let lane = match g.as_deref() {
             Some(g) => lanes.get(g).map(|s| (g, s)),
             None => None,
@@ -63,6 +63,7 @@ pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
             }
             Some(state) => {
                 bury(db, id, &format!("malformed row: state {state} in active"))?;
+                db.notify(waited.as_deref(), id);
                 // the slot invariant, and the ring step: the freed slot may make the lane's next
                 // job claimable
                 if let Some((g, s)) = lane {
@@ -83,12 +84,12 @@ pub(crate) fn reap(db: &Db, limit: i64) -> Result<u64> {
     Ok(back as u64)
 }
 
-/// HMGET job:<id> state group — without reading the payload.
-fn state_group(db: &Db, id: &str) -> Result<(Option<String>, Option<String>)> {
+/// HMGET job:<id> state group waited — without reading the payload.
+fn state_group(db: &Db, id: &str) -> Result<(Option<String>, Option<String>, Option<String>)> {
     db.sql()
-        .prepare_cached("SELECT state, grp FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .prepare_cached("SELECT state, grp, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2")
         .and_then(|mut s| {
-            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?)))
+            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?, text(r, 2)?)))
                 .optional()
         })
         .map(Option::unwrap_or_default)

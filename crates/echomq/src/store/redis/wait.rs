@@ -34,7 +34,8 @@ pub(super) struct Waits {
     queues: Mutex<HashMap<String, Arc<Channel>>>,
 }
 
-/// One queue's subscription: its notices, and whether it has subscribed yet.
+/// One queue's subscription: its notices, and whether it is subscribed now (its sender dropped:
+/// the task is gone).
 struct Channel {
     tx: broadcast::Sender<Option<JobId>>,
     ready: watch::Receiver<bool>,
@@ -99,7 +100,8 @@ pub(super) async fn finished_waits(store: &RedisStore, queue: &QueueName) -> Res
 /// taken under the lock, so the subscription cannot end (no receiver left) before it is counted.
 fn channel(store: &RedisStore, queue: &QueueName) -> (Arc<Channel>, broadcast::Receiver<Option<JobId>>) {
     let mut queues = store.waits.queues.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(c) = queues.get(queue.as_str()) {
+    // an entry whose task is gone (its runtime shut down) is replaced, not joined
+    if let Some(c) = queues.get(queue.as_str()).filter(|c| c.ready.has_changed().is_ok()) {
         return (c.clone(), c.tx.subscribe());
     }
     let (tx, rx) = broadcast::channel(NOTICES_BUFFERED);
@@ -146,21 +148,29 @@ async fn listen(store: RedisStore, queue: QueueName, tx: broadcast::Sender<Optio
             let _ = tx.send(None);
         }
         resumed = true;
+        // made once: a steady stream of messages must not keep putting the check off
+        let mut idle = tokio::time::interval(IDLE_CHECK);
+        idle.tick().await;
         loop {
             tokio::select! {
                 msg = messages.next() => match msg {
+                    // a send nobody receives: the streams are gone, perhaps for good
                     Some(notice) => {
-                        let _ = tx.send(notice);
+                        if tx.send(notice).is_err() && unread(&store, &queue, &tx) {
+                            return;
+                        }
                     }
                     None => break,
                 },
-                _ = tokio::time::sleep(IDLE_CHECK) => {
+                _ = idle.tick() => {
                     if unread(&store, &queue, &tx) {
                         return;
                     }
                 }
             }
         }
+        // not subscribed until the next attempt succeeds: a new stream waits for it
+        ready.send_replace(false);
         tracing::warn!(queue = %queue, "the finished channel's subscription broke; subscribing again");
     }
 }
