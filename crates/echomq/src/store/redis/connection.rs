@@ -259,20 +259,29 @@ impl RedisStore {
         }
     }
 
-    /// The queue's cancel requests, from a pub/sub connection of their own subscribed to its
-    /// channel (`<id>\n<reason>` per message; a message naming no valid id is skipped).
-    pub(super) async fn subscribe_cancels(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
+    /// A pub/sub connection of its own, subscribed to `channel` (the server has confirmed it):
+    /// for `verb`, whose error it names.
+    pub(super) async fn subscribed(&self, channel: String, verb: &'static str) -> Result<redis::aio::PubSub> {
         let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_pubsub())
             .await
             .map_err(|_| Error::Unreachable {
                 addr: self.addr.clone(),
                 reason: "no pub/sub connection within the connect timeout".into(),
             })?
-            .map_err(|e| unreachable_or(&self.addr, "cancel_requests", e))?;
+            .map_err(|e| unreachable_or(&self.addr, verb, e))?;
         pubsub
-            .subscribe(QueueKeys::new(queue).cancel())
+            .subscribe(channel)
             .await
-            .map_err(|e| unreachable_or(&self.addr, "cancel_requests", e))?;
+            .map_err(|e| unreachable_or(&self.addr, verb, e))?;
+        Ok(pubsub)
+    }
+
+    /// The queue's cancel requests, from a pub/sub connection of their own subscribed to its
+    /// channel (`<id>\n<reason>` per message; a message naming no valid id is skipped).
+    pub(super) async fn subscribe_cancels(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
+        let pubsub = self
+            .subscribed(QueueKeys::new(queue).cancel(), "cancel_requests")
+            .await?;
         let stream = pubsub.into_on_message().filter_map(|msg| async move {
             let payload = msg.get_payload_bytes();
             let text = String::from_utf8_lossy(payload);

@@ -12,7 +12,6 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 
-use super::connection::unreachable_or;
 use super::{get, reply, RedisStore, CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::keyspace::{JobId, QueueKeys, QueueName};
@@ -178,17 +177,7 @@ async fn listen(store: RedisStore, queue: QueueName, tx: broadcast::Sender<Optio
 /// A pub/sub connection of its own subscribed to `channel`: its messages, each an id (`Some`) or
 /// `*` (`None`: look again); a message naming no valid id is skipped.
 async fn subscribe(store: &RedisStore, channel: &str) -> Result<BoxStream<'static, Option<JobId>>> {
-    let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, store.client.get_async_pubsub())
-        .await
-        .map_err(|_| Error::Unreachable {
-            addr: store.addr.clone(),
-            reason: "no pub/sub connection within the connect timeout".into(),
-        })?
-        .map_err(|e| unreachable_or(&store.addr, "finished_waits", e))?;
-    pubsub
-        .subscribe(channel)
-        .await
-        .map_err(|e| unreachable_or(&store.addr, "finished_waits", e))?;
+    let pubsub = store.subscribed(channel.to_string(), "finished_waits").await?;
     let stream = pubsub.into_on_message().filter_map(|msg| async move {
         let text = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
         if text == "*" {
