@@ -30,6 +30,7 @@ mod resume;
 mod retention;
 mod retry;
 mod stats;
+mod supervise;
 mod work;
 
 use std::sync::Arc;
@@ -90,6 +91,9 @@ enum Command {
     GroupLimit(group_limit::Args),
     /// Show or set what a queue keeps of its finished jobs.
     Retention(retention::Args),
+    /// Between `emq work` and each command it runs (not for use by hand).
+    #[command(hide = true)]
+    Supervise(supervise::Args),
 }
 
 /// Parses a humantime duration (`500ms`, `2s`, `1m`).
@@ -118,12 +122,15 @@ pub async fn open(url: &str) -> anyhow::Result<Arc<dyn Store>> {
 
 fn main() {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // colours for a terminal only: a log file or a pipe gets plain text
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EMQ_LOG").unwrap_or_else(|_| "warn".into()))
-        .init();
+    // a supervisor's stderr is its command's: the job's error, which no log line may enter
+    if !matches!(cli.command, Command::Supervise(_)) {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            // colours for a terminal only: a log file or a pipe gets plain text
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EMQ_LOG").unwrap_or_else(|_| "warn".into()))
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => fail(anyhow::anyhow!("cannot start the runtime: {e}")),
@@ -147,6 +154,7 @@ fn main() {
             Command::Cancel(a) => cancel::run(&cli.url, a).await,
             Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
             Command::Retention(a) => retention::run(&cli.url, a).await,
+            Command::Supervise(a) => supervise::run(a).await,
         }
     });
     match result {

@@ -1,7 +1,10 @@
 //! `emq work`: a worker for any language. Each job runs `sh -c CMD` in a process group of its own
-//! with the payload on stdin; its exit status is the verdict.
+//! with the payload on stdin; its exit status is the verdict. The command runs under `emq
+//! supervise` (see `supervise.rs`), which starts it only once the whole payload arrived and kills
+//! its group when the link to this worker closes, so a killed worker leaves no command behind.
 
 use std::collections::HashSet;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -10,7 +13,12 @@ use std::time::Duration;
 use echomq::consumer::{CONCURRENCY_DEFAULT, MAX_ATTEMPTS_DEFAULT};
 use echomq::store::{Recovery, StalledPolicy};
 use echomq::{Consumer, ConsumerOptions, JobContext, QueueName, Verdict};
+
+use crate::supervise::Ended;
+use anyhow::Context;
+use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
 use tokio::signal::unix::{signal, SignalKind};
 
 /// The exit status that completes a job is 0; these are the other verdicts a command can choose.
@@ -31,8 +39,12 @@ pub const KILL_GRACE: Duration = Duration::from_secs(5);
 const PIPE_GRACE: Duration = Duration::from_secs(1);
 
 const EXIT_CODES_HELP: &str = "\
-Each job runs `sh -c CMD` in a process group of its own. The payload is on the command's stdin
-(never on its command line); EMQ_QUEUE, EMQ_JOB_ID, EMQ_ATTEMPTS (1 on the first attempt) and
+Each job runs `sh -c CMD` in a process group of its own, under a small supervisor (`emq`
+itself) linked to this worker: when the worker ends for any reason, SIGKILL included, the
+supervisor kills the command's whole group (pipelines and background subshells too), so a
+command never runs on beside its job's redelivery. The payload is on the command's stdin
+(never on its command line) and is delivered whole before the command starts: a worker that
+dies mid-delivery leaves no command running on a truncated payload. EMQ_QUEUE, EMQ_JOB_ID, EMQ_ATTEMPTS (1 on the first attempt) and
 EMQ_GROUP (unset for a job without a group) are in its environment.
 
 Exit status of the command -> what becomes of the job:
@@ -65,7 +77,8 @@ pub struct Args {
     /// Commands running at once.
     #[arg(long, value_name = "N", default_value_t = CONCURRENCY_DEFAULT)]
     pub concurrency: usize,
-    /// Lease of each claimed job; renewed while the command runs unless --no-locks.
+    /// Lease of each claimed job; renewed while the command runs unless --no-locks (so at least
+    /// 1s: a renewal runs every third of a lease and needs the rest to reach the store).
     #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "30s")]
     pub lease: Duration,
     /// The beat: the longest idle wait, and how often recovery and promotion run.
@@ -124,6 +137,8 @@ fn groups_lock(g: &Mutex<HashSet<u32>>) -> std::sync::MutexGuard<'_, HashSet<u32
 
 /// What each job runs, and how.
 struct Exec {
+    /// This program: each command runs under `emq supervise`.
+    emq: std::path::PathBuf,
     cmd: String,
     queue: String,
     timeout: Option<Duration>,
@@ -168,7 +183,9 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let mut int = signal(SignalKind::interrupt())?;
     let store = crate::open(url).await?;
     let groups: Groups = Arc::default();
+    let emq = std::env::current_exe().context("cannot find this program to run each command under it")?;
     let exec = Arc::new(Exec {
+        emq,
         cmd: args.exec,
         queue: queue.to_string(),
         timeout: args.timeout,
@@ -214,7 +231,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     // the handlers and the settler go first: a command dying of the SIGKILL below must not get
     // its job settled (as an error) in the moment before the process exits
     consumer.abort();
-    Ok(kill_all(&groups).await)
+    Ok(kill_all(&groups))
 }
 
 #[allow(clippy::print_stderr)] // an operator's notice on stderr, shown whatever EMQ_LOG says
@@ -223,38 +240,25 @@ fn note(msg: &str) {
 }
 
 /// The second signal: SIGKILL every running command's group; the jobs stay unsettled.
-async fn kill_all(groups: &Groups) -> i32 {
+fn kill_all(groups: &Groups) -> i32 {
     let pgids: Vec<u32> = groups_lock(groups).iter().copied().collect();
     note(&format!(
         "second signal: killing {} running command(s); exiting unsettled",
         pgids.len()
     ));
     for pgid in pgids {
-        kill_group(pgid, "KILL").await;
+        kill_group(pgid, Signal::KILL);
     }
     130
 }
 
-/// Sends `sig` to the process group `pgid` with the `kill` utility (no unsafe code, no libc);
-/// where no `kill` is on the PATH, with the shell's builtin.
-async fn kill_group(pgid: u32, sig: &str) {
-    let run = |program: &str, args: Vec<String>| {
-        tokio::process::Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
+/// Sends `sig` to the process group `pgid`.
+fn kill_group(pgid: u32, sig: Signal) {
+    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+        return;
     };
-    let (flag, group) = (format!("-{sig}"), format!("-{pgid}"));
-    let r = match run("kill", vec![flag.clone(), "--".into(), group.clone()]).await {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            run("sh", vec!["-c".into(), format!("kill {flag} -- {group}")]).await
-        }
-        r => r,
-    };
-    if let Err(e) = r {
-        tracing::warn!(pgid, signal = sig, error = %e, "cannot send the signal to the command's group");
+    if let Err(e) = kill_process_group(pid, sig) {
+        tracing::warn!(pgid, signal = ?sig, error = %e, "cannot send the signal to the command's group");
     }
 }
 
@@ -267,25 +271,44 @@ enum End {
 
 impl Exec {
     async fn run_job(&self, job: JobContext) -> Verdict {
-        let mut cmd = tokio::process::Command::new("sh");
-        cmd.arg("-c")
+        // the link: the supervisor's stdin, one end of a socket pair; the kernel closes this end
+        // however this process dies, and the supervisor then kills the command's group
+        let (link, far) = match std::os::unix::net::UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => return Verdict::Error(format!("cannot make the link to the command: {e}")),
+        };
+        let link = match link.set_nonblocking(true).and_then(|()| UnixStream::from_std(link)) {
+            Ok(l) => l,
+            Err(e) => return Verdict::Error(format!("cannot make the link to the command: {e}")),
+        };
+        let mut cmd = tokio::process::Command::new(&self.emq);
+        cmd.arg(crate::supervise::SUBCOMMAND)
+            .arg("--exec")
             .arg(&self.cmd)
             .env("EMQ_QUEUE", &self.queue)
             .env("EMQ_JOB_ID", job.id().as_str())
             .env("EMQ_ATTEMPTS", job.attempt().to_string())
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(OwnedFd::from(far)))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // its own group: a terminal's Ctrl-C reaches emq only, and a kill reaches the
-            // command's children too
+            // a group of its own, led by the supervisor: a terminal's Ctrl-C reaches emq only, and
+            // a kill reaches the command's children too
             .process_group(0);
         match &job.group() {
             Some(g) => cmd.env("EMQ_GROUP", g.as_str()),
             None => cmd.env_remove("EMQ_GROUP"),
         };
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        // this process's copy of the supervisor's end: only the supervisor may hold it
+        drop(cmd);
+        let mut child = match spawned {
             Ok(c) => c,
-            Err(e) => return Verdict::Error(format!("cannot run sh -c: {e}")),
+            Err(e) => {
+                return Verdict::Error(format!(
+                    "cannot run the command's supervisor ({}): {e}",
+                    self.emq.display()
+                ))
+            }
         };
         let Some(pgid) = child.id() else {
             return Verdict::Error("the command's process vanished at start".into());
@@ -293,13 +316,16 @@ impl Exec {
         groups_lock(&self.groups).insert(pgid);
         tracing::info!(queue = %self.queue, id = %job.id(), attempt = job.attempt(), pgid, "job started");
 
-        let stdin = child.stdin.take();
+        let (mut from_supervisor, mut to_supervisor) = link.into_split();
         let payload = job.payload().to_vec();
+        // the payload as one frame: the supervisor runs the command only once all of it arrived
         let writer = tokio::spawn(async move {
-            if let Some(mut stdin) = stdin {
-                // a command that ignores stdin closes it early: that is fine
-                let _ = stdin.write_all(&payload).await;
-            }
+            to_supervisor
+                .write_all(&crate::supervise::frame_header(&payload))
+                .await?;
+            to_supervisor.write_all(&payload).await?;
+            // kept open until the job ends: its closing tells the supervisor the worker is gone
+            Ok::<_, std::io::Error>(to_supervisor)
         });
         let out = Arc::new(Mutex::new(Vec::new()));
         let err = Arc::new(Mutex::new(Vec::new()));
@@ -328,9 +354,9 @@ impl Exec {
             c = job.cancel_token().cancelled() => End::Cancelled(c.reason),
         };
         if !matches!(end, End::Exited(_)) {
-            kill_group(pgid, "TERM").await;
+            kill_group(pgid, Signal::TERM);
             if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
-                kill_group(pgid, "KILL").await;
+                kill_group(pgid, Signal::KILL);
                 let _ = child.wait().await;
             }
         }
@@ -347,7 +373,10 @@ impl Exec {
         for r in readers.iter().flatten() {
             r.abort();
         }
-        writer.abort();
+        // how the command ended, as the supervisor reported it (written before it exited)
+        let mut report = String::new();
+        let _ = tokio::time::timeout(PIPE_GRACE, from_supervisor.read_to_string(&mut report)).await;
+        let delivered = writer.await.map_err(std::io::Error::other).and_then(|w| w);
         let stdout = std::mem::take(&mut *lock(&out));
         let stderr = tail_text(&lock(&err));
 
@@ -362,21 +391,36 @@ impl Exec {
                 }
             }
             End::Cancelled(why) => Verdict::Cancel(why.unwrap_or_else(|| "cancelled".into())),
-            End::Exited(status) => match status.code() {
-                Some(0) if stdout.is_empty() => Verdict::Done,
-                Some(0) => Verdict::DoneWith(stdout),
-                Some(EXIT_DISCARD) => Verdict::Discard(reason(format!("exit status {EXIT_DISCARD}"))),
-                Some(EXIT_RETRY_AFTER) => Verdict::RetryAfter(retry_delay(&stdout).unwrap_or(self.retry_delay)),
-                Some(EXIT_CANCEL) => Verdict::Cancel(reason(format!("exit status {EXIT_CANCEL}"))),
-                Some(code) => Verdict::Error(reason(format!("exit status {code}"))),
-                None => Verdict::Error(reason(format!(
-                    "killed by signal {}",
-                    status.signal().unwrap_or_default()
+            End::Exited(status) => match (Ended::parse(&report), delivered) {
+                (Some(Ended::Exit(0)), _) if stdout.is_empty() => Verdict::Done,
+                (Some(Ended::Exit(0)), _) => Verdict::DoneWith(stdout),
+                (Some(Ended::Exit(EXIT_DISCARD)), _) => Verdict::Discard(reason(format!("exit status {EXIT_DISCARD}"))),
+                (Some(Ended::Exit(EXIT_RETRY_AFTER)), _) => {
+                    Verdict::RetryAfter(retry_delay(&stdout).unwrap_or(self.retry_delay))
+                }
+                (Some(Ended::Exit(EXIT_CANCEL)), _) => Verdict::Cancel(reason(format!("exit status {EXIT_CANCEL}"))),
+                (Some(Ended::Exit(code)), _) => Verdict::Error(reason(format!("exit status {code}"))),
+                (Some(Ended::Signal(sig)), _) => Verdict::Error(reason(format!("killed by signal {sig}"))),
+                // no report: the command never ran on a payload cut short, or the supervisor died
+                (None, Err(e)) => Verdict::Error(format!(
+                    "the payload was not delivered to the command (it did not run): {e}"
+                )),
+                (None, Ok(_)) => Verdict::Error(reason(format!(
+                    "the command's supervisor ended without a report ({})",
+                    describe(status)
                 ))),
             },
         };
         tracing::info!(queue = %self.queue, id = %job.id(), attempt = job.attempt(), verdict = ?short(&verdict), "job finished");
         verdict
+    }
+}
+
+/// `exit status N` or `killed by signal N`.
+fn describe(status: ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("exit status {code}"),
+        None => format!("killed by signal {}", status.signal().unwrap_or_default()),
     }
 }
 

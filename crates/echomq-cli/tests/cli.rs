@@ -250,6 +250,23 @@ fn values_the_library_refuses_exit_1_naming_the_option(b: &Backend) {
     );
     assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--beat", "0s"]), "beat");
     assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--timeout", "0s"]), "timeout");
+    // a renewed lease renewal cannot keep: a renewal runs every third of it
+    let short = b.emq(&["work", "q", "--exec", "true", "--lease", "1ms"]);
+    assert_error_naming(&short, "lease");
+    assert_error_naming(&short, "at least 1s while leases are renewed");
+    // without renewal nothing has to keep it: a short lease runs
+    let unrenewed = b.emq(&[
+        "work",
+        "q",
+        "--exec",
+        "true",
+        "--lease",
+        "1ms",
+        "--no-locks",
+        "--ttl",
+        "200ms",
+    ]);
+    assert_exit(&unrenewed, 0);
 }
 
 #[test]

@@ -132,6 +132,113 @@ fn a_worker_killed_half_way_and_started_again_loses_no_job(b: &Backend) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// a killed worker's commands die with it
+
+/// The fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, …; `None` once the
+/// process is gone.
+fn proc_stat(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`: comm may hold spaces and parentheses
+    let rest = stat.rsplit_once(')')?.1;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// The live processes of the process group `pgid` (a zombie, dead and not yet reaped, is not).
+fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        panic!("/proc is needed to list a process group (Linux)");
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| proc_stat(*pid).is_some_and(|f| f[0] != "Z" && f[2].parse::<u32>().ok() == Some(pgid)))
+        .collect()
+}
+
+/// SIGKILLs what is left of the group `pgid` (a failed test must not leave sleepers behind).
+fn kill_group(pgid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+on_both_stores!(a_worker_killed_by_sigkill_takes_its_commands_pipelines_and_background_subshells_with_it);
+
+/// A command with a pipeline and a background subshell, all long sleepers; its worker gets SIGKILL
+/// (it runs no code of its own on the way out). Within 5 s nothing of the command's process group
+/// is left running: not the shell, the pipeline's members, the subshell nor its child.
+fn a_worker_killed_by_sigkill_takes_its_commands_pipelines_and_background_subshells_with_it(b: &Backend) {
+    let q = queue("sigkill-group");
+    let dir = scratch("sigkill-group");
+    assert_exit(&b.emq(&["enqueue", &q, "x"]), 0);
+    let shell = dir.join("sh.pid");
+    let exec = format!(
+        "echo $$ > '{p}'; (sleep 120; echo late >> '{d}/late') & sleep 120 | cat; echo late >> '{d}/late'",
+        d = dir.display(),
+        p = shell.display()
+    );
+    let w = b.work(&q, &exec, &[]);
+    wait_until(WITHIN, "the command started", || !read(&shell).trim().is_empty());
+    let sh: u32 = read(&shell).trim().parse().unwrap();
+    let pgid: u32 = proc_stat(sh).unwrap()[2].parse().unwrap();
+    // the shell, the subshell and its sleep, the pipeline's sleep and cat
+    wait_until(WITHIN, "the pipeline and the subshell running", || {
+        group_members(pgid).len() >= 5
+    });
+    w.kill();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !group_members(pgid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = group_members(pgid);
+    kill_group(pgid);
+    assert!(
+        left.is_empty(),
+        "still running 5 s after the worker's SIGKILL: {left:?}"
+    );
+    assert_eq!(read(&dir.join("late")), "", "nothing of the command ran on");
+}
+
+on_both_stores!(a_command_never_runs_on_a_payload_its_dying_worker_did_not_fully_deliver);
+
+/// An 8 MiB payload, a command that reads it only after a pause: the worker dies (SIGKILL) while
+/// the payload is on its way. No command may run on what arrived of it (a cut payload looks like a
+/// shorter one, an empty payload like none); the job's next run, by another worker once the lease
+/// lapses, reads all of it.
+fn a_command_never_runs_on_a_payload_its_dying_worker_did_not_fully_deliver(b: &Backend) {
+    const SIZE: usize = 8 << 20;
+    let q = queue("cut-payload");
+    let dir = scratch("cut-payload");
+    let l = b.lib();
+    l.rt.block_on(
+        l.store
+            .enqueue(&common::qn(&q), &[echomq::NewJob::new(vec![b'p'; SIZE])]),
+    )
+    .unwrap();
+    let started = dir.join("started");
+    let exec = format!(
+        "echo $EMQ_ATTEMPTS >> '{s}'; sleep 1; wc -c | tr -d ' ' >> '{d}/sizes'",
+        s = started.display(),
+        d = dir.display()
+    );
+    let w = b.work(&q, &exec, &["--lease", "1s"]);
+    wait_until(WITHIN, "the command started", || !read(&started).is_empty());
+    w.kill();
+    // the killed run's pause is over: a run that survived it has read its stdin by now
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(read(&dir.join("sizes")), "", "a command ran on a cut payload");
+    let again = b.work(&q, &exec, &["--lease", "1s"]);
+    wait_for_counts(&l, &q, "the job completed", |c| c.completed == 1);
+    again.stop();
+    assert_eq!(
+        read(&dir.join("sizes")),
+        format!("{SIZE}\n"),
+        "the next run read all of it"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // groups
 
 const GROUPS: usize = 4;

@@ -43,6 +43,9 @@ use crate::store::Store;
 pub(crate) struct Tracked {
     pub(crate) token: u64,
     pub(crate) cancel: CancelToken,
+    /// The handler has returned: its verdict is on its way to the store. A renewal answered stale
+    /// or gone now is the job's own settle landing first, not a lost lease.
+    pub(crate) settling: bool,
 }
 
 /// What the loop, the settler, the forwarder and the locks plane share.
@@ -127,9 +130,17 @@ impl Shared {
             Tracked {
                 token,
                 cancel: cancel.clone(),
+                settling: false,
             },
         );
         cancel
+    }
+
+    /// Marks attempt `token` of job `id` as settling: its handler has returned.
+    pub(crate) fn settling(&self, id: &JobId, token: u64) {
+        if let Some(t) = lock(&self.inflight).get_mut(id).filter(|t| t.token == token) {
+            t.settling = true;
+        }
     }
 
     /// Forgets attempt `token` of job `id`, unless a later attempt of the same job (claimed again

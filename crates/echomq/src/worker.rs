@@ -154,7 +154,8 @@ impl Worker {
     }
 
     /// The lease of each job (30 s by default): how long a consumer that went silent keeps it.
-    /// Renewed while the handler runs.
+    /// Renewed while the handler runs, so at least
+    /// [`LEASE_RENEWED_MIN`](crate::consumer::LEASE_RENEWED_MIN) (1 s; `start` refuses less).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.opts.lease = lease;
         self

@@ -35,8 +35,12 @@ pub(crate) async fn renew(shared: Arc<Shared>) {
             match r {
                 Ok(Extended::Ok) => {}
                 Ok(Extended::Stale | Extended::Gone) => {
-                    // settled meanwhile is not a loss: only a job still tracked lost its lease
-                    if lock(&shared.inflight).get(id).is_some_and(|cur| cur.token == t.token) {
+                    // the job's own settle landing first is not a loss (it is untracked only once
+                    // the settle's reply is read): only a job whose handler still runs lost it
+                    let running = lock(&shared.inflight)
+                        .get(id)
+                        .is_some_and(|cur| cur.token == t.token && !cur.settling);
+                    if running {
                         tracing::warn!(queue = %shared.queue, %id, token = t.token, "lease lost; cancelling the handler");
                         t.cancel.cancel(Some(LEASE_LOST.to_string()));
                     }

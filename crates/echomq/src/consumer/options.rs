@@ -21,6 +21,13 @@ pub const CONCURRENCY_DEFAULT: usize = 1;
 pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_millis(5000);
 /// The cap of the degraded back-off, unless the beat is longer.
 pub const DEGRADED_CAP: Duration = Duration::from_secs(30);
+/// The shortest lease a consumer takes while it renews leases ([`ConsumerOptions::locks`]).
+/// Renewal runs every third of a lease, which leaves each renewal two thirds of the lease to reach
+/// the store and be answered: 1 s gives it 666 ms, what a loaded machine's timers and a busy
+/// store's queue can take (300 ms leases were seen reaped under renewal on a loaded 2-core
+/// machine, and a 1 ms lease lapses before any renewal can run). Without renewal a lease of any
+/// length is allowed: nothing has to keep it.
+pub const LEASE_RENEWED_MIN: Duration = Duration::from_secs(1);
 
 pub use crate::store::Recovery;
 
@@ -31,7 +38,8 @@ pub use crate::store::Recovery;
 pub struct ConsumerOptions {
     /// The beat ([`BEAT_DEFAULT`]).
     pub beat: Duration,
-    /// The lease of each claimed job ([`LEASE_DEFAULT`]).
+    /// The lease of each claimed job ([`LEASE_DEFAULT`]); at least [`LEASE_RENEWED_MIN`] while
+    /// `locks` renews it.
     pub lease: Duration,
     /// Due jobs per promote ([`PUMP_BATCH_DEFAULT`]).
     pub pump_batch: u32,
@@ -139,6 +147,14 @@ impl ConsumerOptions {
             return Err(refuse("lease", self.lease, "must be at least 1 ms"));
         }
         crate::store::millis("lease", self.lease)?;
+        if self.locks && self.lease < LEASE_RENEWED_MIN {
+            return Err(refuse(
+                "lease",
+                self.lease,
+                "must be at least 1s while leases are renewed (a renewal runs every third of a lease \
+                 and needs the rest to reach the store); turn renewal off for a shorter lease",
+            ));
+        }
         crate::store::millis("retry_delay", self.retry_delay)?;
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return Err(refuse("concurrency", self.concurrency, "must be 1..=100000"));
@@ -210,6 +226,25 @@ mod tests {
             );
         }
         assert!(ConsumerOptions::default().validate().is_ok());
+    }
+
+    #[test]
+    fn a_renewed_lease_below_the_floor_is_refused_and_an_unrenewed_one_is_not() {
+        let short = ConsumerOptions::default().with_lease(Duration::from_millis(1));
+        let err = short.clone().validate().unwrap_err();
+        assert!(matches!(&err, Error::InvalidOption { field: "lease", .. }), "{err}");
+        assert!(
+            err.to_string().contains("at least 1s while leases are renewed"),
+            "{err}"
+        );
+        let just_under = ConsumerOptions::default().with_lease(LEASE_RENEWED_MIN - Duration::from_millis(1));
+        assert!(just_under.validate().is_err());
+        assert!(ConsumerOptions::default()
+            .with_lease(LEASE_RENEWED_MIN)
+            .validate()
+            .is_ok());
+        // without renewal nothing has to keep the lease: tests and short jobs use tens of ms
+        assert!(short.with_locks(false).validate().is_ok());
     }
 
     #[test]

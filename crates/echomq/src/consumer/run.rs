@@ -345,6 +345,7 @@ impl Launcher {
             let (tx, aborted, dropping) = (settle_tx.clone(), shared.aborted.clone(), shared.dropping.clone());
             let timeout = shared.opts.timeout;
             let (id, token, queue) = (job.id, job.token, shared.queue.clone());
+            let tracked = shared.clone();
             self.tracker.spawn_on(
                 async move {
                     let began = Instant::now();
@@ -375,6 +376,8 @@ impl Launcher {
                         },
                     };
                     log_verdict(&queue, &id, &verdict, began.elapsed());
+                    // before the settle is sent: a renewal that meets it is not a lost lease
+                    tracked.settling(&id, token);
                     // the slot goes with the verdict: free for a claim once its settle is sent.
                     // The settler outlives every handler; a closed channel means an abort
                     let _ = tx.send(Finished {

@@ -11,7 +11,7 @@ use echomq::consumer::Recovery;
 use echomq::store::{Counts, SettleOptions, StalledPolicy};
 use echomq::{Consumer, ConsumerOptions, JobContext, JobState, NewJob, QueueName, Verdict};
 
-use crate::harness::{captured_log, completed, fast, stale_settle_reported, wait_until, Ctx};
+use crate::harness::{captured_log, completed, fast, log_lines, stale_settle_reported, wait_until, Ctx};
 
 async fn a_backlog_longer_than_a_beat_still_lets_recover_and_promote_run(ctx: &Ctx) {
     let (store, q) = (&ctx.store, &ctx.q);
@@ -354,7 +354,8 @@ async fn the_locks_plane_cancels_a_handler_whose_lease_was_lost(ctx: &Ctx) {
                 Verdict::Done
             }
         },
-        fast().with_lease(Duration::from_millis(300)).with_locks(true),
+        // the shortest lease renewal keeps: the first renewal comes within a third of it
+        fast().with_lease(echomq::consumer::LEASE_RENEWED_MIN).with_locks(true),
     )
     .unwrap();
     wait_until(Duration::from_secs(5), "claimed", || async {
@@ -437,7 +438,50 @@ async fn recovery_off_leaves_a_lapsed_lease_alone(ctx: &Ctx) {
     assert_eq!((counts.active, counts.reaped), (0, 1));
 }
 
+/// Renewal rounds run while jobs finish all the time: a renewal sent after a job's own settle
+/// landed is answered stale or gone before the settle's reply untracks the job. That job's
+/// handler has returned; nothing may cancel it, nor report its lease lost.
+async fn a_renewal_racing_the_jobs_own_settle_cancels_nothing(ctx: &Ctx) {
+    const JOBS: usize = 4000;
+    let (store, q) = (&ctx.store, &ctx.q);
+    captured_log();
+    let jobs: Vec<NewJob> = (0..JOBS).map(|i| NewJob::new(i.to_string())).collect();
+    store.enqueue(q, &jobs).await.unwrap();
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let tokens = tokens.clone();
+        move |job: JobContext| {
+            let tokens = tokens.clone();
+            async move {
+                tokens.lock().unwrap().push(job.cancel_token().clone());
+                // 10–39 ms: the run spans several renewal rounds of many jobs each
+                let ms = 10 + job.payload().iter().map(|b| u64::from(*b)).sum::<u64>() % 30;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Verdict::Done
+            }
+        }
+    };
+    let opts = fast()
+        .with_concurrency(50)
+        .with_lease(echomq::consumer::LEASE_RENEWED_MIN)
+        .with_locks(true);
+    let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
+    wait_until(Duration::from_secs(60), "every job completed", || async {
+        completed(store, q).await == JOBS as u64
+    })
+    .await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let fired = tokens.lock().unwrap().iter().filter(|t| t.is_cancelled()).count();
+    let lost = log_lines(&["lease lost", &format!("queue={q} ")]);
+    assert_eq!(
+        (fired, lost.len()),
+        (0, 0),
+        "cancelled handlers, and lease-lost lines: {lost:?}"
+    );
+}
+
 crate::consumer_cases!(
+    a_renewal_racing_the_jobs_own_settle_cancels_nothing,
     a_backlog_longer_than_a_beat_still_lets_recover_and_promote_run,
     a_checkpoint_survives_a_lease_expiry,
     the_stalled_sweep_buries_a_job_whose_holder_vanished_twice,
