@@ -14,6 +14,7 @@ macro_rules! out {
     }};
 }
 
+mod audit;
 mod bench;
 mod cancel;
 mod demo;
@@ -91,6 +92,9 @@ enum Command {
     GroupLimit(group_limit::Args),
     /// Show or set what a queue keeps of its finished jobs.
     Retention(retention::Args),
+    /// The crash audit: N jobs through K workers while it kills workers (and redis-server) and
+    /// pauses one past its lease, then accounts for every job (lost and double settles must be 0).
+    Audit(audit::Args),
     /// Between `emq work` and each command it runs (not for use by hand).
     #[command(hide = true)]
     Supervise(supervise::Args),
@@ -154,6 +158,7 @@ fn main() {
             Command::Cancel(a) => cancel::run(&cli.url, a).await,
             Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
             Command::Retention(a) => retention::run(&cli.url, a).await,
+            Command::Audit(a) => audit::run(a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }
     });

@@ -43,6 +43,8 @@ struct Beat {
     _settle_tx: mpsc::UnboundedSender<Finished>,
     slots: Arc<Semaphore>,
     streak: u32,
+    /// When the current run of failed rounds began (None while healthy).
+    degraded_since: Option<Instant>,
 }
 
 /// What ends a leg early.
@@ -68,6 +70,7 @@ pub(crate) async fn run(
         _settle_tx: settle_tx,
         slots,
         streak: 0,
+        degraded_since: None,
     };
     loop {
         match beat.once().await {
@@ -76,10 +79,16 @@ pub(crate) async fn run(
                     shared.back.notify_one();
                 }
                 beat.streak = 0;
+                // the end of the back-off warnings: an operator who saw them must see them end
+                if let Some(since) = beat.degraded_since.take() {
+                    let degraded_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    tracing::warn!(queue = %shared.queue, degraded_ms, "store reachable again; resuming");
+                }
             }
             Leg::Exit => break,
             Leg::Degraded(e) => {
                 beat.streak += 1;
+                beat.degraded_since.get_or_insert_with(Instant::now);
                 let sleep = shared.opts.degraded_sleep(beat.streak);
                 let what = if e.is_unreachable() {
                     "store unreachable; backing off"
