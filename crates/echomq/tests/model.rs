@@ -1356,7 +1356,7 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
                 .release(q, &jid(id), *token, Duration::from_millis(*delay_ms))
                 .await?,
         ),
-        Step::Reap(limit) => Reply::Reaped(store.reap(q, *limit).await?),
+        Step::Reap(limit) => Reply::Reaped(store.reap(q, *limit, None).await?),
         Step::Sweep(max_stalled, limit) => {
             let swept = store
                 .sweep_stalled(

@@ -43,7 +43,8 @@ pub struct ConsumerOptions {
     pub lease: Duration,
     /// Due jobs per promote ([`PUMP_BATCH_DEFAULT`]).
     pub pump_batch: u32,
-    /// The recovery leg ([`Recovery::Reap`]).
+    /// The recovery leg ([`Recovery::Reap`]: a lapsed lease has used the attempt its claim took;
+    /// [`Recovery::Redeliver`] gives lapses a budget of their own).
     pub recovery: Recovery,
     /// Attempt budget for jobs without their own ([`MAX_ATTEMPTS_DEFAULT`]).
     pub max_attempts: u32,
@@ -171,6 +172,15 @@ impl ConsumerOptions {
                     "recovery",
                     self.recovery,
                     "max_stalled and limit must be at least 1",
+                ));
+            }
+        }
+        if let Recovery::Redeliver(p) = self.recovery {
+            if p.max_redeliveries == 0 || p.limit == 0 {
+                return Err(refuse(
+                    "recovery",
+                    self.recovery,
+                    "max_redeliveries and limit must be at least 1",
                 ));
             }
         }

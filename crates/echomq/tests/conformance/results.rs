@@ -259,7 +259,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     claim_id(ctx, &id, SHORT).await;
     ctx.store.cancel(&ctx.q, &id, Some("operator"), plain()).await.unwrap();
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    ctx.store.reap(&ctx.q, 10, None).await.unwrap();
     assert!(
         claim(ctx, 1, LEASE).await.is_empty(),
         "cancelled at claim, not handed out"
@@ -268,7 +268,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     let id = marked("claim-spent").await;
     ctx.store.claim(&ctx.q, 1, SHORT, 1, plain()).await.unwrap();
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    ctx.store.reap(&ctx.q, 10, None).await.unwrap();
     assert!(ctx.store.claim(&ctx.q, 1, LEASE, 1, plain()).await.unwrap().is_empty());
     assert_eq!(notice(&mut notices, "claim at the budget").await, Some(id));
 
@@ -298,7 +298,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     claim_id(ctx, &id, SHORT).await;
     ctx.probe.set_row_field(&id, "state", "bogus").await;
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    ctx.store.reap(&ctx.q, 10, None).await.unwrap();
     assert_eq!(notice(&mut notices, "reap of a malformed row").await, Some(id));
     let id = ctx
         .store
