@@ -258,6 +258,35 @@ mod tests {
     }
 
     #[test]
+    fn a_redelivery_budget_or_limit_of_zero_is_refused() {
+        use crate::store::RedeliveryPolicy;
+        for policy in [
+            RedeliveryPolicy {
+                max_redeliveries: 0,
+                ..RedeliveryPolicy::default()
+            },
+            RedeliveryPolicy {
+                limit: 0,
+                ..RedeliveryPolicy::default()
+            },
+        ] {
+            let err = ConsumerOptions::default()
+                .with_recovery(Recovery::Redeliver(policy))
+                .validate()
+                .unwrap_err();
+            assert!(matches!(&err, Error::InvalidOption { field: "recovery", .. }), "{err}");
+            assert!(err.to_string().contains("max_redeliveries"), "{err}");
+        }
+        let ok = Recovery::Redeliver(RedeliveryPolicy::default());
+        assert!(ConsumerOptions::default().with_recovery(ok).validate().is_ok());
+        assert_eq!(
+            ConsumerOptions::default().recovery,
+            Recovery::Reap,
+            "the default is unchanged"
+        );
+    }
+
+    #[test]
     fn degraded_sleep_doubles_from_the_beat_up_to_the_cap() {
         let o = ConsumerOptions::default();
         assert_eq!(o.degraded_sleep(1), Duration::from_secs(1));
