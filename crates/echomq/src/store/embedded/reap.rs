@@ -2,12 +2,12 @@
 //! `limit` lapsed leases go back to ready at the front (flat: `pending` at score 0; a lane job: its
 //! lane's head, in lapse order, its slot freed and the ring step), metrics reaped. Without
 //! `max_redeliveries` a lapse has used the attempt its claim took (claim buries a job with none
-//! left: "lease expired on the last attempt"); with it, each lapse gives that attempt back (free
-//! + 1) and is counted (stalled + 1), and a job whose count passes the budget goes dead ("lease
-//! lapsed N times: its worker died or stalled each time"). A missing row is dropped from `active`;
-//! a row not in state active goes dead naming the defect. Replies how many went back to ready.
-//! Reads first, as the script: the lapsed ids, their rows, their groups and the flat set, then the
-//! writes.
+//! left: "lease expired on the last attempt"); with it, each lapse gives that attempt back (its
+//! `free` raised by one) and is counted (its `stalled` raised by one), and a job whose count passes
+//! the budget goes dead ("lease lapsed N times: its worker died or stalled each time"). A missing
+//! row is dropped from `active`; a row not in state active goes dead naming the defect. Replies how
+//! many went back to ready. Reads first, as the script: the lapsed ids, their rows, their groups
+//! and the flat set, then the writes.
 
 use rusqlite::{params, OptionalExtension};
 
