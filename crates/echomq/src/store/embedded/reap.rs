@@ -35,7 +35,8 @@ pub(crate) fn reap(db: &Db, limit: i64, max_redeliveries: Option<i64>) -> Result
     if lapsed.is_empty() {
         return Ok(0);
     }
-    // HMGET state, group, waited, stalled, free of every row, and what their moves need of their groups and the flat set
+    // HMGET state, group, waited, stalled, free of every row, and what their moves need of their
+    // groups and the flat set
     let (mut lanes, mut flat) = (Lanes::default(), None);
     let mut rows = Vec::with_capacity(lapsed.len());
     for id in &lapsed {
