@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use echomq::consumer::{CONCURRENCY_DEFAULT, MAX_ATTEMPTS_DEFAULT};
-use echomq::store::{Recovery, StalledPolicy};
+use echomq::store::{Recovery, RedeliveryPolicy, StalledPolicy};
 use echomq::{Consumer, ConsumerOptions, JobContext, QueueName, Verdict};
 
 use crate::supervise::Ended;
@@ -63,7 +63,14 @@ Exit status of the command -> what becomes of the job:
 A cancel request (`emq cancel`) or a lost lease stops the command the same way.
 SIGTERM or Ctrl-C: stop claiming, let running commands finish and settle, exit 0.
 A second signal: SIGKILL every running command's group and exit 130 without settling
-(the jobs return when their leases lapse).";
+(the jobs return when their leases lapse).
+
+A job whose worker dies mid-job (SIGKILL, OOM) returns to ready when its lease lapses, and
+that claim has used one of its attempts: a job that kills its worker every time is dead after
+--max-attempts lapses (\"lease expired on the last attempt\"), never looping for ever.
+--max-redeliveries N gives lapses a budget of their own instead: the attempt is given back,
+so only the command's failures spend --max-attempts, and the lapse after N redeliveries
+leaves the job dead.";
 
 /// Run a worker: each job runs `sh -c CMD` with its payload on stdin.
 #[derive(clap::Args, Debug)]
@@ -84,13 +91,23 @@ pub struct Args {
     /// The beat: the longest idle wait, and how often recovery and promotion run.
     #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
     pub beat: Duration,
-    /// What recovers jobs whose leases lapsed: `reap` returns them uncounted; `stalled` counts
-    /// stalls and dead-letters a job at --max-stalled; `off` runs no recovery.
+    /// What recovers jobs whose leases lapsed (a worker killed mid-job, by OOM or a deploy):
+    /// `reap` returns them to ready, each lapse having used the attempt its claim took, so a job
+    /// whose lease lapses on its last attempt is dead ("lease expired on the last attempt") and a
+    /// job that kills its worker cannot loop for ever (with --max-attempts 3, three crashes leave
+    /// it dead); `stalled` also counts stalls and dead-letters a job at --max-stalled; `off` runs
+    /// no recovery.
     #[arg(long, value_enum, default_value_t = RecoveryArg::Reap)]
     pub recovery: RecoveryArg,
     /// With --recovery stalled: a job is dead on its N-th stall.
     #[arg(long, value_name = "N")]
     pub max_stalled: Option<u32>,
+    /// With --recovery reap: lapsed leases get a budget of their own, so crashed workers do not
+    /// spend a job's --max-attempts: each lapse gives back the attempt its claim took and is
+    /// counted, and a job is dead at its lapse after the N-th redelivery ("lease lapsed N+1 times:
+    /// its worker died or stalled each time"). At least 1.
+    #[arg(long, value_name = "N")]
+    pub max_redeliveries: Option<u32>,
     /// Wait before a failed job runs again.
     #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
     pub retry_delay: Duration,
@@ -117,7 +134,8 @@ pub struct Args {
 pub enum RecoveryArg {
     /// No recovery leg.
     Off,
-    /// Lapsed leases back to ready, uncounted.
+    /// Lapsed leases back to ready, each having used its claim's attempt (unless
+    /// --max-redeliveries).
     Reap,
     /// Lapsed leases counted; dead at --max-stalled.
     Stalled,
@@ -149,18 +167,20 @@ struct Exec {
 /// Runs `emq work`.
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let queue = QueueName::new(&args.queue)?;
-    let recovery = match (args.recovery, args.max_stalled) {
-        (RecoveryArg::Stalled, n) => Recovery::Stalled(StalledPolicy {
+    let conflict = |msg: &str| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, msg).exit();
+    let recovery = match (args.recovery, args.max_stalled, args.max_redeliveries) {
+        (RecoveryArg::Stalled, n, None) => Recovery::Stalled(StalledPolicy {
             max_stalled: n.unwrap_or(StalledPolicy::default().max_stalled),
             ..StalledPolicy::default()
         }),
-        (_, Some(_)) => clap::Error::raw(
-            clap::error::ErrorKind::ArgumentConflict,
-            "--max-stalled needs --recovery stalled\n",
-        )
-        .exit(),
-        (RecoveryArg::Reap, None) => Recovery::Reap,
-        (RecoveryArg::Off, None) => Recovery::Off,
+        (RecoveryArg::Reap, None, Some(n)) => Recovery::Redeliver(RedeliveryPolicy {
+            max_redeliveries: n,
+            ..RedeliveryPolicy::default()
+        }),
+        (_, Some(_), _) => conflict("--max-stalled needs --recovery stalled\n"),
+        (_, _, Some(_)) => conflict("--max-redeliveries needs --recovery reap\n"),
+        (RecoveryArg::Reap, None, None) => Recovery::Reap,
+        (RecoveryArg::Off, None, None) => Recovery::Off,
     };
     let opts = ConsumerOptions::default()
         .with_concurrency(args.concurrency)

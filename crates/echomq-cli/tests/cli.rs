@@ -232,6 +232,20 @@ fn unknown_subcommands_flags_and_bad_values_exit_2(b: &Backend) {
     b.assert_usage_error(&["work", "q", "--exec", "true", "--lease", "abc"]);
     b.assert_usage_error(&["work", "q", "--exec", "true", "--concurrency", "many"]);
     b.assert_usage_error(&["work", "q", "--exec", "true", "--max-stalled", "2"]);
+    // a redelivery budget is reap's: the other recoveries count lapses their own way, or not at all
+    for recovery in ["stalled", "off"] {
+        b.assert_usage_error(&[
+            "work",
+            "q",
+            "--exec",
+            "true",
+            "--recovery",
+            recovery,
+            "--max-redeliveries",
+            "2",
+        ]);
+    }
+    b.assert_usage_error(&["work", "q", "--exec", "true", "--max-redeliveries", "many"]);
     b.assert_usage_error(&["enqueue", "q", "x", "--delay", "soon"]);
     // a benchmark of nothing measures nothing; --jobs belongs to the workloads that take it
     b.assert_usage_error(&["bench", "enqueue", "--jobs", "0"]);
@@ -250,6 +264,22 @@ fn values_the_library_refuses_exit_1_naming_the_option(b: &Backend) {
     );
     assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--beat", "0s"]), "beat");
     assert_error_naming(&b.emq(&["work", "q", "--exec", "true", "--timeout", "0s"]), "timeout");
+    assert_error_naming(
+        &b.emq(&["work", "q", "--exec", "true", "--max-redeliveries", "0"]),
+        "max_redeliveries",
+    );
+    // a budget of 1 or more runs
+    let budgeted = b.emq(&[
+        "work",
+        "q",
+        "--exec",
+        "true",
+        "--max-redeliveries",
+        "2",
+        "--ttl",
+        "200ms",
+    ]);
+    assert_exit(&budgeted, 0);
     // a renewed lease renewal cannot keep: a renewal runs every third of it
     let short = b.emq(&["work", "q", "--exec", "true", "--lease", "1ms"]);
     assert_error_naming(&short, "lease");
@@ -353,6 +383,25 @@ fn work_help_documents_the_exit_status_table() {
     assert_exit(&o, 0);
     let help = stdout(&o);
     for needle in ["65", "75", "79", "discard", "retry", "cancel", "EMQ_JOB_ID", "130"] {
+        assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
+    }
+}
+
+#[test]
+fn work_help_says_a_lapsed_lease_uses_an_attempt_and_offers_a_redelivery_budget() {
+    let o = emq(&["work", "--help"]);
+    assert_exit(&o, 0);
+    let help = stdout(&o);
+    assert!(
+        !help.contains("uncounted"),
+        "a lapse is counted against the attempts:\n{help}"
+    );
+    for needle in [
+        "lease expired on the last attempt",
+        "cannot loop for ever",
+        "--max-redeliveries <N>",
+        "lease lapsed N+1 times",
+    ] {
         assert!(help.contains(needle), "help lacks {needle:?}:\n{help}");
     }
 }

@@ -1,7 +1,14 @@
 -- reap — recovery without a token, guarded by the lease deadline: up to ARGV[2] active jobs whose
 -- lease lapsed (score <= now) go back to ready at the front — flat to `pending` at score 0, a lane
 -- job to its lane's head, recovered jobs of one lane in the order their leases lapsed (its slot
--- freed, the ring step). No stall counting (metrics reaped).
+-- freed, the ring step); metrics reaped.
+-- The attempt: every claim uses one. Without ARGV[3] a lapsed lease has used the attempt its claim
+-- took, and claim buries a job with none left ("lease expired on the last attempt"): a job that
+-- kills its worker cannot loop for ever. With ARGV[3] = max_redeliveries, lapses have a budget of
+-- their own: each gives its claim's attempt back (free + 1, so only handler failures spend
+-- max_attempts) and is counted (stalled + 1); a job whose count passes max_redeliveries goes dead
+-- instead, "lease lapsed N times: its worker died or stalled each time" (metrics failed, a waited
+-- job's id published, a lane job's slot freed).
 -- A missing row is dropped from `active`; a row not in state active goes dead naming the defect, as
 -- does a key of another type at the row's key (its slot, if any, stays: its group is unknown).
 -- Reads first (_lib.lua): the lapsed ids, their rows, their groups and the flat set, then the writes.
@@ -10,6 +17,7 @@
 -- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] limit (>= 1)
+-- ARGV[3] max_redeliveries (>= 1), or '' / absent: none (a lapse keeps its attempt used)
 --
 -- Replies: the number of jobs returned to ready; error EMQARGS.
 -- Wakes: one per job returned to ready, and one per group a dead-lettered lane job put back on the
@@ -17,13 +25,19 @@
 local active = KEYS[1]
 local base, limit = ARGV[1], tonumber(ARGV[2])
 if not limit or limit < 1 then return emq_bad_args('reap', 'limit') end
+-- nil: no redelivery budget
+local budget = nil
+if ARGV[3] and ARGV[3] ~= '' then
+  budget = tonumber(ARGV[3])
+  if not emq_whole(budget, 1) then return emq_bad_args('reap', 'max_redeliveries') end
+end
 local now = emq_now()
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
 if #lapsed == 0 then return 0 end
 -- rows by pcall: a key of another type at a row's key is buried (its defect read here), never raised
 local rows, lanes, flat, buried = {}, {}, nil, false
 for i, id in ipairs(lapsed) do
-  local row = redis.pcall('HMGET', base .. 'job:' .. id, 'state', 'group', 'waited')
+  local row = redis.pcall('HMGET', base .. 'job:' .. id, 'state', 'group', 'waited', 'stalled', 'free')
   if emq_foreign(row) then
     local defect, data = emq_foreign_read(base, id)
     row = { foreign = defect, data = data }
@@ -33,6 +47,11 @@ for i, id in ipairs(lapsed) do
     if g then emq_lane_read(lanes, base, g) end
     if state == 'active' and not g and not flat then flat = emq_flat_read(base) end
     if state and state ~= 'active' then buried = true end
+    -- the lapses counted with this one; past the budget the job goes dead
+    if budget and state == 'active' then
+      row.lapses = math.floor(tonumber(row[4]) or 0) + 1
+      if row.lapses > budget then buried = true end
+    end
   end
   rows[i] = row
 end
@@ -55,7 +74,19 @@ for i = #lapsed, 1, -1 do
   if row.foreign then
     emq_bury_foreign(base, id, now, row.foreign, row.data)
     failed = failed + 1
+  elseif state == 'active' and row.lapses and row.lapses > budget then
+    -- the lapse used no attempt (the budget counts it instead): the dead row's attempts are its
+    -- handler's failures alone
+    redis.call('HSET', base .. 'job:' .. id, 'stalled', row.lapses, 'free', (tonumber(row[5]) or 0) + 1)
+    emq_bury(base, id, now, 'lease lapsed ' .. row.lapses .. ' times: its worker died or stalled each time')
+    emq_notify(base, row[3], id)
+    if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
+    failed = failed + 1
   elseif state == 'active' then
+    -- under a budget: the attempt given back and the lapse counted, before the row turns pending
+    if row.lapses then
+      redis.call('HSET', base .. 'job:' .. id, 'stalled', row.lapses, 'free', (tonumber(row[5]) or 0) + 1)
+    end
     if g then
       emq_lane_front(base, g, lanes[g], id)
       emq_lane_leave(base, g, lanes[g])

@@ -45,8 +45,9 @@ pub enum JobState {
     /// release, reap, sweep_stalled, forced remove and forced obliterate.
     Active,
     /// In the morgue `dead`.
-    /// Entered by retry past max_attempts, discard, sweep_stalled past max_stalled and claim (the
-    /// max-attempts guard, a malformed row); left by redrive, remove and obliterate.
+    /// Entered by retry past max_attempts, discard, sweep_stalled past max_stalled, reap past
+    /// max_redeliveries and claim (the max-attempts guard, a malformed row); left by redrive,
+    /// remove and obliterate.
     Dead,
     /// Completed, its row kept under the queue's retention (without the payload).
     /// Entered by complete and complete_many; left by trimming, remove and obliterate.
@@ -186,7 +187,8 @@ pub struct JobRow {
     pub kind: Option<String>,
     /// Due time (ms since the epoch, store clock) while scheduled.
     pub run_at: Option<u64>,
-    /// Times the stalled sweep found its lease lapsed.
+    /// Times recovery found its lease lapsed and counted it: the stalled sweep, and reap under a
+    /// redelivery budget ([`crate::store::RedeliveryPolicy`]); cleared by redrive.
     pub stalled: u64,
     /// The last error recorded (a retry's reason, `stalled`, a malformed-row defect, …).
     pub last_error: Option<String>,

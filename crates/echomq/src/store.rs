@@ -37,8 +37,12 @@ pub const CHUNK_DEFAULT: u32 = 1000;
 /// The default `MAXLEN ~` of the completion-record stream.
 pub const RECORDS_MAXLEN_DEFAULT: u64 = 10_000;
 
-/// Lapsed leases one reap of a beat's round ([`Recovery::Reap`]) returns at most.
+/// Lapsed leases one reap of a beat's round ([`Recovery::Reap`]) returns at most, and the default
+/// limit of [`RedeliveryPolicy`].
 pub const REAP_LIMIT: u32 = 1000;
+
+/// The default redelivery budget of [`RedeliveryPolicy`].
+pub const MAX_REDELIVERIES_DEFAULT: u32 = 3;
 
 /// The reply to one job of an enqueue or genqueue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,16 +318,52 @@ impl Default for StalledPolicy {
     }
 }
 
+/// Reap with a budget of its own for lapsed leases ([`Recovery::Redeliver`]): a lapsed lease gives
+/// back the attempt its claim took, so only handler failures spend `max_attempts`, and is counted
+/// on the job's row (`stalled`, as [`JobRow::stalled`] reads it); the lapse past `max_redeliveries`
+/// is dead, `last_error` "lease lapsed N times: its worker died or stalled each time".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedeliveryPolicy {
+    /// Lapsed leases a job is redelivered after (at least 1; [`MAX_REDELIVERIES_DEFAULT`]): the
+    /// next lapse is dead. A job that kills its worker every time still ends.
+    pub max_redeliveries: u32,
+    /// At most this many lapsed leases per reap ([`REAP_LIMIT`] by default).
+    pub limit: u32,
+}
+
+impl Default for RedeliveryPolicy {
+    fn default() -> Self {
+        Self {
+            max_redeliveries: MAX_REDELIVERIES_DEFAULT,
+            limit: REAP_LIMIT,
+        }
+    }
+}
+
 /// The recovery leg of a consumer's beat: exactly one mechanism, chosen at start.
+///
+/// Every claim uses one of the job's attempts. Under [`Reap`](Recovery::Reap) and
+/// [`Stalled`](Recovery::Stalled) a lapsed lease has used the attempt its claim took (a worker
+/// killed mid-job, by OOM or a deploy, counts as a failed attempt), and a job whose lease lapses on
+/// its last attempt goes dead at its next claim ("lease expired on the last attempt"): a job that
+/// kills its worker cannot loop for ever. [`Redeliver`](Recovery::Redeliver) gives lapses a budget
+/// of their own instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Recovery {
     /// No recovery leg.
     Off,
-    /// Lapsed leases back to ready, uncounted (the default).
+    /// Lapsed leases back to ready, each having used the attempt its claim took (the default):
+    /// with `max_attempts` 3, three lapses in a row leave the job dead.
     #[default]
     Reap,
-    /// The count-thresholded stalled sweep.
+    /// The count-thresholded stalled sweep: each lapse counted on the row and having used its
+    /// attempt; dead at `max_stalled` (last_error "stalled") or at the attempt budget, whichever
+    /// comes first.
     Stalled(StalledPolicy),
+    /// Reap, with lapsed leases on a budget of their own ([`RedeliveryPolicy`]): a lapse gives its
+    /// attempt back, so a worker that dies mid-job does not spend the job's error budget; the
+    /// attempt number a handler sees is that of the lapsed claim again.
+    Redeliver(RedeliveryPolicy),
 }
 
 /// The claim of a beat's round: `n` jobs (0 = none) under `lease`.
@@ -457,8 +497,12 @@ pub trait Store: Send + Sync {
         settle: SettleOptions,
     ) -> Result<Discarded>;
 
-    /// reap: up to `limit` lapsed leases back to ready (the front), no stall counting. Returns how many.
-    async fn reap(&self, queue: &QueueName, limit: u32) -> Result<u64>;
+    /// reap: up to `limit` lapsed leases back to ready (the front). `max_redeliveries` `None`: each
+    /// has used the attempt its claim took (claim buries a job with no attempt left: "lease expired
+    /// on the last attempt"). `Some(n)` (n ≥ 1): each gives that attempt back (`free` + 1) and is
+    /// counted (`stalled` + 1); one whose count passes `n` goes dead instead ("lease lapsed N
+    /// times: its worker died or stalled each time"). Returns how many went back to ready.
+    async fn reap(&self, queue: &QueueName, limit: u32, max_redeliveries: Option<u32>) -> Result<u64>;
 
     /// sweep_stalled: lapsed leases counted; at `max_stalled` dead, else recovered.
     async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept>;
@@ -550,7 +594,8 @@ pub trait Store: Send + Sync {
     ) -> Result<Round> {
         let recovered = match recovery {
             Recovery::Off => Ok(()),
-            Recovery::Reap => self.reap(queue, REAP_LIMIT).await.map(drop),
+            Recovery::Reap => self.reap(queue, REAP_LIMIT, None).await.map(drop),
+            Recovery::Redeliver(p) => self.reap(queue, p.limit, Some(p.max_redeliveries)).await.map(drop),
             Recovery::Stalled(policy) => self.sweep_stalled(queue, policy).await.map(drop),
         };
         let promoted = self.promote(queue, pump).await;

@@ -130,9 +130,10 @@ enum Op {
         pick: Pick,
         later: bool,
     },
-    /// Reap at most `limit` lapsed leases.
+    /// Reap at most `limit` lapsed leases, with a redelivery budget or none.
     Reap {
         limit: u32,
+        max_redeliveries: Option<u32>,
     },
     Sweep {
         max_stalled: u32,
@@ -199,7 +200,7 @@ enum Step {
     /// (id, token, delay_ms): `delay_ms` 0 = ready at once.
     Release(String, u64, u64),
     /// (limit)
-    Reap(u32),
+    Reap(u32, Option<u32>),
     /// (max_stalled, limit)
     Sweep(u32, u32),
     Remove(String, bool),
@@ -444,7 +445,10 @@ impl Model {
                 let delay_ms = later_ms(*later, delays);
                 Step::Release(id, token, delay_ms)
             }
-            Op::Reap { limit } => Step::Reap(*limit),
+            Op::Reap {
+                limit,
+                max_redeliveries,
+            } => Step::Reap(*limit, *max_redeliveries),
             Op::Sweep { max_stalled, limit } => Step::Sweep(*max_stalled, *limit),
             Op::Remove { pick, force } => Step::Remove(self.pick(*pick).0, *force),
             Op::Redrive { pick, extra } => Step::Redrive(self.pick(*pick).0, *extra),
@@ -682,7 +686,7 @@ impl Model {
                 }
             }),
             Step::Release(id, token, delay_ms) => Reply::Settled(self.release(id, *token, *delay_ms)),
-            Step::Reap(limit) => Reply::Reaped(self.reap(*limit as usize)),
+            Step::Reap(limit, budget) => Reply::Reaped(self.reap(*limit as usize, budget.map(u64::from))),
             Step::Sweep(max_stalled, limit) => {
                 let (recovered, dead) = self.sweep(*max_stalled as u64, *limit as usize);
                 Reply::Swept(recovered, dead)
@@ -943,13 +947,34 @@ impl Model {
         Settled::Ok
     }
 
-    fn reap(&mut self, limit: usize) -> u64 {
+    /// reap.lua: lapsed leases back to the front; under a budget each gives its attempt back
+    /// (`free` + 1) and is counted (`stalled` + 1), dead once the count passes the budget.
+    fn reap(&mut self, limit: usize, budget: Option<u64>) -> u64 {
         let lapsed = self.lapsed(limit);
         for id in &lapsed {
             self.leave_active(id);
         }
-        let mut flat = false;
+        let (mut flat, mut back) = (false, 0u64);
         for id in lapsed.iter().rev() {
+            if let Some(max) = budget {
+                let lapses = self.rows[id].stalled + 1;
+                self.row(id).stalled = lapses;
+                self.row(id).free += 1;
+                if lapses > max {
+                    self.row(id).place = Place::Dead;
+                    self.row(id).last_error = Some(format!(
+                        "lease lapsed {lapses} times: its worker died or stalled each time"
+                    ));
+                    self.dead.insert(id.clone());
+                    self.metrics.failed += 1;
+                    if let Some(g) = self.rows[id].group.clone() {
+                        self.free_slot(&g);
+                        self.ring_step(&g);
+                    }
+                    continue;
+                }
+            }
+            back += 1;
             if self.front(id) {
                 flat = true;
             } else if let Some(g) = self.rows[id].group.clone() {
@@ -960,7 +985,6 @@ impl Model {
         if flat {
             self.ring_step_flat();
         }
-        let back = lapsed.len() as u64;
         self.metrics.reaped += back;
         back
     }
@@ -1356,7 +1380,7 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
                 .release(q, &jid(id), *token, Duration::from_millis(*delay_ms))
                 .await?,
         ),
-        Step::Reap(limit) => Reply::Reaped(store.reap(q, *limit).await?),
+        Step::Reap(limit, budget) => Reply::Reaped(store.reap(q, *limit, *budget).await?),
         Step::Sweep(max_stalled, limit) => {
             let swept = store
                 .sweep_stalled(
@@ -1687,7 +1711,7 @@ async fn run_async(ops: &[Op]) -> Result<Vec<Reply>, String> {
         let mut replies = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let step = model.resolve(op, &mut delays);
-            if matches!(step, Step::Reap(_) | Step::Sweep(..)) {
+            if matches!(step, Step::Reap(..) | Step::Sweep(..)) {
                 if let Ok(wait) = lapse_at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(wait).await;
                 }
@@ -1795,7 +1819,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(pick, later, max_attempts)| Op::Retry { pick, later, max_attempts }),
         1 => pick(Among::Active).prop_map(Op::Discard),
         2 => (pick(Among::Active), any::<bool>()).prop_map(|(pick, later)| Op::Release { pick, later }),
-        4 => recovery_limit().prop_map(|limit| Op::Reap { limit }),
+        4 => (recovery_limit(), prop::option::of(1u32..=2))
+            .prop_map(|(limit, max_redeliveries)| Op::Reap { limit, max_redeliveries }),
         4 => (1u32..=2, recovery_limit()).prop_map(|(max_stalled, limit)| Op::Sweep { max_stalled, limit }),
         2 => (pick(Among::Pending), any::<bool>()).prop_map(|(pick, force)| Op::Remove { pick, force }),
         3 => (pick(Among::Dead), 1u32..=3).prop_map(|(pick, extra)| Op::Redrive { pick, extra }),
@@ -1923,7 +1948,10 @@ fn reap_and_sweep_recover_to_the_front() {
             short: true,
             max_attempts: 3,
         },
-        Op::Reap { limit: NO_LIMIT },
+        Op::Reap {
+            limit: NO_LIMIT,
+            max_redeliveries: None,
+        },
         Op::Claim {
             n: 4,
             short: true,
@@ -1981,7 +2009,10 @@ fn a_cancel_request_survives_recovery() {
         Op::Genqueue(0, plain(2)),
         claim(1, true),
         Op::Cancel(HELD),
-        Op::Reap { limit: NO_LIMIT },
+        Op::Reap {
+            limit: NO_LIMIT,
+            max_redeliveries: None,
+        },
         claim(8, false),
         Op::Complete(HELD),
     ])
@@ -2047,8 +2078,14 @@ fn the_last_attempt_dies_at_claim_and_redrive_raises_the_budget() {
         Op::Enqueue(vec![once.clone()]),
         Op::Genqueue(2, vec![Spec { id: None, ..once }]),
         claim(2, true),
-        Op::Reap { limit: 1 },
-        Op::Reap { limit: NO_LIMIT },
+        Op::Reap {
+            limit: 1,
+            max_redeliveries: None,
+        },
+        Op::Reap {
+            limit: NO_LIMIT,
+            max_redeliveries: None,
+        },
         claim(8, false),
         Op::Redrive {
             pick: Pick {

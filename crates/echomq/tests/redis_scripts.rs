@@ -551,7 +551,7 @@ async fn active_holds_exactly_the_leased_jobs(ctx: &Ctx) {
         .await
         .unwrap()
         .is_empty());
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 0);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 0);
     let still: bool = conn.exists(&active).await.unwrap();
     assert!(!still, "reap writes nothing to active");
 
@@ -951,7 +951,11 @@ async fn reap_sweep_and_promote_bury_a_key_of_another_type(ctx: &Ctx) {
     assert_eq!(ids(&held), [id("1"), id("2")]);
     foreign(ctx, &id("1"), "string").await;
     lapse(ctx, &id("2")).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 10).await.unwrap(), 1, "job 2 back to pending");
+    assert_eq!(
+        ctx.store.reap(&ctx.q, 10, None).await.unwrap(),
+        1,
+        "job 2 back to pending"
+    );
     assert_buried_foreign(ctx, &id("1"), "string", b"not a hash").await;
     assert_eq!(sizes(ctx).await, (1, 0, 0, 1));
 
@@ -1189,7 +1193,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
             .await
             .map(|v| format!("{v:?}")),
     );
-    refused("reap", limited.reap(&q, 100).await.map(|v| format!("{v:?}")));
+    refused("reap", limited.reap(&q, 100, None).await.map(|v| format!("{v:?}")));
     refused(
         "sweep_stalled",
         limited
@@ -1272,7 +1276,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
         "no verb wrote anything before it was refused"
     );
     // the same verbs, by a user the server does not refuse, go through
-    assert_eq!(admin.reap(&q, 100).await.unwrap(), 1);
+    assert_eq!(admin.reap(&q, 100, None).await.unwrap(), 1);
     assert_eq!(admin.promote(&q, 100).await.unwrap().moved, 2);
     assert_eq!(admin.redrive_all(&q, 1).await.unwrap(), 1);
     assert!(matches!(

@@ -43,7 +43,8 @@ pub struct ConsumerOptions {
     pub lease: Duration,
     /// Due jobs per promote ([`PUMP_BATCH_DEFAULT`]).
     pub pump_batch: u32,
-    /// The recovery leg ([`Recovery::Reap`]).
+    /// The recovery leg ([`Recovery::Reap`]: a lapsed lease has used the attempt its claim took;
+    /// [`Recovery::Redeliver`] gives lapses a budget of their own).
     pub recovery: Recovery,
     /// Attempt budget for jobs without their own ([`MAX_ATTEMPTS_DEFAULT`]).
     pub max_attempts: u32,
@@ -174,6 +175,15 @@ impl ConsumerOptions {
                 ));
             }
         }
+        if let Recovery::Redeliver(p) = self.recovery {
+            if p.max_redeliveries == 0 || p.limit == 0 {
+                return Err(refuse(
+                    "recovery",
+                    self.recovery,
+                    "max_redeliveries and limit must be at least 1",
+                ));
+            }
+        }
         if self.timeout.is_some_and(|t| t.is_zero()) {
             return Err(refuse("timeout", self.timeout, "must be greater than zero when set"));
         }
@@ -245,6 +255,35 @@ mod tests {
             .is_ok());
         // without renewal nothing has to keep the lease: tests and short jobs use tens of ms
         assert!(short.with_locks(false).validate().is_ok());
+    }
+
+    #[test]
+    fn a_redelivery_budget_or_limit_of_zero_is_refused() {
+        use crate::store::RedeliveryPolicy;
+        for policy in [
+            RedeliveryPolicy {
+                max_redeliveries: 0,
+                ..RedeliveryPolicy::default()
+            },
+            RedeliveryPolicy {
+                limit: 0,
+                ..RedeliveryPolicy::default()
+            },
+        ] {
+            let err = ConsumerOptions::default()
+                .with_recovery(Recovery::Redeliver(policy))
+                .validate()
+                .unwrap_err();
+            assert!(matches!(&err, Error::InvalidOption { field: "recovery", .. }), "{err}");
+            assert!(err.to_string().contains("max_redeliveries"), "{err}");
+        }
+        let ok = Recovery::Redeliver(RedeliveryPolicy::default());
+        assert!(ConsumerOptions::default().with_recovery(ok).validate().is_ok());
+        assert_eq!(
+            ConsumerOptions::default().recovery,
+            Recovery::Reap,
+            "the default is unchanged"
+        );
     }
 
     #[test]

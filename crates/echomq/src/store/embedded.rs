@@ -837,10 +837,13 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn reap(&self, queue: &QueueName, limit: u32) -> Result<u64> {
+    async fn reap(&self, queue: &QueueName, limit: u32, max_redeliveries: Option<u32>) -> Result<u64> {
         positive("limit", limit as u64)?;
+        if let Some(m) = max_redeliveries {
+            positive("max_redeliveries", m as u64)?;
+        }
         self.run(queue.as_str(), "reap", On::Thread, move |db| {
-            reap::reap(db, limit as i64)
+            reap::reap(db, limit as i64, max_redeliveries.map(i64::from))
         })
         .await
     }
@@ -1034,7 +1037,8 @@ impl Store for EmbeddedStore {
         self.run(queue.as_str(), "recover_promote_claim", On::Thread, move |db| {
             let recovered = db.leg(|| match recovery {
                 Recovery::Off => Ok(()),
-                Recovery::Reap => reap::reap(db, crate::store::REAP_LIMIT as i64).map(drop),
+                Recovery::Reap => reap::reap(db, crate::store::REAP_LIMIT as i64, None).map(drop),
+                Recovery::Redeliver(p) => reap::reap(db, p.limit as i64, Some(p.max_redeliveries as i64)).map(drop),
                 Recovery::Stalled(p) => {
                     sweep_stalled::sweep_stalled(db, p.max_stalled as i64, p.limit as i64).map(drop)
                 }

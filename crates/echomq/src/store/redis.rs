@@ -286,8 +286,8 @@ impl Store for RedisStore {
         discard::discard(self, queue, id, token, error, settle).await
     }
 
-    async fn reap(&self, queue: &QueueName, limit: u32) -> Result<u64> {
-        reap::reap(self, queue, limit).await
+    async fn reap(&self, queue: &QueueName, limit: u32, max_redeliveries: Option<u32>) -> Result<u64> {
+        reap::reap(self, queue, limit, max_redeliveries).await
     }
 
     async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept> {

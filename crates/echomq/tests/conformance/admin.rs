@@ -83,7 +83,7 @@ async fn lapse_and_reap(ctx: &Ctx, n: u64) {
     let mut back = 0;
     while back < n {
         assert!(Instant::now() < deadline, "reap returned {back} of {n} lapsed leases");
-        back += ctx.store.reap(&ctx.q, 100).await.unwrap();
+        back += ctx.store.reap(&ctx.q, 100, None).await.unwrap();
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

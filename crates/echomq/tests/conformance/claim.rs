@@ -37,7 +37,7 @@ async fn reap_after_lapse(ctx: &Ctx, n: u64) {
         WITHIN,
         "the short lease lapses and reap recovers the job",
         move || async move {
-            let got = ctx.store.reap(&ctx.q, 100).await.unwrap();
+            let got = ctx.store.reap(&ctx.q, 100, None).await.unwrap();
             reaped.fetch_add(got, Ordering::SeqCst) + got >= n
         },
     )
@@ -799,7 +799,7 @@ pub async fn a_paused_queue_gets_no_wake_until_resume(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &named(&["f1", "f2"])).await.unwrap();
     ctx.store.genqueue(&ctx.q, &group("a"), &named(&["a1"])).await.unwrap();
     assert_eq!(ctx.store.promote(&ctx.q, 100).await.unwrap().moved, 1);
-    assert_eq!(ctx.store.reap(&ctx.q, 1).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 1, None).await.unwrap(), 1);
     let policy = echomq::store::StalledPolicy {
         max_stalled: 5,
         limit: 100,

@@ -1,4 +1,5 @@
-//! Recovery and the lease: reap (lapsed leases back to the front, uncounted), sweep_stalled (the
+//! Recovery and the lease: reap (lapsed leases back to the front, each having used its claim's
+//! attempt; with a redelivery budget, the attempt given back and the lapse counted), sweep_stalled (the
 //! count-thresholded sweep: lane jobs, missing rows, the morgue's time) and extend_lock (the
 //! deadline moves; a job not in `active` is never re-added). (The raw `EVAL` of the two
 //! self-contained script files with the KEYS and ARGV their headers give is Redis-only:
@@ -7,7 +8,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use echomq::store::{Extended, LimitTarget, Retried, Settled, StalledPolicy, Swept};
+use echomq::store::{
+    ClaimRequest, Extended, LimitTarget, Recovery, RedeliveryPolicy, Retried, Settled, StalledPolicy, Swept,
+};
 use echomq::{JobId, JobState};
 
 use crate::harness::{assert_slot_invariant, Ctx};
@@ -52,7 +55,7 @@ async fn claimed_again(ctx: &Ctx, name: &str, lease: Duration) -> (JobId, u64) {
     let id = add(ctx, None, name).await;
     claim_id(ctx, &id, SHORT).await;
     lapse(ctx, &id).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
     let held = claim_id(ctx, &id, lease).await;
     assert_eq!(held.attempts, 2);
     assert_slot_invariant(ctx).await;
@@ -65,7 +68,7 @@ async fn claimed_again(ctx: &Ctx, name: &str, lease: Duration) -> (JobId, u64) {
 pub async fn every_way_out_of_active_frees_a_job_claimed_again(ctx: &Ctx) {
     let (a, _) = claimed_again(ctx, "a", SHORT).await;
     lapse(ctx, &a).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
     assert_slot_invariant(ctx).await;
     assert_eq!(claim_id(ctx, &a, SHORT).await.attempts, 3);
     lapse(ctx, &a).await;
@@ -104,7 +107,7 @@ pub async fn every_way_out_of_active_frees_a_job_claimed_again(ctx: &Ctx) {
 
 // --- reap -----------------------------------------------------------------------------------------
 
-pub async fn reap_returns_a_lapsed_lease_to_the_front_uncounted(ctx: &Ctx) {
+pub async fn reap_returns_a_lapsed_lease_to_the_front_its_attempt_used(ctx: &Ctx) {
     let p1 = add(ctx, None, "p1").await;
     let p2 = add(ctx, None, "p2").await;
     let r = add(ctx, None, "r").await;
@@ -122,10 +125,10 @@ pub async fn reap_returns_a_lapsed_lease_to_the_front_uncounted(ctx: &Ctx) {
     lapse(ctx, &r).await;
     ctx.probe.clear_wakes().await;
     let before = counts(ctx).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
     let row = get(ctx, &r).await;
     assert_eq!(row.state, JobState::Pending);
-    assert_eq!(row.attempts, 1, "reap keeps attempts");
+    assert_eq!(row.attempts, 1, "the lapsed claim has used its attempt");
     assert_eq!(row.stalled, 0, "reap counts no stall");
     assert_eq!(row.last_error, None);
     assert_eq!(zscore(ctx, "active", &r).await, None);
@@ -140,6 +143,155 @@ pub async fn reap_returns_a_lapsed_lease_to_the_front_uncounted(ctx: &Ctx) {
     assert_eq!(got[0].attempts, 2);
 }
 
+/// Enqueues one flat job with its own attempt budget of `max_attempts`.
+async fn add_budgeted(ctx: &Ctx, payload: &str, max_attempts: u32) -> JobId {
+    let job = [echomq::NewJob::new(payload).with_max_attempts(max_attempts)];
+    ctx.store.enqueue(&ctx.q, &job).await.unwrap()[0].id().clone()
+}
+
+/// Claims `id` under a short lease and waits the lease out: its worker died.
+async fn crash(ctx: &Ctx, id: &JobId) -> echomq::ClaimedJob {
+    let c = claim_id(ctx, id, SHORT).await;
+    lapse(ctx, id).await;
+    c
+}
+
+pub async fn reap_without_a_budget_leaves_a_job_dead_once_its_lapses_use_every_attempt(ctx: &Ctx) {
+    // the safe default: every claim uses an attempt, so a job that kills its worker each time ends
+    let id = add_budgeted(ctx, "kills its worker", 3).await;
+    for n in 1..=3 {
+        assert_eq!(crash(ctx, &id).await.attempts, n);
+        assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
+        let row = get(ctx, &id).await;
+        assert_eq!((row.state, row.attempts, row.stalled), (JobState::Pending, n, 0));
+    }
+    assert!(
+        claim(ctx, 1, LEASE).await.is_empty(),
+        "no attempt left: nothing handed out"
+    );
+    let row = get(ctx, &id).await;
+    assert_eq!(row.state, JobState::Dead);
+    assert_eq!(row.attempts, 3);
+    assert_eq!(row.last_error.as_deref(), Some("lease expired on the last attempt"));
+}
+
+pub async fn reap_with_a_redelivery_budget_gives_each_lapse_its_attempt_back(ctx: &Ctx) {
+    let id = add_budgeted(ctx, "its worker is OOM-killed", 3).await;
+    let before = counts(ctx).await;
+    // as many lapses as max_attempts, and one more: without the budget it would be dead by now
+    for n in 1..=4u64 {
+        let c = crash(ctx, &id).await;
+        assert_eq!(c.attempts, 1, "lapse {n}: the handler sees its first attempt again");
+        assert_eq!(c.max_attempts, 3);
+        if n == 4 {
+            // the round's leg: the same reap, pipelined with promote and claim
+            let round = ctx
+                .store
+                .recover_promote_claim(
+                    &ctx.q,
+                    Recovery::Redeliver(RedeliveryPolicy {
+                        max_redeliveries: 5,
+                        limit: 100,
+                    }),
+                    10,
+                    ClaimRequest {
+                        n: 0,
+                        lease: LEASE,
+                        max_attempts: BUDGET,
+                        settle: plain(),
+                    },
+                )
+                .await
+                .unwrap();
+            round.recovered.unwrap();
+        } else {
+            assert_eq!(ctx.store.reap(&ctx.q, 100, Some(5)).await.unwrap(), 1);
+        }
+        let row = get(ctx, &id).await;
+        assert_eq!(row.state, JobState::Pending);
+        assert_eq!(
+            (row.attempts, row.stalled),
+            (0, n),
+            "lapse {n}: no attempt used, the lapse counted"
+        );
+        assert_eq!(row.last_error, None);
+    }
+    let after = counts(ctx).await;
+    assert_eq!(after.reaped, before.reaped + 4);
+    assert_eq!(after.failed, before.failed);
+    // its attempt budget is intact: handler failures alone spend it
+    for n in 1..=3u64 {
+        let c = claim_id(ctx, &id, LEASE).await;
+        assert_eq!(c.attempts, n);
+        let r = ctx
+            .store
+            .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "boom", plain())
+            .await
+            .unwrap();
+        assert_eq!(r, if n < 3 { Retried::Retrying } else { Retried::Dead });
+    }
+    let row = get(ctx, &id).await;
+    assert_eq!(row.state, JobState::Dead);
+    assert_eq!((row.attempts, row.stalled), (3, 4));
+    assert_eq!(row.last_error.as_deref(), Some("boom"));
+}
+
+pub async fn reap_with_a_redelivery_budget_buries_the_lapse_past_it(ctx: &Ctx) {
+    let id = add_budgeted(ctx, "kills its worker", 10).await;
+    let g = group("g");
+    let lane = add_lane(ctx, &g, 2).await;
+    let before = counts(ctx).await;
+    // both claimed at once (which member of the ring comes first is not under test), then lapsed
+    let crash_both = || async {
+        let mut got = ids(&claim(ctx, 2, SHORT).await);
+        got.sort();
+        let mut want = vec![id.clone(), lane[0].clone()];
+        want.sort();
+        assert_eq!(got, want);
+        lapse(ctx, &id).await;
+        lapse(ctx, &lane[0]).await;
+    };
+    for n in 1..=2u64 {
+        crash_both().await;
+        assert_eq!(
+            ctx.store.reap(&ctx.q, 100, Some(2)).await.unwrap(),
+            2,
+            "lapse {n}: redelivered"
+        );
+        assert_slot_invariant(ctx).await;
+    }
+    crash_both().await;
+    ctx.probe.clear_wakes().await;
+    assert_eq!(
+        ctx.store.reap(&ctx.q, 100, Some(2)).await.unwrap(),
+        0,
+        "the third lapse is past the budget"
+    );
+    for dead in [&id, &lane[0]] {
+        let row = get(ctx, dead).await;
+        assert_eq!(row.state, JobState::Dead);
+        assert_eq!(
+            (row.attempts, row.stalled),
+            (0, 3),
+            "no attempt used, every lapse counted"
+        );
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some("lease lapsed 3 times: its worker died or stalled each time")
+        );
+        assert!(zscore(ctx, "dead", dead).await.is_some());
+        assert_eq!(zscore(ctx, "active", dead).await, None);
+    }
+    let after = counts(ctx).await;
+    assert_eq!(after.failed, before.failed + 2);
+    assert_eq!(after.reaped, before.reaped + 4);
+    assert_eq!(after.active, 0);
+    assert_slot_invariant(ctx).await;
+    // the dead lane job's slot is free: the lane's next job is claimable, and a wake says so
+    assert_eq!(ctx.probe.wakes().await, 1);
+    claim_id(ctx, &lane[1], LEASE).await;
+}
+
 pub async fn reap_returns_the_count_and_honours_its_limit(ctx: &Ctx) {
     let jobs: Vec<echomq::NewJob> = (0..20).map(|i| echomq::NewJob::new(format!("{i}"))).collect();
     ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
@@ -151,14 +303,18 @@ pub async fn reap_returns_the_count_and_honours_its_limit(ctx: &Ctx) {
         lapse(ctx, &c.id).await;
     }
     ctx.probe.clear_wakes().await;
-    assert_eq!(ctx.store.reap(&ctx.q, 2).await.unwrap(), 2, "at most limit leases");
+    assert_eq!(
+        ctx.store.reap(&ctx.q, 2, None).await.unwrap(),
+        2,
+        "at most limit leases"
+    );
     assert_eq!(ctx.probe.wakes().await, 2);
     assert_eq!(counts(ctx).await.active, 19);
     ctx.probe.clear_wakes().await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 18);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 18);
     assert_eq!(ctx.probe.wakes().await, 16, "one wake per job, at most 16");
     assert_eq!(
-        ctx.store.reap(&ctx.q, 100).await.unwrap(),
+        ctx.store.reap(&ctx.q, 100, None).await.unwrap(),
         0,
         "an unexpired lease stays"
     );
@@ -180,7 +336,7 @@ pub async fn reap_puts_lane_jobs_back_at_their_lanes_front_in_order(ctx: &Ctx) {
     assert_slot_invariant(ctx).await;
     lapse(ctx, &lane[1]).await;
     ctx.probe.clear_wakes().await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 2);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 2);
     assert_eq!(ctx.probe.slots().await, HashMap::new(), "both slots freed");
     assert_eq!(ctx.probe.ring().await, ["g"]);
     assert_eq!(ctx.probe.wakes().await, 2, "one wake per recovered job");
@@ -202,7 +358,7 @@ pub async fn reap_drops_a_missing_row_from_active(ctx: &Ctx) {
     delete_row(ctx, &gone).await;
     lapse(ctx, &kept).await;
     assert_eq!(
-        ctx.store.reap(&ctx.q, 100).await.unwrap(),
+        ctx.store.reap(&ctx.q, 100, None).await.unwrap(),
         1,
         "only the job with a row comes back"
     );
@@ -221,7 +377,7 @@ pub async fn reap_dead_letters_a_malformed_lane_row_and_frees_its_slot(ctx: &Ctx
     lapse(ctx, &lane[0]).await;
     ctx.probe.clear_wakes().await;
     assert_eq!(
-        ctx.store.reap(&ctx.q, 100).await.unwrap(),
+        ctx.store.reap(&ctx.q, 100, None).await.unwrap(),
         0,
         "nothing went back to ready"
     );
@@ -457,7 +613,7 @@ pub async fn extend_lock_keeps_an_extended_lease_from_being_reaped(ctx: &Ctx) {
     assert_eq!(e, Extended::Ok);
     // nothing to poll: the claim's lease would have lapsed by now
     tokio::time::sleep(SHORT * 3).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 0);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 0);
     assert_eq!(sweep(ctx, 1, 100).await, Swept::default());
     assert_eq!(get(ctx, &id).await.state, JobState::Active);
     let s = ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap();
@@ -531,8 +687,11 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
 
 crate::conformance!(
     every_way_out_of_active_frees_a_job_claimed_again,
-    reap_returns_a_lapsed_lease_to_the_front_uncounted,
+    reap_returns_a_lapsed_lease_to_the_front_its_attempt_used,
     reap_returns_the_count_and_honours_its_limit,
+    reap_without_a_budget_leaves_a_job_dead_once_its_lapses_use_every_attempt,
+    reap_with_a_redelivery_budget_gives_each_lapse_its_attempt_back,
+    reap_with_a_redelivery_budget_buries_the_lapse_past_it,
     reap_puts_lane_jobs_back_at_their_lanes_front_in_order,
     reap_drops_a_missing_row_from_active,
     reap_dead_letters_a_malformed_lane_row_and_frees_its_slot,

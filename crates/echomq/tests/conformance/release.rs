@@ -202,7 +202,7 @@ pub async fn release_then_a_reap_counts_only_the_attempts_used(ctx: &Ctx) {
         .unwrap();
     claim_id(ctx, &id, SHORT).await;
     lapse(ctx, &id).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
     let last = claim(ctx, 1, LEASE).await;
     assert_eq!(
         ids(&last),

@@ -259,7 +259,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     claim_id(ctx, &id, SHORT).await;
     ctx.store.cancel(&ctx.q, &id, Some("operator"), plain()).await.unwrap();
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    ctx.store.reap(&ctx.q, 10, None).await.unwrap();
     assert!(
         claim(ctx, 1, LEASE).await.is_empty(),
         "cancelled at claim, not handed out"
@@ -268,7 +268,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     let id = marked("claim-spent").await;
     ctx.store.claim(&ctx.q, 1, SHORT, 1, plain()).await.unwrap();
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    ctx.store.reap(&ctx.q, 10, None).await.unwrap();
     assert!(ctx.store.claim(&ctx.q, 1, LEASE, 1, plain()).await.unwrap().is_empty());
     assert_eq!(notice(&mut notices, "claim at the budget").await, Some(id));
 
@@ -289,6 +289,16 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     assert_eq!(swept.dead, std::slice::from_ref(&id));
     assert_eq!(notice(&mut notices, "sweep_stalled").await, Some(id));
 
+    // reap under a redelivery budget of 1: the second lapse buries the job
+    let id = marked("redelivered").await;
+    for _ in 0..2 {
+        claim_id(ctx, &id, SHORT).await;
+        tokio::time::sleep(SHORT * 3).await;
+        ctx.store.reap(&ctx.q, 10, Some(1)).await.unwrap();
+    }
+    assert_eq!(get(ctx, &id).await.state, JobState::Dead);
+    assert_eq!(notice(&mut notices, "reap past the redelivery budget").await, Some(id));
+
     let id = marked("removed").await;
     ctx.store.remove(&ctx.q, &id, false).await.unwrap();
     assert_eq!(notice(&mut notices, "remove").await, Some(id));
@@ -298,7 +308,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     claim_id(ctx, &id, SHORT).await;
     ctx.probe.set_row_field(&id, "state", "bogus").await;
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.reap(&ctx.q, 10).await.unwrap();
+    ctx.store.reap(&ctx.q, 10, None).await.unwrap();
     assert_eq!(notice(&mut notices, "reap of a malformed row").await, Some(id));
     let id = ctx
         .store
@@ -320,7 +330,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
         None,
         "look at every waited job again"
     );
-    assert_eq!(mark(ctx, &id).await, Waited::Gone { sequence: 12 });
+    assert_eq!(mark(ctx, &id).await, Waited::Gone { sequence: 13 });
     assert_eq!(counts(ctx).await.active, 0);
 }
 

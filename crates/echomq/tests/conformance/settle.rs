@@ -342,7 +342,7 @@ async fn after_a_reap(ctx: &Ctx, verb: Holder) {
         let id = add(ctx, g, "p").await;
         let old = claim_id(ctx, &id, SHORT).await;
         lapse(ctx, &id).await;
-        assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+        assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
         let row = get(ctx, &id).await;
         assert_eq!(row.state, JobState::Pending, "the reaped job is ready again");
         assert_eq!(row.attempts, old.attempts, "reap keeps attempts");
@@ -638,7 +638,7 @@ pub async fn retry_reap_and_redrive_never_lower_attempts(ctx: &Ctx) {
     let c = claim_id(ctx, &id, SHORT).await;
     assert_eq!((c.attempts, get(ctx, &id).await.attempts), (2, 2));
     lapse(ctx, &id).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 10).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 10, None).await.unwrap(), 1);
     assert_eq!(get(ctx, &id).await.attempts, 2, "reap keeps attempts");
     let c = claim_id(ctx, &id, SHORT).await;
     assert_eq!(c.attempts, 3);
@@ -1068,7 +1068,7 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
         let moved = add(ctx, None, "moved").await;
         let old = claim_id(ctx, &moved, SHORT).await;
         lapse(ctx, &moved).await;
-        assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+        assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
         let a = add(ctx, None, "a").await;
         let b = add(ctx, None, "b").await;
         let retried = add(ctx, None, "retried").await;
@@ -1146,7 +1146,7 @@ pub async fn complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_r
     let j1 = add(ctx, None, "j1").await;
     claim_id(ctx, &j1, SHORT).await;
     lapse(ctx, &j1).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1);
     assert_eq!(claim_id(ctx, &j1, LEASE).await.attempts, 2, "j1 claimed again");
     let mut rest = Vec::new();
     for name in ["j2", "j3", "j4", "j5", "j6", "j7"] {
@@ -1156,7 +1156,7 @@ pub async fn complete_many_of_first_attempts_tells_a_job_claimed_again_and_one_r
     claim_id(ctx, &j2, SHORT).await;
     assert_eq!(claim(ctx, 5, LEASE).await.len(), 5);
     lapse(ctx, &j2).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 100).await.unwrap(), 1, "j2 waits again");
+    assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 1, "j2 waits again");
     assert_slot_invariant(ctx).await;
 
     // every entry with the token of a first attempt
@@ -1510,7 +1510,7 @@ pub async fn update_data_checkpoint_is_what_a_redelivery_sees(ctx: &Ctx) {
         "a checkpoint does not move the lease"
     );
     lapse(ctx, &id).await;
-    assert_eq!(ctx.store.reap(&ctx.q, 10).await.unwrap(), 1);
+    assert_eq!(ctx.store.reap(&ctx.q, 10, None).await.unwrap(), 1);
     let again = claim_id(ctx, &id, LEASE).await;
     assert_eq!(again.payload, b"step-1", "the redelivery resumes from the checkpoint");
     assert_eq!(again.attempts, 2);

@@ -1,7 +1,8 @@
 //! Recovery: recover and promote still run under a backlog longer than a beat; a checkpoint
 //! survives a lease expiry and only the current holder's settle counts; the stalled sweep recovers
 //! a vanished holder's job and buries it at `max_stalled`; the locks plane keeps a long handler's
-//! lease alive and cancels a handler whose lease was lost; recovery off leaves a lapsed lease alone.
+//! lease alive and cancels a handler whose lease was lost; recovery off leaves a lapsed lease alone;
+//! a redelivery budget keeps lapses from spending a job's attempts.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -480,7 +481,76 @@ async fn a_renewal_racing_the_jobs_own_settle_cancels_nothing(ctx: &Ctx) {
     );
 }
 
+/// A job whose first `crashes` runs outlive their lease (as if their worker died: no renewal, the
+/// lease lapses and the consumer's own recovery redelivers it), then completes; its budget is
+/// `max_attempts` 2. Returns the attempt number each run saw, and the job's row at the end.
+async fn runs_through_lapses(
+    ctx: &Ctx,
+    q: &QueueName,
+    recovery: Recovery,
+    crashes: usize,
+) -> (Vec<u64>, echomq::JobRow) {
+    let store = &ctx.store;
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let runs = runs.clone();
+        move |job: JobContext| {
+            let runs = runs.clone();
+            async move {
+                let n = {
+                    let mut runs = runs.lock().unwrap();
+                    runs.push(job.attempt());
+                    runs.len()
+                };
+                if n <= crashes {
+                    // far past the lease: the job is redelivered meanwhile, and this settle is stale
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+                Verdict::Done
+            }
+        }
+    };
+    let id = store
+        .enqueue(q, &[NewJob::new("crashes").with_max_attempts(2)])
+        .await
+        .unwrap()[0]
+        .id()
+        .clone();
+    let opts = fast()
+        .with_beat(Duration::from_millis(50))
+        .with_lease(Duration::from_millis(100))
+        .with_locks(false)
+        .with_concurrency(8)
+        .with_recovery(recovery);
+    let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
+    wait_until(Duration::from_secs(10), "completed or dead", || async {
+        let state = store.get(q, &id).await.unwrap().map(|r| r.state);
+        matches!(state, Some(JobState::Completed | JobState::Dead))
+    })
+    .await;
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let runs = runs.lock().unwrap().clone();
+    (runs, store.get(q, &id).await.unwrap().unwrap())
+}
+
+async fn a_redelivery_budget_keeps_crashes_from_spending_the_attempts(ctx: &Ctx) {
+    let budget = Recovery::Redeliver(echomq::store::RedeliveryPolicy {
+        max_redeliveries: 5,
+        limit: 100,
+    });
+    // three lapses at max_attempts 2: each run is the first attempt again, and the fourth completes
+    let (runs, row) = runs_through_lapses(ctx, &ctx.q, budget, 3).await;
+    assert_eq!(runs, [1, 1, 1, 1]);
+    assert_eq!((row.state, row.attempts, row.stalled), (JobState::Completed, 1, 3));
+    // the control, the default: each lapse used its attempt, so the second leaves the job dead
+    let (runs, row) = runs_through_lapses(ctx, &ctx.queue("control"), Recovery::Reap, 3).await;
+    assert_eq!(runs, [1, 2]);
+    assert_eq!(row.state, JobState::Dead);
+    assert_eq!(row.last_error.as_deref(), Some("lease expired on the last attempt"));
+}
+
 crate::consumer_cases!(
+    a_redelivery_budget_keeps_crashes_from_spending_the_attempts,
     a_renewal_racing_the_jobs_own_settle_cancels_nothing,
     a_backlog_longer_than_a_beat_still_lets_recover_and_promote_run,
     a_checkpoint_survives_a_lease_expiry,

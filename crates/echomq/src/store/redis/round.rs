@@ -27,7 +27,8 @@ pub(super) async fn recover_promote_claim(
     let mut calls = Vec::with_capacity(3);
     match recovery {
         Recovery::Off => {}
-        Recovery::Reap => calls.push(reap_call(store, &k, REAP_LIMIT)),
+        Recovery::Reap => calls.push(reap_call(store, &k, REAP_LIMIT, None)),
+        Recovery::Redeliver(p) => calls.push(reap_call(store, &k, p.limit, Some(p.max_redeliveries))),
         Recovery::Stalled(policy) => calls.push(sweep_call(store, &k, policy)),
     }
     calls.push(promote_call(store, &k, pump));
@@ -47,7 +48,7 @@ pub(super) async fn recover_promote_claim(
     };
     let recovered = match recovery {
         Recovery::Off => Ok(()),
-        Recovery::Reap => next().and_then(parse_reaped).map(drop),
+        Recovery::Reap | Recovery::Redeliver(_) => next().and_then(parse_reaped).map(drop),
         Recovery::Stalled(_) => next().and_then(parse_swept).map(drop),
     };
     let promoted = next().and_then(parse_promoted);
