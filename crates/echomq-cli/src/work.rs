@@ -181,7 +181,10 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     // listen before the first job can start, so no signal is lost to the default action
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let store = crate::open(url).await?;
+    // a store that is down now is waited out by the consumer's back-off, as any outage is; a
+    // refusal no retry mends (a missing password, a server that is not Redis) ends the worker at
+    // its first round
+    let store: Arc<dyn echomq::Store> = Arc::from(echomq::store::open_lazy(url).await?);
     let groups: Groups = Arc::default();
     let emq = std::env::current_exe().context("cannot find this program to run each command under it")?;
     let exec = Arc::new(Exec {
@@ -199,19 +202,12 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let consumer = Consumer::start(store, queue, handler, opts)?;
     tracing::info!(queue = %consumer.queue(), "emq work started");
 
-    let ttl_ended = async {
-        if args.ttl.is_none() {
-            return std::future::pending::<()>().await;
-        }
-        // a local flag, no store traffic
-        while !consumer.is_finished() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-        _ = ttl_ended => {
+        // the loop ended on its own: its ttl (exit 0), or the store's refusal (its error, exit 1)
+        ended = consumer.wait_for(Duration::MAX) => {
+            ended?;
             consumer.stop(Duration::MAX).await?;
             return Ok(0);
         }

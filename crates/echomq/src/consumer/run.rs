@@ -43,6 +43,9 @@ struct Beat {
     _settle_tx: mpsc::UnboundedSender<Finished>,
     slots: Arc<Semaphore>,
     streak: u32,
+    /// Whether a round has succeeded yet: the first outage's log line says the consumer is
+    /// waiting for a store it has never reached.
+    reached: bool,
 }
 
 /// What ends a leg early.
@@ -68,20 +71,31 @@ pub(crate) async fn run(
         _settle_tx: settle_tx,
         slots,
         streak: 0,
+        reached: false,
     };
     loop {
         match beat.once().await {
             Leg::Healthy => {
                 if beat.streak > 0 {
                     shared.back.notify_one();
+                    tracing::info!(queue = %shared.queue, after = beat.streak, "store reachable; consuming");
                 }
                 beat.streak = 0;
+                beat.reached = true;
             }
             Leg::Exit => break,
+            // retrying cannot mend it: the loop ends, and stop/wait_for hand the error to the owner
+            Leg::Degraded(e) if e.is_misconfigured() => {
+                tracing::error!(queue = %shared.queue, error = %e, "the store refuses this consumer; it ends");
+                *lock(&shared.refused) = Some(e);
+                break;
+            }
             Leg::Degraded(e) => {
                 beat.streak += 1;
                 let sleep = shared.opts.degraded_sleep(beat.streak);
-                let what = if e.is_unreachable() {
+                let what = if e.is_unreachable() && !beat.reached {
+                    "store unreachable; waiting for it (backing off)"
+                } else if e.is_unreachable() {
                     "store unreachable; backing off"
                 } else {
                     "store refused the consumer's round; backing off (a lasting refusal needs an operator)"
