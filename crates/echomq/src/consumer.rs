@@ -143,6 +143,13 @@ impl Shared {
         cancel
     }
 
+    /// Ends the consumer on a refusal no retry mends: the first one is kept for `stop` and
+    /// `wait_for`, and the loop claims no more.
+    pub(crate) fn refuse(&self, e: Error) {
+        lock(&self.refused).get_or_insert(e);
+        self.stop.cancel();
+    }
+
     /// Marks attempt `token` of job `id` as settling: its handler has returned.
     pub(crate) fn settling(&self, id: &JobId, token: u64) {
         if let Some(t) = lock(&self.inflight).get_mut(id).filter(|t| t.token == token) {

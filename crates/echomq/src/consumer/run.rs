@@ -87,7 +87,7 @@ pub(crate) async fn run(
             // retrying cannot mend it: the loop ends, and stop/wait_for hand the error to the owner
             Leg::Degraded(e) if e.is_misconfigured() => {
                 tracing::error!(queue = %shared.queue, error = %e, "the store refuses this consumer; it ends");
-                *lock(&shared.refused) = Some(e);
+                shared.refuse(e);
                 break;
             }
             Leg::Degraded(e) => {
@@ -452,6 +452,13 @@ pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
     while !shared.ended.is_cancelled() {
         let mut requests = match shared.store.cancel_requests(&shared.queue).await {
             Ok(s) => s,
+            // a subscription refused for good (an ACL denying the channel, a refused password):
+            // the consumer ends on it as the loop would, rather than run on deaf to cancels
+            Err(e) if e.is_misconfigured() => {
+                tracing::error!(queue = %shared.queue, error = %e, "the store refuses the cancel subscription; the consumer ends");
+                shared.refuse(e);
+                return;
+            }
             Err(e) => {
                 streak += 1;
                 let sleep = shared.opts.degraded_sleep(streak);

@@ -356,12 +356,13 @@ pub(super) fn misconfigured(e: &RedisError) -> Option<String> {
              user and password in the URL"
                 .into(),
         ),
-        // the first bytes back were not a Redis reply: another service listens on the port
-        ErrorKind::Parse => Some(format!(
-            "the server does not speak the Redis protocol (its reply does not parse: {}): check the \
-             host and port in the URL",
-            detail()
-        )),
+        // the bytes back were not a Redis reply: another service listens on the port (the
+        // parser's detail names byte values, a riddle to the reader, and spans lines)
+        ErrorKind::Parse => Some(
+            "the server does not speak the Redis protocol (its reply does not parse: another service, \
+             HTTP say, listens there): check the host and port in the URL"
+                .into(),
+        ),
         _ => refused_certificate(e).map(|tls| {
             format!(
                 "the server's TLS certificate is refused ({tls}): trust the CA that signed it \
