@@ -61,6 +61,10 @@ Exit status of the command -> what becomes of the job:
 
 --timeout: SIGTERM to the command's process group, SIGKILL 5 s later; the job errs.
 A cancel request (`emq cancel`) or a lost lease stops the command the same way.
+A store that cannot be reached, at start-up too, is waited out: the worker logs
+`store unreachable; waiting for it (backing off)` and starts once the store is up. A store
+that refuses this worker for good (a password missing or refused, an ACL denial, a server
+that does not speak Redis) ends it at once: exit 1, the cause on stderr.
 SIGTERM or Ctrl-C: stop claiming, let running commands finish and settle, exit 0.
 A second signal: SIGKILL every running command's group and exit 130 without settling
 (the jobs return when their leases lapse).";

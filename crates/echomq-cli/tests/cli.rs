@@ -1,9 +1,11 @@
 //! End-to-end tests of the `emq` binary against a real `redis-server`: enqueue (one, stdin, file,
 //! duplicates), stats, `work --exec` (verdicts by exit status, environment, payload on stdin,
 //! stderr tail, output, timeout, cancel, lease renewal, graceful and forced stop; its idle traffic
-//! against the library consumer's), `bench` (one JSON line per run, the peers' fields), and the
-//! exit statuses and error lines of the global rules. The tests under `on_both_stores!` run on a fresh
-//! embedded store too.
+//! against the library consumer's; a store down at its start waited out), `bench` (one JSON line
+//! per run, the peers' fields), and the exit statuses and error lines of the global rules (an
+//! unreachable store; a store that refuses for good — a password missing or refused, a server that
+//! does not speak Redis — ending every command, `work` too, at once). The tests under
+//! `on_both_stores!` run on a fresh embedded store too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

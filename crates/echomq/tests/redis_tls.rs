@@ -1,7 +1,8 @@
 //! `rediss://`: the store and a consumer over TLS, against a `redis-server` of this test's own
 //! serving a certificate from a CA made here with `openssl`; and a server whose certificate no
-//! trusted CA signed is refused with a typed error, by an open and by a consumer alike. A binary of its own: the trusted roots come
-//! from `SSL_CERT_FILE`, which this process sets (rustls-native-certs reads it at each connect).
+//! trusted CA signed is refused with a typed error, by an open and by a consumer alike. A binary
+//! of its own: the trusted roots come from `SSL_CERT_FILE`, which this process sets
+//! (rustls-native-certs reads it at each connect).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]

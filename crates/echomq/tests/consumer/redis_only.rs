@@ -6,8 +6,10 @@
 //!
 //! Covered: the idle rate and CPU; an outage ridden out (the server SIGKILLed and restarted from
 //! its AOF); a settle made during one; a settle lost to a longer one (logged at warn); the
-//! back-off's growth through one; a cancel sent after one; a refused password; a user that may not
-//! load scripts.
+//! back-off's growth through one; a cancel sent after one; a consumer started while the server is
+//! down, which waits for it; the refusals no retry mends, which end an open, a producer, a consumer
+//! and a `Worker` at once naming the cause (a password refused or missing, an ACL denial, a server
+//! that does not speak Redis); a user that may not load scripts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
