@@ -78,7 +78,7 @@ pub(crate) async fn run(
             Leg::Healthy => {
                 if beat.streak > 0 {
                     shared.back.notify_one();
-                    tracing::info!(queue = %shared.queue, after = beat.streak, "store reachable; consuming");
+                    tracing::info!(queue = %shared.queue, failed_rounds = beat.streak, "store reachable; consuming");
                 }
                 beat.streak = 0;
                 beat.reached = true;
