@@ -820,8 +820,8 @@ end 3 1 2 300 30
         let text = "\
 2026-12-03T10:00:00Z  WARN echomq::consumer::settle: settle refused: this consumer no longer holds the job queue=audit id=7
 2026-12-03T10:00:00Z  WARN echomq::consumer::locks: lease lost; cancelling the handler queue=audit id=8
-2026-12-03T10:00:01Z  WARN echomq::consumer::run: store reachable again; resuming queue=audit degraded_ms=1500
-2026-12-03T10:00:09Z  WARN echomq::consumer::run: store reachable again; resuming queue=audit degraded_ms=250
+2026-12-03T10:00:01Z  WARN echomq::consumer::run: store reachable again; consuming queue=audit degraded_ms=1500
+2026-12-03T10:00:09Z  WARN echomq::consumer::run: store reachable again; consuming queue=audit degraded_ms=250
 ";
         assert_eq!(
             analyse_worker_log(text),

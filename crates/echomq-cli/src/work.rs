@@ -61,6 +61,10 @@ Exit status of the command -> what becomes of the job:
 
 --timeout: SIGTERM to the command's process group, SIGKILL 5 s later; the job errs.
 A cancel request (`emq cancel`) or a lost lease stops the command the same way.
+A store that cannot be reached, at start-up too, is waited out: the worker logs
+`store unreachable; waiting for it (backing off)` and starts once the store is up. A store
+that refuses this worker for good (a password missing or refused, an ACL denial, a server
+that does not speak Redis) ends it at once: exit 1, the cause on stderr.
 SIGTERM or Ctrl-C: stop claiming, let running commands finish and settle, exit 0.
 A second signal: SIGKILL every running command's group and exit 130 without settling
 (the jobs return when their leases lapse).
@@ -201,7 +205,10 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     // listen before the first job can start, so no signal is lost to the default action
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let store = crate::open(url).await?;
+    // a store that is down now is waited out by the consumer's back-off, as any outage is; a
+    // refusal no retry mends (a missing password, a server that is not Redis) ends the worker at
+    // its first round
+    let store: Arc<dyn echomq::Store> = Arc::from(echomq::store::open_lazy(url).await?);
     let groups: Groups = Arc::default();
     let emq = std::env::current_exe().context("cannot find this program to run each command under it")?;
     let exec = Arc::new(Exec {
@@ -219,19 +226,12 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let consumer = Consumer::start(store, queue, handler, opts)?;
     tracing::info!(queue = %consumer.queue(), "emq work started");
 
-    let ttl_ended = async {
-        if args.ttl.is_none() {
-            return std::future::pending::<()>().await;
-        }
-        // a local flag, no store traffic
-        while !consumer.is_finished() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-        _ = ttl_ended => {
+        // the loop ended on its own: its ttl (exit 0), or the store's refusal (its error, exit 1)
+        ended = consumer.wait_for(Duration::MAX) => {
+            ended?;
             consumer.stop(Duration::MAX).await?;
             return Ok(0);
         }

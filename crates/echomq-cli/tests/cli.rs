@@ -1,9 +1,11 @@
 //! End-to-end tests of the `emq` binary against a real `redis-server`: enqueue (one, stdin, file,
 //! duplicates), stats, `work --exec` (verdicts by exit status, environment, payload on stdin,
 //! stderr tail, output, timeout, cancel, lease renewal, graceful and forced stop; its idle traffic
-//! against the library consumer's), `bench` (one JSON line per run, the peers' fields), and the
-//! exit statuses and error lines of the global rules. The tests under `on_both_stores!` run on a fresh
-//! embedded store too.
+//! against the library consumer's; a store down at its start waited out), `bench` (one JSON line
+//! per run, the peers' fields), and the exit statuses and error lines of the global rules (an
+//! unreachable store; a store that refuses for good — a password missing or refused, a server that
+//! does not speak Redis — ending every command, `work` too, at once). The tests under
+//! `on_both_stores!` run on a fresh embedded store too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -301,11 +303,8 @@ fn values_the_library_refuses_exit_1_naming_the_option(b: &Backend) {
 
 #[test]
 fn an_unreachable_store_exits_1_within_5_s_naming_the_address() {
-    for args in [
-        &["enqueue", "q", "x"][..],
-        &["stats", "--json"][..],
-        &["work", "q", "--exec", "true"][..],
-    ] {
+    // `emq work` waits for the store instead (below)
+    for args in [&["enqueue", "q", "x"][..], &["stats", "--json"][..]] {
         let started = Instant::now();
         let o = emq_cmd(args).env("EMQ_URL", "redis://127.0.0.1:1").output().unwrap();
         assert!(
@@ -318,6 +317,90 @@ fn an_unreachable_store_exits_1_within_5_s_naming_the_address() {
     // the flag wins over the environment, after the subcommand too
     let o = emq(&["stats", "--url", "redis://127.0.0.1:1"]);
     assert_error_naming(&o, "127.0.0.1:1");
+}
+
+#[test]
+fn emq_work_started_while_redis_is_down_waits_for_it_and_then_works() {
+    let mut server = common::redis_server::OwnedServer::start(&["--appendonly", "no"]);
+    let b = Backend::at(server.url());
+    server.kill9();
+    let q = queue("startup");
+    let mut w = b.work(&q, "cat >/dev/null", &[]);
+    // the first rounds fail and back off; the worker stays up through them
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!w.exited(), "emq work must wait for a store that is down at start-up");
+    server.restart();
+    for i in 0..3 {
+        b.enqueue(&q, &format!("{i}"), &[]);
+    }
+    let l = b.lib();
+    // the back-off is a few seconds at most by now; generous for a loaded machine
+    wait_until(Duration::from_secs(60), "the jobs ran once Redis came up", || {
+        l.counts(&q).completed == 3
+    });
+    let o = w.stop();
+    assert!(
+        stderr(&o).contains("store unreachable; waiting for it"),
+        "it logged that it waits for the store: {}",
+        stderr(&o)
+    );
+}
+
+/// A loopback port where an HTTP server answers every connection `400 Bad Request` and closes it.
+fn http_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(|c| c.ok()) {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            });
+        }
+    });
+    port
+}
+
+/// Every command, `emq work` too, ends at once with exit 1 and an error line naming `cause` when
+/// the store at `url` refuses it in a way no retry mends.
+#[track_caller]
+fn every_command_ends_at_once_naming(url: &str, cause: &str) {
+    let b = Backend::at(url.to_string());
+    for args in [&["enqueue", "q", "x"][..], &["stats", "--json"], &["job", "q", "1"]] {
+        let started = Instant::now();
+        let o = b.emq(args);
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert_error_naming(&o, cause);
+    }
+    // a worker's log lines come first; its last line is the error
+    let o = Worker::spawn(b.cmd(&["work", "q", "--exec", "true"])).wait(Duration::from_secs(20));
+    assert_exit(&o, 1);
+    let err = stderr(&o);
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: ") && last.contains(cause),
+        "the error names {cause:?}: {err}"
+    );
+    assert!(!err.contains("s3cret"), "no password in the output: {err}");
+}
+
+#[test]
+fn a_server_that_refuses_the_credentials_ends_every_command_at_once_naming_the_cause() {
+    let server = common::redis_server::OwnedServer::start(&["--appendonly", "no", "--requirepass", "s3cret"]);
+    every_command_ends_at_once_naming(&server.url(), "NOAUTH");
+    every_command_ends_at_once_naming(&format!("redis://:wrong@127.0.0.1:{}", server.port), "WRONGPASS");
+}
+
+#[test]
+fn a_server_that_does_not_speak_redis_ends_every_command_at_once_naming_the_cause() {
+    let url = format!("redis://127.0.0.1:{}", http_server());
+    every_command_ends_at_once_naming(&url, "does not speak the Redis protocol");
 }
 
 #[test]

@@ -4,7 +4,11 @@
 //! ```text
 //! loop: check stop → ttl → recover + promote + claim (one round trip) → drain leg → park
 //!       a wire error on any leg → sleep min(max(30 s, beat), beat × 2^(streak-1)) → loop
+//!       a refusal no retry mends (Error::Misconfigured) → the loop ends; stop/wait_for return it
 //! ```
+//!
+//! An unreachable store is an outage from the first round on: a consumer on a store opened with
+//! [`crate::open_lazy`] while the server is down backs off until it is up.
 //!
 //! Each claimed job runs on a task of its own (a panic becomes `Verdict::Error("panic: …")`); its
 //! verdict, and the slot it ran on, go to the settler, which sends a lone settle at once and
@@ -82,6 +86,9 @@ pub(crate) struct Shared {
     pub(crate) started: std::time::Instant,
     /// Fired when the loop leaves its beat: the settler claims no more.
     pub(crate) closing: CancellationToken,
+    /// The refusal no retry mends that ended the loop ([`Error::Misconfigured`]): `stop` and
+    /// `wait_for` return it, so the consumer's owner learns why it ended.
+    pub(crate) refused: Mutex<Option<Error>>,
 }
 
 /// How long a cancel request for a job not tracked here is remembered: the race it covers (a
@@ -134,6 +141,13 @@ impl Shared {
             },
         );
         cancel
+    }
+
+    /// Ends the consumer on a refusal no retry mends: the first one is kept for `stop` and
+    /// `wait_for`, and the loop claims no more.
+    pub(crate) fn refuse(&self, e: Error) {
+        lock(&self.refused).get_or_insert(e);
+        self.stop.cancel();
     }
 
     /// Marks attempt `token` of job `id` as settling: its handler has returned.
@@ -225,6 +239,7 @@ impl Consumer {
             early_cancels: Mutex::new(Vec::new()),
             started: std::time::Instant::now(),
             closing: CancellationToken::new(),
+            refused: Mutex::new(None),
         });
         let mut aborts = Vec::new();
         if shared.opts.cancel {
@@ -259,10 +274,18 @@ impl Consumer {
         lock(&self.shared.inflight).len()
     }
 
-    /// True once the loop has ended (stopped, aborted, or its ttl elapsed).
+    /// True once the loop has ended (stopped, aborted, its ttl elapsed, or the store refused it:
+    /// see [`error`](Self::error)).
     pub fn is_finished(&self) -> bool {
         // an aborted loop never sends: its sender is dropped, which ends the channel
         *self.done.borrow() || self.done.has_changed().is_err()
+    }
+
+    /// The refusal no retry mends that ended the loop ([`Error::Misconfigured`]: a password
+    /// missing or refused, an ACL denial, a server that does not speak the store's protocol), once
+    /// it has ended so; `None` while it runs and after any other end.
+    pub fn error(&self) -> Option<Error> {
+        lock(&self.shared.refused).clone()
     }
 
     /// Stops: no new claims, and every handler's [`JobContext::shutdown`] fires; in-flight
@@ -270,11 +293,12 @@ impl Consumer {
     /// running are dropped and their jobs released — ready again at once for any consumer, their
     /// attempts unused — and `stop` returns once those releases are sent. Only when even they do
     /// not finish within [`RELEASE_WAIT`] (the store unreachable) does it return
-    /// [`Error::Timeout`]; those jobs come back when their leases lapse.
+    /// [`Error::Timeout`]; those jobs come back when their leases lapse. A loop the store refused
+    /// returns that refusal ([`error`](Self::error)).
     pub async fn stop(&self, timeout: Duration) -> Result<()> {
         self.shared.stop.cancel();
-        if self.wait_for(timeout).await.is_ok() {
-            return Ok(());
+        if self.ended_within(timeout).await {
+            return self.outcome();
         }
         let running: Vec<String> = lock(&self.shared.inflight).keys().map(|id| id.to_string()).collect();
         tracing::warn!(
@@ -282,25 +306,40 @@ impl Consumer {
             "stop timed out; dropping the handlers still running and releasing their jobs"
         );
         self.shared.dropping.cancel();
-        self.wait_for(RELEASE_WAIT).await.map_err(|_| Error::Timeout {
-            what: "consumer stop (releasing the jobs still running)",
-            after: timeout.saturating_add(RELEASE_WAIT),
-        })
+        if !self.ended_within(RELEASE_WAIT).await {
+            return Err(Error::Timeout {
+                what: "consumer stop (releasing the jobs still running)",
+                after: timeout.saturating_add(RELEASE_WAIT),
+            });
+        }
+        self.outcome()
     }
 
-    /// Waits up to `timeout` for the loop to end on its own (its ttl), without asking it to stop.
-    /// Cancel-safe: dropping the wait halfway changes nothing.
+    /// Waits up to `timeout` for the loop to end on its own (its ttl, or a refusal no retry mends,
+    /// which it returns), without asking it to stop. Cancel-safe: dropping the wait halfway
+    /// changes nothing.
     pub async fn wait_for(&self, timeout: Duration) -> Result<()> {
-        let mut done = self.done.clone();
-        // an Err inside (the loop task gone without a word: aborted) has ended all the same
-        let ended = tokio::time::timeout(timeout, async move { done.wait_for(|d| *d).await.is_ok() }).await;
-        match ended {
-            Ok(_) => Ok(()),
-            Err(_) => Err(Error::Timeout {
+        if !self.ended_within(timeout).await {
+            return Err(Error::Timeout {
                 what: "consumer stop",
                 after: timeout,
-            }),
+            });
         }
+        self.outcome()
+    }
+
+    /// Whether the loop ended within `timeout`. Cancel-safe.
+    async fn ended_within(&self, timeout: Duration) -> bool {
+        let mut done = self.done.clone();
+        // an Err inside (the loop task gone without a word: aborted) has ended all the same
+        tokio::time::timeout(timeout, async move { done.wait_for(|d| *d).await.is_ok() })
+            .await
+            .is_ok()
+    }
+
+    /// The ended loop's result: the store's refusal that ended it, else `Ok`.
+    fn outcome(&self) -> Result<()> {
+        self.error().map_or(Ok(()), Err)
     }
 
     /// Drops every handler without settling (their leases lapse and recovery returns the jobs).
@@ -332,7 +371,9 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// `make` builds each consumer (open a store, start a consumer on it); it is called again when
-    /// the previous consumer's loop has ended. A `make` that fails is retried after `backoff`.
+    /// the previous consumer's loop has ended. A `make` that fails is retried after `backoff`. A
+    /// refusal no retry mends ([`Error::Misconfigured`], from `make` or ending a consumer) ends
+    /// the supervisor, logged at error: a fresh consumer would meet it again.
     /// Outside a tokio runtime it returns [`Error::InvalidOption`] (field `runtime`).
     pub fn start<F, Fut>(make: F, backoff: Duration) -> Result<Supervisor>
     where
@@ -346,6 +387,10 @@ impl Supervisor {
             while !stopping.is_cancelled() {
                 let consumer = match make().await {
                     Ok(c) => c,
+                    Err(e) if e.is_misconfigured() => {
+                        tracing::error!(error = %e, "supervisor could not start a consumer; it ends");
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "supervisor could not start a consumer; retrying");
                         tokio::select! {
@@ -355,9 +400,13 @@ impl Supervisor {
                     }
                 };
                 tokio::select! {
-                    _ = consumer.wait_for(Duration::MAX) => {
-                        tracing::info!(queue = %consumer.queue(), "consumer ended; the supervisor starts a fresh one");
-                    }
+                    ended = consumer.wait_for(Duration::MAX) => match ended {
+                        Err(e) if e.is_misconfigured() => {
+                            tracing::error!(queue = %consumer.queue(), error = %e, "the store refused the consumer; the supervisor ends");
+                            break;
+                        }
+                        _ => tracing::info!(queue = %consumer.queue(), "consumer ended; the supervisor starts a fresh one"),
+                    },
                     _ = stopping.cancelled() => {
                         let _ = consumer.stop(STOP_TIMEOUT_DEFAULT).await;
                         break;

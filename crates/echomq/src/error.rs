@@ -28,7 +28,7 @@ impl fmt::Display for NameKind {
 }
 
 /// Every error EchoMQ returns.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A queue name, group name or job id that is not 1–128 bytes of `[A-Za-z0-9._:-]` (a caller id
@@ -81,6 +81,18 @@ pub enum Error {
         /// The address tried.
         addr: String,
         /// What went wrong.
+        reason: String,
+    },
+    /// The store refused this client in a way no retry can mend: a password missing (`NOAUTH`) or
+    /// refused (`WRONGPASS`), a permission the user lacks (`NOPERM`), a TLS certificate no trusted
+    /// root vouches for, a server that does not speak the store's protocol, a file that is not a
+    /// database. Producers, consumers and every CLI command end on it at once; the `reason` names
+    /// the cause and what to change.
+    #[error("cannot use the store at {addr} (retrying will not help): {reason}")]
+    Misconfigured {
+        /// The address (credentials redacted) or the file.
+        addr: String,
+        /// The cause in plain words, with what to change.
         reason: String,
     },
     /// The store answered with an error that is not one of the verb's documented replies.
@@ -153,6 +165,12 @@ impl Error {
     /// backing off, as opposed to a refusal that would repeat.
     pub fn is_unreachable(&self) -> bool {
         matches!(self, Error::Unreachable { .. })
+    }
+
+    /// True when the error is a refusal no retry can mend ([`Error::Misconfigured`]): a consumer
+    /// ends on it instead of backing off for ever.
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(self, Error::Misconfigured { .. })
     }
 }
 

@@ -44,3 +44,17 @@ pub async fn open(url: &str) -> Result<std::sync::Arc<dyn Store>> {
     };
     Ok(std::sync::Arc::from(store))
 }
+
+/// [`open`] for a worker: a Redis store connects at its first verb instead of now, so a
+/// [`Worker`] (or [`Consumer`]) started while the server is down waits it out, backing off as
+/// through any outage, and starts working once it is up. A refusal no retry mends (a password
+/// missing or refused, an ACL denial, a server that does not speak Redis:
+/// [`Error::Misconfigured`]) still ends the worker at once. See [`store::open_lazy`].
+pub async fn open_lazy(url: &str) -> Result<std::sync::Arc<dyn Store>> {
+    let store = if url.is_empty() {
+        store::open_default().await?
+    } else {
+        store::open_lazy(url).await?
+    };
+    Ok(std::sync::Arc::from(store))
+}

@@ -842,6 +842,20 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     }
 }
 
+/// [`open`] for a worker: a Redis URL is only checked now, and the store connects at its first
+/// verb (each verb before then fails as `open` would: [`Error::Unreachable`] while the server is
+/// down), so a consumer started while the server is down backs off until it is up, as it does
+/// through any outage. A refusal no retry mends ([`Error::Misconfigured`]) still ends the consumer
+/// at its first round. The embedded store has no server to wait for: its file is opened now, as
+/// [`open`] opens it. Producers and one-shot tools want [`open`], which fails at once.
+pub async fn open_lazy(url: &str) -> Result<Box<dyn Store>> {
+    match url.split_once("://") {
+        #[cfg(feature = "redis")]
+        Some(("redis" | "rediss", _)) => Ok(Box::new(redis::RedisStore::open_lazy(url)?)),
+        _ => open(url).await,
+    }
+}
+
 /// A store URL fit to print: the credentials of `scheme://user:password@host…` replaced by `…`.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {

@@ -247,10 +247,25 @@ impl WorkerHandle {
     /// those running get `timeout` to finish and settle. Past it they are dropped and their jobs
     /// released — ready again at once for another worker, their attempts unused. Errs only when
     /// even those releases could not be sent (the store unreachable): those jobs come back when
-    /// their leases lapse.
+    /// their leases lapse, or when a loop had ended on a refusal no retry mends (that error).
     pub async fn stop(&self, timeout: Duration) -> Result<()> {
         let stops = self.consumers.iter().map(|c| c.stop(timeout));
         futures::future::join_all(stops).await.into_iter().collect()
+    }
+
+    /// Waits until every queue's loop has ended on its own (its ttl), or one has ended on a refusal
+    /// no retry mends ([`Error::Misconfigured`]: a password missing or refused, an ACL denial, a
+    /// server that does not speak the store's protocol), which it returns at once; the other loops
+    /// run on until [`stop`](Self::stop) or the handle's drop. Cancel-safe.
+    pub async fn wait(&self) -> Result<()> {
+        let ends = self.consumers.iter().map(|c| c.wait_for(Duration::MAX));
+        futures::future::try_join_all(ends).await.map(drop)
+    }
+
+    /// The first refusal no retry mends that ended one of the worker's loops, if any (see
+    /// [`wait`](Self::wait)).
+    pub fn error(&self) -> Option<Error> {
+        self.consumers.iter().find_map(Consumer::error)
     }
 
     /// Drops every handler where it stands, unsettled: their jobs come back when their leases

@@ -1,7 +1,8 @@
 //! `rediss://`: the store and a consumer over TLS, against a `redis-server` of this test's own
 //! serving a certificate from a CA made here with `openssl`; and a server whose certificate no
-//! trusted CA signed is refused with a typed error. A binary of its own: the trusted roots come
-//! from `SSL_CERT_FILE`, which this process sets (rustls-native-certs reads it at each connect).
+//! trusted CA signed is refused with a typed error, by an open and by a consumer alike. A binary
+//! of its own: the trusted roots come from `SSL_CERT_FILE`, which this process sets
+//! (rustls-native-certs reads it at each connect).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/redis_server.rs"]
@@ -129,13 +130,27 @@ async fn the_store_and_a_consumer_work_over_tls_and_an_untrusted_server_is_refus
     let refused = RedisStore::open(&url).await;
     let err = refused.expect_err("a server no trusted CA vouches for is refused");
     assert!(!err.is_unreachable(), "a refusal, not an outage: {err:?}");
-    assert!(
-        matches!(err, echomq::Error::Store { verb: "open", .. }),
-        "a typed error: {err:?}"
-    );
+    assert!(err.is_misconfigured(), "a typed error: {err:?}");
     assert!(
         err.to_string().to_lowercase().contains("certificate"),
         "it names the cause: {err}"
+    );
+    // a consumer on a store that connects at its first verb ends on it too, at its first round
+    let lazy: Arc<dyn Store> = Arc::from(echomq::store::open_lazy(&url).await.unwrap());
+    let refused_consumer = Consumer::start(
+        lazy,
+        QueueName::new("tls-refused").unwrap(),
+        |_j: JobContext| async { Verdict::Done },
+        ConsumerOptions::default().with_beat(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let ended = refused_consumer
+        .wait_for(Duration::from_secs(20))
+        .await
+        .expect_err("the consumer ends on the refused certificate");
+    assert!(
+        ended.is_misconfigured() && ended.to_string().contains("certificate"),
+        "{ended:?}"
     );
 
     // trusting the server's CA: every verb over TLS

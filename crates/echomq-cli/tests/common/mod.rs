@@ -385,6 +385,11 @@ impl Worker {
         signal(self.pid(), sig);
     }
 
+    /// Whether it has exited (reaped here: `kill -0` still finds an unreaped zombie).
+    pub fn exited(&mut self) -> bool {
+        self.child.as_mut().unwrap().try_wait().unwrap().is_some()
+    }
+
     /// Waits for the worker to exit (at most `within`) and returns its output.
     pub fn wait(mut self, within: Duration) -> Output {
         let deadline = Instant::now() + within;

@@ -45,6 +45,9 @@ struct Beat {
     streak: u32,
     /// When the current run of failed rounds began (None while healthy).
     degraded_since: Option<Instant>,
+    /// Whether a round has succeeded yet: the first outage's log line says the consumer is
+    /// waiting for a store it has never reached.
+    reached: bool,
 }
 
 /// What ends a leg early.
@@ -71,6 +74,7 @@ pub(crate) async fn run(
         slots,
         streak: 0,
         degraded_since: None,
+        reached: false,
     };
     loop {
         match beat.once().await {
@@ -78,19 +82,31 @@ pub(crate) async fn run(
                 if beat.streak > 0 {
                     shared.back.notify_one();
                 }
-                beat.streak = 0;
                 // the end of the back-off warnings: an operator who saw them must see them end
                 if let Some(since) = beat.degraded_since.take() {
                     let degraded_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    tracing::warn!(queue = %shared.queue, degraded_ms, "store reachable again; resuming");
+                    tracing::warn!(
+                        queue = %shared.queue, failed_rounds = beat.streak, degraded_ms,
+                        "store reachable again; consuming"
+                    );
                 }
+                beat.streak = 0;
+                beat.reached = true;
             }
             Leg::Exit => break,
+            // retrying cannot mend it: the loop ends, and stop/wait_for hand the error to the owner
+            Leg::Degraded(e) if e.is_misconfigured() => {
+                tracing::error!(queue = %shared.queue, error = %e, "the store refuses this consumer; it ends");
+                shared.refuse(e);
+                break;
+            }
             Leg::Degraded(e) => {
                 beat.streak += 1;
                 beat.degraded_since.get_or_insert_with(Instant::now);
                 let sleep = shared.opts.degraded_sleep(beat.streak);
-                let what = if e.is_unreachable() {
+                let what = if e.is_unreachable() && !beat.reached {
+                    "store unreachable; waiting for it (backing off)"
+                } else if e.is_unreachable() {
                     "store unreachable; backing off"
                 } else {
                     "store refused the consumer's round; backing off (a lasting refusal needs an operator)"
@@ -447,6 +463,13 @@ pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
     while !shared.ended.is_cancelled() {
         let mut requests = match shared.store.cancel_requests(&shared.queue).await {
             Ok(s) => s,
+            // a subscription refused for good (an ACL denying the channel, a refused password):
+            // the consumer ends on it as the loop would, rather than run on deaf to cancels
+            Err(e) if e.is_misconfigured() => {
+                tracing::error!(queue = %shared.queue, error = %e, "the store refuses the cancel subscription; the consumer ends");
+                shared.refuse(e);
+                return;
+            }
             Err(e) => {
                 streak += 1;
                 let sleep = shared.opts.degraded_sleep(streak);

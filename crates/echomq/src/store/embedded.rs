@@ -142,6 +142,30 @@ pub(crate) fn sql_error(verb: &'static str, e: rusqlite::Error) -> Error {
     }
 }
 
+/// The store's error for a refusal met while opening `path`: [`Error::Misconfigured`] when no retry
+/// mends it (the file cannot be opened or written, or it is not a database), else as
+/// [`sql_error`] (a database locked by another process is transient).
+pub(crate) fn open_error(path: &str, e: rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode;
+    let code = e.sqlite_error_code();
+    if matches!(
+        code,
+        Some(
+            ErrorCode::CannotOpen
+                | ErrorCode::NotADatabase
+                | ErrorCode::ReadOnly
+                | ErrorCode::PermissionDenied
+                | ErrorCode::DatabaseCorrupt
+        )
+    ) {
+        return Error::Misconfigured {
+            addr: path.to_string(),
+            reason: e.to_string(),
+        };
+    }
+    sql_error("open", e)
+}
+
 type Work = Box<dyn FnOnce(&mut Worker) + Send>;
 
 /// What the store's thread owns: its connection and what it tells the store handles.
@@ -318,17 +342,23 @@ impl EmbeddedStore {
         })
     }
 
-    /// Opens and configures the connection; every refusal names the file.
+    /// Opens and configures the connection; every refusal names the file, and one no retry mends
+    /// (a file that cannot be opened or written, or is not a database) is
+    /// [`Error::Misconfigured`].
     fn connect(path: &str, durability: Durability) -> Result<Connection> {
+        // the usual cause of SQLite's bare "unable to open" and "readonly database"
+        let hinted = |reason: String| {
+            if reason.contains("unable to open") || reason.contains("readonly database") {
+                format!(
+                    "{reason} (the store needs to create and write the file, its -wal and -shm beside it: \
+                     does the directory exist, and may this user write there?)"
+                )
+            } else {
+                reason
+            }
+        };
         Self::configure(path, durability).map_err(|e| match e {
             Error::Store { verb, reason } => {
-                // the usual cause of SQLite's bare "unable to open" and "readonly database"
-                let hint = if reason.contains("unable to open") || reason.contains("readonly database") {
-                    " (the store needs to create and write the file, its -wal and -shm beside it: \
-                     does the directory exist, and may this user write there?)"
-                } else {
-                    ""
-                };
                 let at = if reason.contains(path) {
                     String::new()
                 } else {
@@ -336,42 +366,43 @@ impl EmbeddedStore {
                 };
                 Error::Store {
                     verb,
-                    reason: format!("{at}{reason}{hint}"),
+                    reason: format!("{at}{}", hinted(reason)),
                 }
             }
+            Error::Misconfigured { addr, reason } => Error::Misconfigured {
+                addr,
+                reason: hinted(reason),
+            },
             other => other,
         })
     }
 
     fn configure(path: &str, durability: Durability) -> Result<Connection> {
-        let mut conn = Connection::open(path).map_err(|e| Error::Store {
-            verb: "open",
-            reason: format!("cannot open {path}: {e}"),
-        })?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sql_error("open", e))?;
+        let mut conn = Connection::open(path).map_err(|e| open_error(path, e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| open_error(path, e))?;
         // a new file's switch to WAL takes an exclusive lock, and of two connections switching at
         // once SQLite answers one busy at once, without its busy handler (they would deadlock):
         // wait that out as the busy timeout would
-        until_not_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(|e| sql_error("open", e))?;
+        until_not_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(|e| open_error(path, e))?;
         let sync = match durability {
             Durability::Normal => "NORMAL",
             Durability::Full => "FULL",
         };
         conn.pragma_update(None, "synchronous", sync)
-            .map_err(|e| sql_error("open", e))?;
+            .map_err(|e| open_error(path, e))?;
         conn.pragma_update(None, "cache_size", -CACHE_KIB)
-            .map_err(|e| sql_error("open", e))?;
+            .map_err(|e| open_error(path, e))?;
         // statement journals (an upsert's, a multi-row statement's) in small heap chunks: by
         // default each opens with one 64 KiB chunk, and its free at the statement's end shrinks
         // the heap only for the next statement to grow it again, two system calls and fresh pages
         // in every such verb
         conn.pragma_update(None, "temp_store", "MEMORY")
-            .map_err(|e| sql_error("open", e))?;
+            .map_err(|e| open_error(path, e))?;
         // the bundled SQLite plans with STAT4, which re-prepares a cached statement whenever a
         // parameter its plan looked at is bound again (every ORDER BY … LIMIT and min/max here,
         // at every call); the stable planner never looks at bound values
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
-            .map_err(|e| sql_error("open", e))?;
+            .map_err(|e| open_error(path, e))?;
         conn.set_prepared_statement_cache_capacity(256);
         schema::migrate(&mut conn, path)?;
         Ok(conn)
@@ -1409,8 +1440,21 @@ mod tests {
         let path = dir.path().join("no-such-dir").join("q.db");
         let err = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, Error::Store { verb: "open", .. }), "{err:?}");
+        assert!(err.is_misconfigured(), "no retry mends it: {err:?}");
         assert!(text.contains(path.to_str().unwrap()), "names the file: {text}");
         assert!(text.contains("does the directory exist"), "says where to look: {text}");
+    }
+
+    #[tokio::test]
+    async fn a_directory_or_a_file_that_is_not_a_database_is_a_misconfiguration_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let notes = dir.path().join("notes.txt");
+        std::fs::write(&notes, "not a database, and long enough to be read as one's header\n").unwrap();
+        for path in [dir.path().to_path_buf(), notes] {
+            let path = path.to_str().unwrap();
+            let err = EmbeddedStore::open(path).await.unwrap_err();
+            assert!(err.is_misconfigured(), "{path}: no retry mends it: {err:?}");
+            assert!(err.to_string().contains(path), "names the file: {err}");
+        }
     }
 }

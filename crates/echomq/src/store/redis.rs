@@ -2,10 +2,12 @@
 //! transparent reload on `NOSCRIPT` (per entry in pipelines).
 //!
 //! Connections: one shared, multiplexed [`ConnectionManager`] carries every script (concurrent
-//! callers pipeline on it); parks run `BLPOP` on dedicated connections of their own (a blocking
-//! command holds its connection for the whole block, so parking on the shared one would stall every
-//! other caller); cancel requests arrive on a pub/sub connection per subscriber; the finishes of
-//! waited jobs on one pub/sub connection per queue, shared by every wait (`redis/wait.rs`).
+//! callers pipeline on it), made by [`RedisStore::open`] or, for a store opened with
+//! [`RedisStore::open_lazy`], by the first verb that reaches the server; parks run `BLPOP` on
+//! dedicated connections of their own (a blocking command holds its connection for the whole
+//! block, so parking on the shared one would stall every other caller); cancel requests arrive on
+//! a pub/sub connection per subscriber; the finishes of waited jobs on one pub/sub connection per
+//! queue, shared by every wait (`redis/wait.rs`).
 //!
 //! Layout: this file holds the store, its options and the `Store` impl, which hands each verb to
 //! its own module (`redis/<verb>.rs`, named as the embedded twins are: its KEYS and ARGV, and the
@@ -84,7 +86,11 @@ pub use crate::store::BATCH_BYTES_MAX;
 #[derive(Clone)]
 pub struct RedisStore {
     client: Client,
-    conn: ConnectionManager,
+    /// The shared connection, made once: a failed attempt leaves the cell empty, and the next verb
+    /// tries again (so a store opened while the server is down works once it is up).
+    conn: Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    /// How the shared connection is made and kept.
+    conn_config: ConnectionManagerConfig,
     /// Idle parking connections. A park takes one (or opens one) for the length of its BLPOP, so
     /// two consumers never share one and no script waits behind a park.
     parkers: Arc<Mutex<Vec<MultiplexedConnection>>>,
@@ -105,9 +111,22 @@ impl std::fmt::Debug for RedisStore {
 
 impl RedisStore {
     /// Connects to `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS). Fails within
-    /// [`CONNECT_TIMEOUT`] when the server cannot be reached. Warns loudly when the server's
-    /// `maxmemory-policy` is not `noeviction` (any other policy can silently evict jobs).
+    /// [`CONNECT_TIMEOUT`] when the server cannot be reached ([`Error::Unreachable`]), and at once
+    /// when it refuses this client in a way no retry mends ([`Error::Misconfigured`]: a password
+    /// missing or refused, a certificate refused, a server that does not speak Redis). Warns
+    /// loudly when the server's `maxmemory-policy` is not `noeviction` (any other policy can
+    /// silently evict jobs).
     pub async fn open(url: &str) -> Result<Self> {
+        let store = Self::open_lazy(url)?;
+        store.conn().await?;
+        Ok(store)
+    }
+
+    /// [`open`](Self::open) without connecting: only the URL is checked now, and the first verb
+    /// that reaches the server connects (each verb before then fails as `open` would, so a
+    /// consumer on this store waits out a server that is down at start-up as it waits out any
+    /// outage). For workers; a producer wants `open`, which fails at once.
+    pub fn open_lazy(url: &str) -> Result<Self> {
         let addr = super::redact_url(url);
         if url.starts_with("rediss://") {
             // A second install attempt is refused; either way a provider is installed.
@@ -128,32 +147,43 @@ impl RedisStore {
             url: addr.clone(),
             reason: e.to_string(),
         })?;
-        let config = ConnectionManagerConfig::new()
+        let conn_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_max_delay(Duration::from_secs(1))
             .set_number_of_retries(2);
-        let conn = tokio::time::timeout(
-            CONNECT_TIMEOUT + Duration::from_secs(1),
-            client.get_connection_manager_with_config(config),
-        )
-        .await
-        .map_err(|_| Error::Unreachable {
-            addr: addr.clone(),
-            reason: format!("no connection within {CONNECT_TIMEOUT:?}"),
-        })?
-        .map_err(|e| connection::unreachable_or(&addr, "open", e))?;
-        let store = Self {
+        Ok(Self {
             client,
-            conn,
+            conn: Arc::default(),
+            conn_config,
             parkers: Arc::new(Mutex::new(Vec::new())),
             scripts: Arc::new(Scripts::load()),
             waits: Arc::default(),
             addr,
             payload_limit: PAYLOAD_LIMIT_DEFAULT,
-        };
-        store.check_eviction_policy().await?;
-        Ok(store)
+        })
+    }
+
+    /// The shared connection, made now when no verb has made it yet (concurrent callers wait for
+    /// one attempt). The server's eviction policy is checked on the connection's first making.
+    pub(super) async fn conn(&self) -> Result<ConnectionManager> {
+        let conn = self.conn.get_or_try_init(|| self.connect()).await?;
+        Ok(conn.clone())
+    }
+
+    async fn connect(&self) -> Result<ConnectionManager> {
+        let conn = tokio::time::timeout(
+            CONNECT_TIMEOUT + Duration::from_secs(1),
+            self.client.get_connection_manager_with_config(self.conn_config.clone()),
+        )
+        .await
+        .map_err(|_| Error::Unreachable {
+            addr: self.addr.clone(),
+            reason: format!("no connection within {CONNECT_TIMEOUT:?}"),
+        })?
+        .map_err(|e| connection::unreachable_or(&self.addr, "open", e))?;
+        self.check_eviction_policy(conn.clone()).await?;
+        Ok(conn)
     }
 
     /// Sets the largest payload (and output) accepted, in bytes (default 16 MiB).
@@ -167,8 +197,10 @@ impl RedisStore {
         &self.addr
     }
 
-    async fn check_eviction_policy(&self) -> Result<()> {
-        let mut conn = self.conn.clone();
+    /// Warns when the server may evict jobs. Its `CONFIG GET` is the connection's first command:
+    /// a server that refuses this client (a password missing or refused, a reply that is not
+    /// Redis) fails the open here; one that only denies `CONFIG` (managed servers) does not.
+    async fn check_eviction_policy(&self, mut conn: ConnectionManager) -> Result<()> {
         let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("maxmemory-policy")
@@ -188,8 +220,13 @@ impl RedisStore {
                 }
                 Ok(())
             }
-            Err(e) if connection::is_wire(&e) => Err(connection::unreachable_or(&self.addr, "open", e)),
-            // CONFIG is often disabled on managed servers; the warning is best effort.
+            // CONFIG is often disabled on managed servers (an ACL's NOPERM, a renamed command): the
+            // warning is best effort, and a user denied a verb's own commands learns it there
+            Err(e)
+                if connection::is_wire(&e) || connection::misconfigured(&e).is_some() && e.code() != Some("NOPERM") =>
+            {
+                Err(connection::unreachable_or(&self.addr, "open", e))
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "could not read maxmemory-policy");
                 Ok(())

@@ -17,8 +17,8 @@
 //!   lease renewed by default;
 //! - `embedded_only.rs`: the embedded store's direct hand-off, SQLite's storage classes, a failed
 //!   write inside a round, the cancel-requests table;
-//! - `redis_only.rs`: a Redis of the test's own (killed, restarted, password-protected, an ACL
-//!   user), the idle command rate.
+//! - `redis_only.rs`: a Redis of the test's own (killed, restarted, down at the consumer's start,
+//!   password-protected, an ACL user), a server that is not Redis, the idle command rate.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;

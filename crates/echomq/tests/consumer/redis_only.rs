@@ -6,8 +6,10 @@
 //!
 //! Covered: the idle rate and CPU; an outage ridden out (the server SIGKILLed and restarted from
 //! its AOF); a settle made during one; a settle lost to a longer one (logged at warn); the
-//! back-off's growth through one; a cancel sent after one; a refused password; a user that may not
-//! load scripts.
+//! back-off's growth through one; a cancel sent after one; a consumer started while the server is
+//! down, which waits for it; the refusals no retry mends, which end an open, a producer, a consumer
+//! and a `Worker` at once naming the cause (a password refused or missing, an ACL denial, a server
+//! that does not speak Redis); a user that may not load scripts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -413,16 +415,202 @@ async fn a_wrong_password_is_a_refusal_not_an_outage() {
     let url = format!("redis://:wrong@127.0.0.1:{}", server.port);
     let err = RedisStore::open(&url).await.unwrap_err();
     assert!(!err.is_unreachable(), "{err:?}");
+    assert!(err.is_misconfigured(), "{err:?}");
+    assert!(err.to_string().contains("WRONGPASS"), "names the cause: {err}");
+    assert!(err.to_string().contains("password"), "says what to change: {err}");
     assert!(
-        matches!(err, echomq::Error::Store { .. }) && err.to_string().to_lowercase().contains("auth"),
-        "{err}"
-    );
-    assert!(
-        !err.to_string().contains("wrong"),
+        !err.to_string().contains("wrong@"),
         "the password stays out of the error: {err}"
     );
+    // a consumer on it ends at its first round, handing back the same refusal
+    let ended = consumer_ends_refused(&url, "wrongpass").await;
+    assert!(ended.to_string().contains("WRONGPASS"), "{ended}");
     let ok = format!("redis://:s3cret@127.0.0.1:{}", server.port);
     assert!(RedisStore::open(&ok).await.is_ok());
+}
+
+/// Starts a consumer and a `Worker` on a lazily opened store at `url` (whose server refuses
+/// them), and returns the refusal both ended on; each must end within a generous bound (a loaded
+/// machine), never back off for ever.
+async fn consumer_ends_refused(url: &str, queue: &str) -> echomq::Error {
+    const WITHIN: Duration = Duration::from_secs(20);
+    let store = echomq::open_lazy(url).await.expect("a lazy open checks only the URL");
+    let q = QueueName::new(queue).unwrap();
+    let c = Consumer::start(
+        store.clone(),
+        q,
+        |_j: JobContext| async { Verdict::Done },
+        crate::harness::fast(),
+    )
+    .unwrap();
+    let err = c
+        .wait_for(WITHIN)
+        .await
+        .expect_err("the consumer ends on a refusal no retry mends");
+    assert!(err.is_misconfigured(), "the refusal, not a timeout: {err:?}");
+    assert!(c.is_finished());
+    assert_eq!(c.error().map(|e| e.to_string()), Some(err.to_string()));
+    let stopped = c
+        .stop(Duration::from_secs(5))
+        .await
+        .expect_err("stop hands back the refusal too");
+    assert_eq!(stopped.to_string(), err.to_string());
+    let w = echomq::Worker::new(store, queue)
+        .unwrap()
+        .on_raw(|_ctx: JobContext| async { Ok::<_, echomq::JobError>(()) })
+        .options(crate::harness::fast())
+        .start()
+        .unwrap();
+    let from_worker = tokio::time::timeout(WITHIN, w.wait())
+        .await
+        .expect("the worker ends on a refusal no retry mends")
+        .expect_err("its handle hands the refusal back");
+    assert!(from_worker.is_misconfigured(), "{from_worker:?}");
+    assert!(w.is_finished());
+    err
+}
+
+#[tokio::test]
+async fn a_missing_password_ends_open_a_producer_and_a_consumer_at_once_naming_noauth() {
+    let server = OwnedServer::start(&["--appendonly", "no", "--requirepass", "s3cret"]);
+    let url = server.url();
+    let began = Instant::now();
+    let err = echomq::open(&url)
+        .await
+        .err()
+        .expect("a server that wants a password refuses the open");
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "at once: {:?}",
+        began.elapsed()
+    );
+    assert!(err.is_misconfigured(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("NOAUTH") && text.contains("password"),
+        "names the cause: {text}"
+    );
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port)),
+        "names the address: {text}"
+    );
+    // a producer on a store that has not connected yet meets it at its first push
+    let lazy = echomq::open_lazy(&url).await.unwrap();
+    let queue = echomq::Queue::new(lazy, "noauth").unwrap();
+    let pushed = queue.push_raw("x").await.expect_err("the push is refused");
+    assert!(
+        pushed.is_misconfigured() && pushed.to_string().contains("NOAUTH"),
+        "{pushed:?}"
+    );
+    let ended = consumer_ends_refused(&url, "noauth").await;
+    assert!(ended.to_string().contains("NOAUTH"), "{ended}");
+}
+
+#[tokio::test]
+async fn a_user_the_acl_denies_the_store_s_commands_ends_a_producer_and_a_consumer_naming_noperm() {
+    let server = OwnedServer::start(&["--appendonly", "no"]);
+    let client = redis::Client::open(server.url().as_str()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "reader", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://reader:pw@127.0.0.1:{}", server.port);
+    let store = echomq::open(&url)
+        .await
+        .expect("the user may connect and read the config");
+    let q = echomq::Queue::new(store, "noperm").unwrap();
+    let err = q.push_raw("x").await.expect_err("the push is refused");
+    assert!(err.is_misconfigured(), "{err:?}");
+    assert!(err.to_string().contains("NOPERM"), "names the cause: {err}");
+    let ended = consumer_ends_refused(&url, "noperm").await;
+    assert!(ended.to_string().contains("NOPERM"), "{ended}");
+}
+
+/// A loopback port where an HTTP server answers every connection `400 Bad Request` and closes it.
+fn http_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(|c| c.ok()) {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_speak_redis_ends_open_and_a_consumer_at_once() {
+    let port = http_server();
+    let url = format!("redis://127.0.0.1:{port}");
+    let began = Instant::now();
+    let err = echomq::open(&url).await.err().expect("an HTTP server is not a store");
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "at once: {:?}",
+        began.elapsed()
+    );
+    assert!(err.is_misconfigured(), "a refusal, not an outage: {err:?}");
+    assert!(
+        err.to_string().contains("does not speak the Redis protocol"),
+        "names the cause: {err}"
+    );
+    let ended = consumer_ends_refused(&url, "http").await;
+    assert!(
+        ended.to_string().contains("does not speak the Redis protocol"),
+        "{ended}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_started_while_the_server_is_down_waits_for_it_and_then_works() {
+    crate::harness::captured_log();
+    let mut server = OwnedServer::start(&["--appendonly", "no"]);
+    let url = server.url();
+    server.kill9();
+    // producers still fail at once on a server that is down
+    let err = echomq::open(&url).await.err().expect("nothing listens");
+    assert!(err.is_unreachable(), "{err:?}");
+    let store = echomq::open_lazy(&url).await.expect("a lazy open checks only the URL");
+    let q = QueueName::new("startup").unwrap();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        crate::harness::counting(&runs),
+        crate::harness::fast(),
+    )
+    .unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        "the consumer logs that it waits for the store",
+        || async { !crate::harness::log_lines(&["queue=startup", "store unreachable; waiting for it"]).is_empty() },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!c.is_finished(), "an outage at start-up does not end the consumer");
+    server.restart();
+    let producer = echomq::Queue::new(echomq::open(&url).await.unwrap(), "startup").unwrap();
+    for i in 0..3 {
+        producer.push_raw(format!("{i}")).await.unwrap();
+    }
+    // the back-off is at most a few seconds by now; generous for a loaded machine
+    wait_until(
+        Duration::from_secs(60),
+        "the three jobs ran once the server came up",
+        || async { store.counts(&q).await.is_ok_and(|n| n.completed == 3) },
+    )
+    .await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
+    c.stop(Duration::from_secs(5)).await.unwrap();
 }
 
 #[tokio::test]

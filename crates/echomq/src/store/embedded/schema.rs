@@ -113,14 +113,14 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| super::sql_error("open", e))?;
+        .map_err(|e| super::open_error(path, e))?;
     let version = version(&tx, path)?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql).map_err(|e| super::sql_error("open", e))?;
+        tx.execute_batch(sql).map_err(|e| super::open_error(path, e))?;
         tx.pragma_update(None, "user_version", i as i64 + 1)
-            .map_err(|e| super::sql_error("open", e))?;
+            .map_err(|e| super::open_error(path, e))?;
     }
-    tx.commit().map_err(|e| super::sql_error("open", e))
+    tx.commit().map_err(|e| super::open_error(path, e))
 }
 
 /// The file's schema version (`PRAGMA user_version`); a version newer than this build's is an
@@ -128,10 +128,10 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
 fn version(conn: &Connection, path: &str) -> Result<i64> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| super::sql_error("open", e))?;
+        .map_err(|e| super::open_error(path, e))?;
     if version > SCHEMA_VERSION {
-        return Err(Error::Store {
-            verb: "open",
+        return Err(Error::Misconfigured {
+            addr: path.to_string(),
             reason: format!(
                 "{path} has schema version {version}, newer than this build's {SCHEMA_VERSION}: \
                  refusing to touch it (upgrade echomq)"

@@ -63,7 +63,7 @@ impl RedisStore {
     }
 
     pub(super) async fn load(&self, script: &Script) -> Result<()> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await?;
         let reply = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(&script.body)
@@ -138,7 +138,7 @@ impl RedisStore {
         for c in extra {
             pipe.add_command(c);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await?;
         for send in 1..=NOSCRIPT_SENDS {
             let replies = pipe
                 .ignore_errors()
@@ -305,13 +305,11 @@ pub(super) fn keepalive() -> socket2::TcpKeepalive {
         .with_retries(3)
 }
 
+/// Whether `e` is an outage: the server could not be reached or could not answer (refused, reset
+/// or dropped connections, timeouts). A refusal no retry mends ([`misconfigured`]) is not one, so a
+/// consumer ends on it instead of backing off for ever.
 pub(super) fn is_wire(e: &RedisError) -> bool {
-    // a refused password is the caller's to fix, not an outage to wait out
-    if e.kind() == redis::ErrorKind::AuthenticationFailed {
-        return false;
-    }
-    // a server certificate no trusted root vouches for is a configuration to fix, too
-    if refused_certificate(e) {
+    if misconfigured(e).is_some() {
         return false;
     }
     e.is_io_error()
@@ -321,22 +319,83 @@ pub(super) fn is_wire(e: &RedisError) -> bool {
         || e.is_unrecoverable_error()
 }
 
-/// Whether the TLS handshake failed on the server's certificate: rustls's verdict, inside the I/O
-/// error redis-rs keeps behind an `Arc` (its `source()` is that `Arc`, and an I/O error's own
-/// `source()` skips the error it wraps, so only `get_ref` reaches it).
-fn refused_certificate(e: &RedisError) -> bool {
+/// The cause, in plain words with what to change, of a refusal that every retry would meet again:
+/// a password missing or refused, an ACL denial, a TLS certificate no trusted root vouches for, a
+/// server that does not speak Redis. `None` for any other error.
+pub(super) fn misconfigured(e: &RedisError) -> Option<String> {
+    let detail = || e.detail().unwrap_or_default().trim().to_string();
+    match e.code() {
+        Some("NOAUTH") => {
+            return Some(
+                "the server requires a password (NOAUTH): give one in the URL, redis://:PASSWORD@host:port \
+                 (or redis://USER:PASSWORD@host:port for an ACL user)"
+                    .into(),
+            )
+        }
+        Some("WRONGPASS") => {
+            return Some(format!(
+                "the server refused the user or password (WRONGPASS: {}): check them in the URL",
+                detail()
+            ))
+        }
+        Some("NOPERM") => {
+            return Some(format!(
+                "the server's ACL denies this user a command, key or channel the store needs (NOPERM: {}): \
+                 grant it +@all (or at least the scripting, list, pub/sub and CONFIG GET commands) on \
+                 the keys ~emq:* and the channels &emq:*",
+                detail()
+            ))
+        }
+        _ => {}
+    }
+    match e.kind() {
+        // the client's verdict on the reply to AUTH: the server's own code is not kept
+        ErrorKind::AuthenticationFailed => Some(
+            "the server refused the credentials in the URL (WRONGPASS or authentication failed: a wrong \
+             password, a disabled user, or a password given to a server that wants none): check the \
+             user and password in the URL"
+                .into(),
+        ),
+        // the bytes back were not a Redis reply: another service listens on the port (the
+        // parser's detail names byte values, a riddle to the reader, and spans lines)
+        ErrorKind::Parse => Some(
+            "the server does not speak the Redis protocol (its reply does not parse: another service, \
+             HTTP say, listens there): check the host and port in the URL"
+                .into(),
+        ),
+        _ => refused_certificate(e).map(|tls| {
+            format!(
+                "the server's TLS certificate is refused ({tls}): trust the CA that signed it \
+                 (SSL_CERT_FILE) and check the host name in the URL"
+            )
+        }),
+    }
+}
+
+/// rustls's verdict when the TLS handshake failed on the server's certificate, inside the I/O error
+/// redis-rs keeps behind an `Arc` (its `source()` is that `Arc`, and an I/O error's own `source()`
+/// skips the error it wraps, so only `get_ref` reaches it).
+fn refused_certificate(e: &RedisError) -> Option<String> {
     type Shared = Arc<dyn std::error::Error + Send + Sync>;
     std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<Shared>())
         .and_then(|shared| shared.downcast_ref::<std::io::Error>())
         .and_then(std::io::Error::get_ref)
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .is_some_and(|tls| matches!(tls, rustls::Error::InvalidCertificate(_)))
+        .filter(|tls| matches!(tls, rustls::Error::InvalidCertificate(_)))
+        .map(ToString::to_string)
 }
 
-/// [`Error::Unreachable`] for an error of the wire (the server could not be reached or answer),
-/// else [`Error::Store`] naming the verb.
+/// [`Error::Misconfigured`] for a refusal no retry mends ([`misconfigured`]), [`Error::Unreachable`]
+/// for an error of the wire (the server could not be reached or answer), else [`Error::Store`]
+/// naming the verb.
 pub(super) fn unreachable_or(addr: &str, verb: &'static str, e: RedisError) -> Error {
+    if let Some(reason) = misconfigured(&e) {
+        return Error::Misconfigured {
+            addr: addr.to_string(),
+            reason,
+        };
+    }
     if is_wire(&e) {
         Error::Unreachable {
             addr: addr.to_string(),

@@ -37,7 +37,7 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
     // the registration goes with the queue's last key. An enqueue that landed after the last
     // chunk (the mark gone) registered the queue with its own SADD, which this SREM may undo:
     // the id counter that enqueue made says so, and the queue is registered again
-    let mut conn = store.conn.clone();
+    let mut conn = store.conn().await?;
     let (recreated,): (bool,) = redis::pipe()
         .cmd("SREM")
         .arg(QUEUES_KEY)
