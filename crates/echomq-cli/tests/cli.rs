@@ -269,7 +269,7 @@ fn a_file_refused_while_obliterating_lists_no_queue_and_shows_no_password() {
     assert!(!err.contains("s3cret-pw"), "the password shown: {err}");
     assert!(err.contains("enqueued 0 jobs") && err.contains("obliterat"), "{err}");
     assert!(
-        err.contains(&format!("resume after them with: emq --url 'redis://…@127.0.0.1:")),
+        err.contains("resume after them with: emq --url 'redis://…@127.0.0.1:"),
         "{err}"
     );
     assert!(err.contains(&format!("enqueue {q} --file {file} --skip 0")), "{err}");

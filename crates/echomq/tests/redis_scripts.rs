@@ -409,7 +409,7 @@ async fn redis_store_an_enqueue_of_a_registered_queue_sends_its_script_call_alon
             store.genqueue(&q, &group("g"), &jobs(2)).await.unwrap();
             assert_eq!(since(&before), (2, 0), "life {life}: the scripts alone");
         }
-        assert_eq!(store.queues().await.unwrap(), [q.clone()]);
+        assert_eq!(store.queues().await.unwrap(), std::slice::from_ref(&q));
         store.obliterate(&q, true).await.unwrap();
         assert!(store.queues().await.unwrap().is_empty());
     }
