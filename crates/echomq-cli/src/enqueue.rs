@@ -25,8 +25,8 @@ pub struct Args {
     /// The payload; `-` reads one payload from stdin (all of it, byte for byte).
     pub payload: Option<OsString>,
     /// Enqueue one job per line of FILE (`-` = stdin): empty lines are skipped, a trailing `\r` is
-    /// stripped; the other options apply to each job. The lines go in batches of at most 1000
-    /// lines and 8 MiB, each enqueued whole or not at all. Shows a progress bar while it runs when
+    /// stripped; the other options apply to each job. The jobs go in batches of at most 1000
+    /// jobs and 8 MiB, each enqueued whole or not at all. Shows a progress bar while it runs when
     /// stderr is a terminal, then prints how many and how fast on stderr. On a failure part-way
     /// the error says how many jobs the store acknowledged, through which line, and prints the
     /// command that resumes after them (`--skip N`; a URL's credentials left out).
