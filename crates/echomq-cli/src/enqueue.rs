@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use echomq::store::{Enqueued, BATCH_MAX};
+use echomq::store::{Enqueued, BATCH_BYTES_MAX, BATCH_MAX};
 use echomq::{GroupName, JobId, NewJob, QueueName, Store};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
@@ -25,10 +25,17 @@ pub struct Args {
     /// The payload; `-` reads one payload from stdin (all of it, byte for byte).
     pub payload: Option<OsString>,
     /// Enqueue one job per line of FILE (`-` = stdin): empty lines are skipped, a trailing `\r` is
-    /// stripped; the other options apply to each job. Shows a progress bar while it runs when
-    /// stderr is a terminal, then prints how many and how fast on stderr.
+    /// stripped; the other options apply to each job. The jobs go in batches of at most 1000
+    /// jobs and 8 MiB, each enqueued whole or not at all. Shows a progress bar while it runs when
+    /// stderr is a terminal, then prints how many and how fast on stderr. On a failure part-way
+    /// the error says how many jobs the store acknowledged, through which line, and prints the
+    /// command that resumes after them (`--skip N`; a URL's credentials left out).
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
+    /// With --file: skip the first N lines of the input (empty lines count) and enqueue the rest,
+    /// as the command a failed run prints does to resume after the lines it enqueued.
+    #[arg(long, value_name = "N", conflicts_with = "payload")]
+    pub skip: Option<u64>,
     /// Put the job in this group's lane (groups run side by side, each under its limit).
     #[arg(long, value_name = "G")]
     pub group: Option<String>,
@@ -102,8 +109,18 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
                 queue,
                 group,
             };
+            let skip = args.skip.unwrap_or(0);
+            let resume = Resume {
+                url: url_arg(url),
+                queue: args.queue.clone(),
+                file: file.display().to_string(),
+                group: args.group.clone(),
+                delay: args.delay,
+                max_attempts: args.max_attempts,
+                kind: args.kind.clone(),
+            };
             if file.as_os_str() == "-" {
-                lines(&target, &template, tokio::io::stdin(), "stdin", None).await
+                lines(&target, &template, tokio::io::stdin(), "stdin", None, skip, &resume).await
             } else {
                 let name = file.display().to_string();
                 let f = tokio::fs::File::open(&file)
@@ -111,7 +128,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
                     .with_context(|| format!("cannot open {name}"))?;
                 // a regular file's size is the bar's length; a pipe or device has none
                 let size = f.metadata().await.ok().filter(|m| m.is_file()).map(|m| m.len());
-                lines(&target, &template, f, &name, size).await
+                lines(&target, &template, f, &name, size, skip, &resume).await
             }
         }
         // clap refuses both and neither before we get here
@@ -136,23 +153,33 @@ async fn one(target: &Target, job: NewJob) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Reads one payload per line and enqueues them in batches of [`BATCH_MAX`], under a progress bar
-/// when stderr is a terminal (`size`: the input's length in bytes, when known); then reports how
-/// many and how fast on stderr.
+/// Reads one payload per line (after the first `skip` lines) and enqueues them in batches of at
+/// most [`BATCH_MAX`] jobs and [`BATCH_BYTES_MAX`] bytes (a line longer than that alone), each one
+/// store call and so enqueued whole or not at all; under a progress bar when stderr is a terminal
+/// (`size`: the input's length in bytes, when known); then reports how many and how fast on
+/// stderr. On a failure the error names the jobs acknowledged, the line they reach, and the
+/// command that resumes after that line ([`Resume`]).
 #[allow(clippy::print_stderr)] // the count and rate are the command's report, on stderr by contract
+#[allow(clippy::too_many_arguments)]
 async fn lines(
     target: &Target,
     template: &NewJob,
     input: impl AsyncRead + Unpin,
     name: &str,
     size: Option<u64>,
+    skip: u64,
+    resume: &Resume,
 ) -> anyhow::Result<i32> {
     let started = Instant::now();
     let progress = Progress::new(size, started);
-    let result = read_lines(target, template, input, name, &progress).await;
+    let mut tally = Tally { jobs: 0, through: skip };
+    let result = read_lines(target, template, input, name, skip, &progress, &mut tally).await;
     // cleared before any line is printed, the error's too
     progress.bar.finish_and_clear();
-    let total = result?;
+    if let Err(cause) = result {
+        return Err(failed_part_way(target, name, &tally, resume, cause));
+    }
+    let total = tally.jobs;
     let took = started.elapsed();
     let rate = total as f64 / took.as_secs_f64().max(1e-9);
     eprintln!(
@@ -164,17 +191,50 @@ async fn lines(
     Ok(0)
 }
 
+/// What a `--file` run has done: the jobs the store acknowledged, and the input's line (1-based,
+/// the skipped lines counted) of the last of them — the `--skip` that resumes after them.
+struct Tally {
+    jobs: u64,
+    through: u64,
+}
+
+/// The error of a `--file` run that failed part-way: the cause, the jobs enqueued and the line
+/// they reach, and the command that enqueues the rest.
+fn failed_part_way(target: &Target, name: &str, tally: &Tally, resume: &Resume, cause: anyhow::Error) -> anyhow::Error {
+    let mut msg = format!(
+        "enqueued {} to queue {} (through line {} of {name}), then failed: {cause:#}",
+        crate::count(tally.jobs, "job"),
+        target.queue,
+        tally.through,
+    );
+    let unreachable = cause
+        .downcast_ref::<echomq::Error>()
+        .is_some_and(|e| matches!(e, echomq::Error::Unreachable { .. }));
+    if unreachable {
+        msg.push_str(
+            "\nthe batch in flight when the store went away may have landed too: resuming would enqueue its jobs again",
+        );
+    }
+    msg.push_str(&format!("\nresume after them with: {}", resume.command(tally.through)));
+    if resume.url.as_ref().is_some_and(|u| u.redacted) {
+        msg.push_str("\n(the URL's credentials are left out: give them in --url again, or set EMQ_URL)");
+    }
+    anyhow::anyhow!(msg)
+}
+
 async fn read_lines(
     target: &Target,
     template: &NewJob,
     input: impl AsyncRead + Unpin,
     name: &str,
+    skip: u64,
     progress: &Progress,
-) -> anyhow::Result<u64> {
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
     let mut reader = BufReader::with_capacity(1 << 16, input);
-    let mut batch: Vec<NewJob> = Vec::with_capacity(BATCH_MAX);
-    let mut total: u64 = 0;
+    let mut batch = Batch::default();
     let mut read: u64 = 0;
+    let mut at: u64 = 0;
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -186,6 +246,10 @@ async fn read_lines(
             break;
         }
         read += n as u64;
+        at += 1;
+        if at <= skip {
+            continue;
+        }
         if line.last() == Some(&b'\n') {
             line.pop();
         }
@@ -195,18 +259,113 @@ async fn read_lines(
         if line.is_empty() {
             continue;
         }
-        batch.push(NewJob {
+        // a batch is one store call: full in count, or in bytes with this line, it goes first
+        if !batch.jobs.is_empty() && (batch.jobs.len() == BATCH_MAX || batch.bytes + line.len() > BATCH_BYTES_MAX) {
+            batch.flush(target, tally).await?;
+            progress.show(read, tally.jobs);
+        }
+        batch.bytes += line.len();
+        batch.last = at;
+        batch.jobs.push(NewJob {
             payload: line.clone(),
             ..template.clone()
         });
-        if batch.len() == BATCH_MAX {
-            total += flush(target, &mut batch, total).await?;
-            progress.show(read, total);
-        }
     }
-    total += flush(target, &mut batch, total).await?;
-    progress.show(read, total);
-    Ok(total)
+    batch.flush(target, tally).await?;
+    progress.show(read, tally.jobs);
+    Ok(())
+}
+
+/// The jobs read and not yet sent: their payloads' bytes, and the input line of the last one.
+#[derive(Default)]
+struct Batch {
+    jobs: Vec<NewJob>,
+    bytes: usize,
+    last: u64,
+}
+
+impl Batch {
+    /// Enqueues the batch in one store call (it is within the store's batch bounds, so the store
+    /// writes it whole or not at all) and counts it in `tally` once acknowledged.
+    async fn flush(&mut self, target: &Target, tally: &mut Tally) -> anyhow::Result<()> {
+        if self.jobs.is_empty() {
+            return Ok(());
+        }
+        target.enqueue(&self.jobs).await?;
+        tally.jobs += self.jobs.len() as u64;
+        tally.through = self.last;
+        self.jobs.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+}
+
+/// The `--url` of a resume command: none when the environment gives the same store again
+/// (`EMQ_URL`, or the default); else the URL with its credentials left out.
+struct UrlArg {
+    shown: String,
+    redacted: bool,
+}
+
+fn url_arg(url: &str) -> Option<UrlArg> {
+    let from_env = std::env::var("EMQ_URL").is_ok_and(|e| e == url);
+    if from_env || url == crate::DEFAULT_URL {
+        return None;
+    }
+    let shown = echomq::store::redact_url(url);
+    Some(UrlArg {
+        redacted: shown != url,
+        shown,
+    })
+}
+
+/// The options of a `--file` run, to print the command that resumes it after a line.
+struct Resume {
+    url: Option<UrlArg>,
+    queue: String,
+    file: String,
+    group: Option<String>,
+    delay: Option<Duration>,
+    max_attempts: Option<u32>,
+    kind: Option<String>,
+}
+
+impl Resume {
+    /// `emq [--url U] enqueue QUEUE --file FILE [the options] --skip N`, each argument quoted for a
+    /// POSIX shell where it needs it.
+    fn command(&self, skip: u64) -> String {
+        let mut words: Vec<String> = vec!["emq".into()];
+        if let Some(u) = &self.url {
+            words.extend(["--url".into(), quote(&u.shown)]);
+        }
+        words.extend(["enqueue".into(), quote(&self.queue), "--file".into(), quote(&self.file)]);
+        if let Some(g) = &self.group {
+            words.extend(["--group".into(), quote(g)]);
+        }
+        if let Some(d) = self.delay {
+            // milliseconds: exactly the delay given, in one word
+            words.extend(["--delay".into(), format!("{}ms", d.as_millis())]);
+        }
+        if let Some(m) = self.max_attempts {
+            words.extend(["--max-attempts".into(), m.to_string()]);
+        }
+        if let Some(k) = &self.kind {
+            words.extend(["--kind".into(), quote(k)]);
+        }
+        words.extend(["--skip".into(), skip.to_string()]);
+        words.join(" ")
+    }
+}
+
+/// `s` as one word of a POSIX shell: as it is when it holds only characters no shell treats
+/// specially, else in single quotes (a quote inside as `'\''`).
+fn quote(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// The progress of `--file` on stderr, drawn only when stderr is a terminal: a bar over the
@@ -262,18 +421,38 @@ impl Progress {
     }
 }
 
-async fn flush(target: &Target, batch: &mut Vec<NewJob>, done: u64) -> anyhow::Result<u64> {
-    if batch.is_empty() {
-        return Ok(0);
+#[cfg(test)]
+mod tests {
+    use super::{quote, Resume, UrlArg};
+    use std::time::Duration;
+
+    #[test]
+    fn a_word_is_quoted_only_when_a_shell_would_read_it_otherwise() {
+        assert_eq!(quote("jobs.txt"), "jobs.txt");
+        assert_eq!(quote("my jobs.txt"), "'my jobs.txt'");
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("$HOME"), "'$HOME'");
     }
-    let n = batch.len() as u64;
-    target.enqueue(batch).await.with_context(|| {
-        format!(
-            "enqueued {} to queue {}, then failed",
-            crate::count(done, "job"),
-            target.queue
-        )
-    })?;
-    batch.clear();
-    Ok(n)
+
+    #[test]
+    fn the_resume_command_repeats_every_option_and_skips_the_lines_done() {
+        let resume = Resume {
+            url: Some(UrlArg {
+                shown: "redis://…@h:6379".into(),
+                redacted: true,
+            }),
+            queue: "q".into(),
+            file: "a b.txt".into(),
+            group: Some("g".into()),
+            delay: Some(Duration::from_millis(1500)),
+            max_attempts: Some(3),
+            kind: Some("k".into()),
+        };
+        assert_eq!(
+            resume.command(42),
+            "emq --url 'redis://…@h:6379' enqueue q --file 'a b.txt' --group g --delay 1500ms \
+             --max-attempts 3 --kind k --skip 42"
+        );
+    }
 }

@@ -135,7 +135,13 @@ fn main() {
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EMQ_LOG").unwrap_or_else(|_| "warn".into()))
             .init();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // a supervisor runs once per job of `emq work`, beside its command: one thread starts sooner
+    // than a pool of them
+    let mut builder = match cli.command {
+        Command::Supervise(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => fail(anyhow::anyhow!("cannot start the runtime: {e}")),
     };

@@ -139,6 +139,158 @@ fn file_enqueues_one_job_per_line_skipping_empty_lines_and_stripping_cr() {
     assert_eq!(lib().pending_payloads(&q), ["alpha", "beta", "gamma"]);
 }
 
+on_both_stores!(
+    skip_skips_the_first_n_lines_of_the_input,
+    a_file_failing_part_way_names_the_jobs_done_and_a_resume_command_that_enqueues_exactly_the_rest,
+);
+
+fn skip_skips_the_first_n_lines_of_the_input(b: &Backend) {
+    let q = queue("enq-skip");
+    let dir = scratch("enq-skip");
+    let path = dir.join("jobs.txt");
+    let file = path.to_str().unwrap();
+    // the empty line counts as a line
+    std::fs::write(&path, b"a\n\nb\r\nc\nd").unwrap();
+    let o = b.emq(&["enqueue", &q, "--file", file, "--skip", "2"]);
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("enqueued 3 jobs"), "{}", stderr(&o));
+    assert_eq!(b.lib().pending_payloads(&q), ["b", "c", "d"]);
+    // past the end: nothing
+    let o = b.emq(&["enqueue", &q, "--file", file, "--skip", "9"]);
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("enqueued 0 jobs"), "{}", stderr(&o));
+    let o = b.emq_with_stdin(&["enqueue", &q, "--file", "-", "--skip", "4"], b"a\nb\nc\nd\ne\n");
+    assert_exit(&o, 0);
+    assert_eq!(b.lib().pending_payloads(&q), ["b", "c", "d", "e"]);
+    b.assert_usage_error(&["enqueue", &q, "x", "--skip", "1"]);
+    b.assert_usage_error(&["enqueue", &q, "--file", file, "--skip", "-1"]);
+}
+
+/// The resume command a failed `--file` run printed (the line after `resume after them with: `),
+/// run by a shell as a user would, its `emq` this build's; `credentials` given back in its URL.
+fn run_resume(b: &Backend, err: &str, credentials: Option<&str>) -> Output {
+    let cmd = err
+        .lines()
+        .find_map(|l| l.strip_prefix("resume after them with: "))
+        .unwrap_or_else(|| panic!("no resume command: {err}"));
+    let rest = cmd
+        .strip_prefix("emq ")
+        .unwrap_or_else(|| panic!("not an emq command: {cmd}"));
+    let mut line = format!("'{}' {rest}", env!("CARGO_BIN_EXE_emq"));
+    if let Some(c) = credentials {
+        line = line.replace("redis://…@", &format!("redis://{c}@"));
+    }
+    let emq = b.cmd(&[]);
+    let mut sh = std::process::Command::new("sh");
+    sh.args(["-c", &line]);
+    // the environment `emq` gets from the backend
+    for (k, v) in emq.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    sh.output().unwrap()
+}
+
+/// A line over the store's payload limit fails its batch: the lines before it are enqueued in
+/// batches bounded in bytes, so every one of them lands; the error names them and the resume
+/// command; once the line is mended, that command enqueues exactly the rest.
+fn a_file_failing_part_way_names_the_jobs_done_and_a_resume_command_that_enqueues_exactly_the_rest(b: &Backend) {
+    let q = queue("enq-resume");
+    let dir = scratch("enq-resume");
+    let path = dir.join("my jobs.txt");
+    let file = path.to_str().unwrap();
+    let big = echomq::store::PAYLOAD_LIMIT_DEFAULT + 1;
+    // lines 1..=1500 small (two batches: 1000 jobs, then 500 cut short by the big line's bytes),
+    // line 1501 over the limit, then 99 more
+    let mut lines: Vec<String> = (1..=1600).map(|i| format!("job-{i}")).collect();
+    lines[1500] = "x".repeat(big);
+    lines[200] = String::new(); // an empty line is a line, no job
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let o = b.emq(&["enqueue", &q, "--file", file, "--group", "g", "--max-attempts", "4"]);
+    assert_exit(&o, 1);
+    let err = stderr(&o);
+    assert!(
+        err.starts_with(&format!(
+            "error: enqueued 1499 jobs to queue {q} (through line 1500 of {file}), then failed: "
+        )),
+        "{err}"
+    );
+    assert!(err.contains(&big.to_string()), "the cause: {err}");
+    let quoted = format!("'{file}'");
+    assert!(
+        err.contains(&format!(
+            "resume after them with: emq enqueue {q} --file {quoted} --group g --max-attempts 4 --skip 1500"
+        )),
+        "{err}"
+    );
+    assert_eq!(b.lib().counts(&q).pending, 1499);
+
+    lines[1500] = "mended".into();
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let o = run_resume(b, &err, None);
+    assert_exit(&o, 0);
+    assert!(stderr(&o).contains("enqueued 100 jobs"), "{}", stderr(&o));
+    let mut want: Vec<String> = lines.iter().filter(|l| !l.is_empty()).cloned().collect();
+    let mut got = b.lib().pending_payloads(&q);
+    assert_eq!(got.len(), 1599, "none twice, none missing");
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+    let row = b.lib().job(&q, "1599").unwrap();
+    assert_eq!(row.payload, b"job-1600", "the last job is the last line's");
+    assert_eq!(
+        (row.group.as_ref().map(|g| g.as_str()), row.max_attempts),
+        (Some("g"), Some(4))
+    );
+}
+
+/// An enqueue refused while the queue is being obliterated registers nothing: no tool lists the
+/// queue. The error prints the resume command with the URL's credentials left out, and the
+/// password nowhere; with them given back it enqueues every line once the obliterate is over.
+#[test]
+fn a_file_refused_while_obliterating_lists_no_queue_and_shows_no_password() {
+    let q = queue("enq-obliterating");
+    let dir = scratch("enq-obliterating");
+    let path = dir.join("jobs.txt");
+    let file = path.to_str().unwrap();
+    std::fs::write(&path, "a\nb\nc\n").unwrap();
+    let client = redis::Client::open(url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mark = format!("emq:{{{q}}}:obliterating");
+    let _: () = redis::cmd("SET").arg(&mark).arg(1).query(&mut con).unwrap();
+    // the default user takes any password on a server that asks none
+    let secret = url().replace("redis://", "redis://default:s3cret-pw@");
+    let o = emq_cmd(&["--url", &secret, "enqueue", &q, "--file", file])
+        .env_remove("EMQ_URL")
+        .output()
+        .unwrap();
+    assert_exit(&o, 1);
+    let err = stderr(&o);
+    assert!(!err.contains("s3cret-pw"), "the password shown: {err}");
+    assert!(err.contains("enqueued 0 jobs") && err.contains("obliterat"), "{err}");
+    assert!(
+        err.contains("resume after them with: emq --url 'redis://…@127.0.0.1:"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("enqueue {q} --file {file} --skip 0")), "{err}");
+    assert!(err.contains("credentials are left out"), "{err}");
+    let l = lib();
+    let listed = l.rt.block_on(l.store.queues()).unwrap();
+    assert!(!listed.contains(&qn(&q)), "a refused enqueue listed the queue");
+    let o = emq(&["stats", "--json"]);
+    assert_exit(&o, 0);
+    assert!(!stdout(&o).contains(&q), "emq stats lists it: {}", stdout(&o));
+
+    let _: () = redis::cmd("DEL").arg(&mark).query(&mut con).unwrap();
+    let o = run_resume(&Backend::redis(), &err, Some("default:s3cret-pw"));
+    assert_exit(&o, 0);
+    assert_eq!(l.pending_payloads(&q), ["a", "b", "c"]);
+    let listed = l.rt.block_on(l.store.queues()).unwrap();
+    assert!(listed.contains(&qn(&q)));
+}
+
 #[test]
 fn file_dash_reads_stdin_in_batches_with_the_options_on_each_job() {
     let q = queue("enq-file-stdin");

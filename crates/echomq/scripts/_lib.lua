@@ -467,16 +467,41 @@ local function emq_publish_read(base, g, nready, touch)
   return s, emq_paused_read(base)
 end
 
+-- the queue's registration in emq:queues (`registered`: one member, the token of the queue's life,
+-- score 0 while the client's SADD is owed, 1 once paid), read before the first write. Returns the
+-- token while the SADD is owed (false once paid: the reply's nil), and whether the queue's life
+-- begins with this enqueue: then the token is new, the store's time to the microsecond (no two
+-- lives of a queue begin in one microsecond: an obliterate runs between them, so a stale client's
+-- ZADD XX of an earlier life's token marks nothing paid in this one).
+local function emq_registration_read(base)
+  local r = redis.call('ZRANGE', base .. 'registered', 0, 0, 'WITHSCORES')
+  if r[1] == nil then
+    local t = redis.call('TIME')
+    return t[1] .. '.' .. string.format('%06d', tonumber(t[2])), true
+  end
+  if tonumber(r[2]) == 0 then return r[1], false end
+  return false, false
+end
+
+-- a new life's registration written, owed (emq_registration_read's token and flag), as the last
+-- write of an enqueue that landed: an enqueue refused or failed before it leaves none
+local function emq_registration_write(base, owed, fresh_life)
+  if fresh_life then redis.call('ZADD', base .. 'registered', 0, owed) end
+end
+
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
 -- budget of their own — one argument per job instead of four, the bulk path) or per job: id
 -- ('' = generated), delay_ms, max_attempts ('' = none), payload.
--- Returns {first sequence, index of each duplicate, …}: the new jobs take the sequences from the
--- first on, in batch order, and a generated id is its sequence. Or an error reply, nothing written.
--- Reads first: the mark, the caller ids (duplicates), the id counter, the ready set's state, then
--- the rows of generated ids and the keys only written (emq_touch), then the writes. The sequences
--- come from the counter as read (GET); its INCRBY is the first write, so a counter that holds no
--- integer fails it with nothing written.
+-- Returns {first sequence, registration owed, index of each duplicate, …}: the new jobs take the
+-- sequences from the first on, in batch order, and a generated id is its sequence; the registration
+-- owed is the token of the queue's life while its name's SADD to emq:queues is owed (the client
+-- then SADDs it and marks the token paid: ZADD XX 1), else nil. Or an error reply, nothing written
+-- (the registration neither: a refused enqueue never makes the client SADD).
+-- Reads first: the mark, the registration, the caller ids (duplicates), the id counter, the ready
+-- set's state, then the rows of generated ids and the keys only written (emq_touch), then the
+-- writes. The sequences come from the counter as read (GET); its INCRBY is the first write, so a
+-- counter that holds no integer fails it with nothing written. The registration is the last write.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n
@@ -486,6 +511,7 @@ local function emq_new_jobs(verb, base, o, g)
   if redis.call('EXISTS', base .. 'obliterating') == 1 then
     return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
   end
+  local owed, fresh_life = emq_registration_read(base)
   if plain then
     local seq = tonumber(redis.call('GET', base .. 'id')) or 0
     -- one text per job, reused for key, score and member: a lane's ids, or the flat set's pairs
@@ -507,7 +533,8 @@ local function emq_new_jobs(verb, base, o, g)
       end
     end
     emq_publish_ready(base, g, s, ready, paused)
-    return { seq + 1 }
+    emq_registration_write(base, owed, fresh_life)
+    return { seq + 1, owed }
   end
   -- read and validate everything first
   local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
@@ -548,7 +575,7 @@ local function emq_new_jobs(verb, base, o, g)
   local s, paused = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
   -- then write
-  local reply, ready, sched = { seq + 1 }, {}, {}
+  local reply, ready, sched = { seq + 1, owed }, {}, {}
   local now = 0
   if fresh > 0 then redis.call('INCRBY', base .. 'id', fresh) end
   k = 0
@@ -589,6 +616,7 @@ local function emq_new_jobs(verb, base, o, g)
   end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
   emq_publish_ready(base, g, s, ready, paused)
+  emq_registration_write(base, owed, fresh_life)
   return reply
 end
 

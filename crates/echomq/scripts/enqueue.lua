@@ -1,6 +1,9 @@
 -- enqueue — new flat jobs: each to `pending` at its sequence (FIFO), or to `scheduled` when delayed.
 -- A caller id is a duplicate while its row exists, and a later copy in the same batch is one too
--- (the first wins). The client pipelines `SADD emq:queues q` beside this call.
+-- (the first wins). The first enqueue of the queue's life (none since its creation or obliterate)
+-- writes `registered` owed; while it is owed each reply carries its token, and the client then
+-- `SADD`s the name to emq:queues and marks the token paid (`ZADD registered XX 1 token`). A refused
+-- or failed call writes no registration and replies none, so it never registers the queue.
 -- Validates the whole batch before its first write; refused while the queue is being obliterated.
 -- Reads first (emq_new_jobs): the rows of the new jobs are reached before the first write.
 --
@@ -11,6 +14,8 @@
 -- KEYS[5] emq:{q}:groups      (hash: r:~ the flat set's ring flag)
 -- KEYS[6] emq:{q}:wake        (list of wake tokens)
 -- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
+-- KEYS[8] emq:{q}:registered  (zset of one member: the token of the queue's life, score 0 = its
+--                              SADD to emq:queues owed, 1 = paid)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] n, 1..1000
 -- ARGV[3 + 5(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none), kind
@@ -18,8 +23,9 @@
 --   or, the plain layout: ARGV[2 + i] = the payload of job i alone (a generated id, no delay,
 --   no max_attempts, no kind): one argument per job, chosen when ARGV holds exactly n of them
 --
--- Replies: {first sequence, index (1-based) of each duplicate, …}: the new jobs took the sequences
---          from the first on, in batch order; a generated id is its sequence;
+-- Replies: {first sequence, registration owed, index (1-based) of each duplicate, …}: the new jobs
+--          took the sequences from the first on, in batch order; a generated id is its sequence;
+--          the registration owed is the life's token while its SADD is owed, else nil;
 --          error EMQOBLITERATING; error EMQARGS (malformed arguments, nothing written).
 -- Wakes: one per job made ready (at most 16). Ring step for '~'.
 return emq_new_jobs('enqueue', ARGV[1], 2, nil)

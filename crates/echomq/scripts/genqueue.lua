@@ -8,6 +8,8 @@
 -- KEYS[5] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~)
 -- KEYS[6] emq:{q}:wake        (list of wake tokens)
 -- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
+-- KEYS[8] emq:{q}:registered  (zset of one member: the token of the queue's life, score 0 = its
+--                              SADD to emq:queues owed, 1 = paid)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] the group g
 -- ARGV[3] n, 1..1000

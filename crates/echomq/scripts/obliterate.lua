@@ -1,6 +1,8 @@
 -- obliterate — deletes every key of the queue, at most ARGV[3] job rows per call: the client loops
 -- while the reply says more is left, then `SREM emq:queues q` (and `SADD`s it again when the
--- queue's id counter exists by then: an enqueue landed after the last call). The first call marks
+-- queue's `registered` exists by then: an enqueue landed after the last call and began the queue's
+-- next life, whose SADD the SREM may have undone). The last call deletes `registered` with the
+-- rest, so the next life's first enqueue owes its registration again. The first call marks
 -- the queue (`obliterating`) so enqueues and claims are refused meanwhile. Active jobs refuse it
 -- unless forced (then their lane slots are freed as they go, keeping the slot invariant).
 -- Reads first (_lib.lua): the held jobs' rows and groups, the heads of the other sets, then (budget
@@ -93,7 +95,7 @@ touch[#touch + 1] = 'obliterating'
 if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
-  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions' }
+  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end

@@ -12,8 +12,9 @@ use crate::error::{Error, NameKind, Result};
 /// The longest queue name, group name or job id, in bytes.
 pub const NAME_MAX_BYTES: usize = 128;
 
-/// The set of every queue name, for tools. Outside any hash tag: the client pipelines `SADD` beside
-/// an enqueue and `SREM` after an obliterate, never inside a script.
+/// The set of every queue name, for tools. Outside any hash tag, so never written by a script: the
+/// client `SADD`s a name when an enqueue that landed replied a registration owed
+/// ([`QueueKeys::registered`]), and `SREM`s it after an obliterate.
 pub const QUEUES_KEY: &str = "emq:queues";
 
 /// Every suffix a key of a queue may have after its base `emq:{q}:`. A suffix ending in `:` takes a
@@ -38,6 +39,7 @@ pub const SUFFIXES: &[&str] = &[
     "cancel",
     "retention",
     "finished",
+    "registered",
 ];
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
@@ -242,6 +244,12 @@ impl QueueKeys {
     /// `emq:{q}:obliterating` — present while the queue is being obliterated (enqueues refused).
     pub fn obliterating(&self) -> String {
         self.key("obliterating")
+    }
+    /// `emq:{q}:registered` — the queue's registration in [`QUEUES_KEY`]: a sorted set of one member,
+    /// the token of the queue's current life (written by the first enqueue that lands after the
+    /// queue's creation or its obliterate), score 0 while the `SADD` is owed, 1 once it is paid.
+    pub fn registered(&self) -> String {
+        self.key("registered")
     }
     /// `emq:{q}:completions` — the stream of completion records.
     pub fn completions(&self) -> String {

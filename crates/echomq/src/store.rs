@@ -420,7 +420,11 @@ pub struct CancelRequest {
 #[async_trait]
 pub trait Store: Send + Sync {
     /// enqueue: new flat jobs → `pending` at their sequence (FIFO), or `scheduled` when delayed.
-    /// Registers the queue. One reply per job, in order. Batches beyond [`BATCH_MAX`] are split.
+    /// Registers the queue (lists it in [`Store::queues`]) when its jobs land, and only then: a
+    /// refused or failed enqueue registers nothing. One reply per job, in order. Batches beyond
+    /// [`BATCH_MAX`] jobs or [`BATCH_BYTES_MAX`] bytes are split, each written whole or not at all:
+    /// when a later batch fails, the earlier ones stay enqueued (and registered) and the call
+    /// returns the error.
     async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 
     /// genqueue: new jobs of `group` → its lane (or `scheduled` when delayed); the ring step.

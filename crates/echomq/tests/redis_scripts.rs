@@ -73,6 +73,7 @@ redis_cases!(
     reap_sweep_and_promote_bury_a_key_of_another_type,
     claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member,
     retry_refuses_a_token_that_is_no_number_and_writes_nothing,
+    an_enqueue_reply_owes_the_registration_until_the_client_pays_it,
 );
 
 owned_server_cases!(
@@ -217,8 +218,17 @@ async fn eval_new_jobs(
         None => format!("{base}pending"),
     };
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script_body(verb)).arg(7);
-    for suffix in ["id", "", "scheduled", "ring", "groups", "wake", "obliterating"] {
+    cmd.arg(script_body(verb)).arg(8);
+    for suffix in [
+        "id",
+        "",
+        "scheduled",
+        "ring",
+        "groups",
+        "wake",
+        "obliterating",
+        "registered",
+    ] {
         if suffix.is_empty() {
             cmd.arg(&second);
         } else {
@@ -286,6 +296,123 @@ pub async fn enqueue_script_that_fails_validation_writes_nothing(ctx: &Ctx) {
         "6",
         "the id counter moved only for the jobs written"
     );
+}
+
+/// The registration an enqueue reply owes (its second item): the token of the queue's life while
+/// its `SADD` to `emq:queues` is owed, nil once the client marked it paid. A raw script call is a
+/// client that died between the reply and its `SADD`: the next enqueue through the store still
+/// owes it, and pays it. A refused call owes nothing and writes no registration; an obliterate
+/// ends the life, and the next one owes a registration of its own, under a new token.
+pub async fn an_enqueue_reply_owes_the_registration_until_the_client_pays_it(ctx: &Ctx) {
+    use redis::Value;
+    let ok = ["", "0", "", "", "a"];
+    let key = format!("{}registered", raw(ctx).1);
+    let owed = |v: Value| -> Value {
+        let Value::Array(items) = v else {
+            panic!("an array: {v:?}")
+        };
+        items[1].clone()
+    };
+    let listed = || async { ctx.store.queues().await.unwrap().contains(&ctx.q) };
+    // the queue's keys but the retention setting every case's queue starts with
+    let keys = || async {
+        let mut keys = ctx.probe.keys().await;
+        keys.retain(|k| k != "retention");
+        keys
+    };
+
+    ctx.probe.set_obliterating_mark().await;
+    let err = eval_new_jobs(ctx, None, "1", &[ok]).await.unwrap_err();
+    assert_eq!(err.code(), Some("EMQOBLITERATING"), "{err}");
+    ctx.probe.clear_obliterating_mark().await;
+    assert!(keys().await.is_empty(), "a refused call writes no registration");
+
+    let first = owed(eval_new_jobs(ctx, None, "1", &[ok]).await.unwrap());
+    let Value::BulkString(token) = &first else {
+        panic!("a token owed: {first:?}")
+    };
+    assert!(!listed().await, "the script itself registers nothing");
+    let (mut conn, _) = raw(ctx);
+    let score: Option<f64> = conn.zscore(&key, token.as_slice()).await.unwrap();
+    assert_eq!(score, Some(0.0), "owed");
+    let again = owed(eval_new_jobs(ctx, Some("g"), "1", &[ok]).await.unwrap());
+    assert_eq!(again, first, "still owed, under the same token");
+
+    ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
+    assert!(listed().await, "the store's enqueue paid it");
+    let score: Option<f64> = conn.zscore(&key, token.as_slice()).await.unwrap();
+    assert_eq!(score, Some(1.0), "paid");
+    let members: Vec<String> = conn.zrange(&key, 0, -1).await.unwrap();
+    assert_eq!(members.len(), 1, "one member: {members:?}");
+    let paid = eval_new_jobs(ctx, None, "1", &[ok]).await.unwrap();
+    assert_eq!(owed(paid), Value::Nil, "nothing owed once paid");
+    // a batch of duplicates alone still replies the item, then the duplicates' indexes
+    ctx.store
+        .enqueue(&ctx.q, &[NewJob::new("x").with_id(JobId::new("taken").unwrap())])
+        .await
+        .unwrap();
+    let dup = ["taken", "0", "", "", "b"];
+    let reply = eval_new_jobs(ctx, None, "2", &[dup, dup]).await.unwrap();
+    let Value::Array(items) = reply else { panic!("an array") };
+    assert_eq!(&items[1..], &[Value::Nil, Value::Int(1), Value::Int(2)]);
+
+    ctx.store.obliterate(&ctx.q, true).await.unwrap();
+    assert!(keys().await.is_empty(), "the obliterate deleted the registration");
+    assert!(!listed().await);
+    let next = owed(eval_new_jobs(ctx, None, "1", &[ok]).await.unwrap());
+    assert!(
+        matches!(&next, Value::BulkString(_)),
+        "the next life owes one: {next:?}"
+    );
+    assert_ne!(next, first, "under a token of its own");
+    // a late client of the earlier life marks nothing paid in this one
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&key)
+        .arg("XX")
+        .arg(1)
+        .arg(token.as_slice())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let Value::BulkString(new) = &next else { unreachable!() };
+    let score: Option<f64> = conn.zscore(&key, new.as_slice()).await.unwrap();
+    assert_eq!(score, Some(0.0), "still owed");
+    let members: Vec<String> = conn.zrange(&key, 0, -1).await.unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+}
+
+/// The registration costs the enqueue hot path nothing: once a queue's registration is paid, an
+/// enqueue is one script call and no `SADD`; the first enqueue of each life pays with one. The
+/// counts are the server's (a script's own commands among them), so the case owns its server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_an_enqueue_of_a_registered_queue_sends_its_script_call_alone() {
+    use echomq::store::redis::RedisStore;
+    use echomq::store::Store;
+    use harness::redis_server::{command_calls, OwnedServer};
+    let server = OwnedServer::start(&["--appendonly", "no"]);
+    let store = RedisStore::open(&server.url()).await.unwrap();
+    store.preload().await.unwrap();
+    let q = harness::queue_name("hot_path");
+    // (EVALSHA, SADD) calls since `before`
+    let since = |before: &std::collections::BTreeMap<String, u64>| {
+        let now = command_calls(server.port);
+        let d = |k: &str| now.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+        (d("evalsha"), d("sadd"))
+    };
+    for life in 0..2 {
+        let before = command_calls(server.port);
+        store.enqueue(&q, &jobs(3)).await.unwrap();
+        assert_eq!(since(&before), (1, 1), "life {life}: the first enqueue registers");
+        for _ in 0..3 {
+            let before = command_calls(server.port);
+            store.enqueue(&q, &jobs(3)).await.unwrap();
+            store.genqueue(&q, &group("g"), &jobs(2)).await.unwrap();
+            assert_eq!(since(&before), (2, 0), "life {life}: the scripts alone");
+        }
+        assert_eq!(store.queues().await.unwrap(), std::slice::from_ref(&q));
+        store.obliterate(&q, true).await.unwrap();
+        assert!(store.queues().await.unwrap().is_empty());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

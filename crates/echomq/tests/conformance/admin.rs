@@ -1302,6 +1302,75 @@ pub async fn queues_lists_a_queue_from_its_first_enqueue_until_obliterate(ctx: &
     assert!(!ctx.store.queues().await.unwrap().contains(&other));
 }
 
+/// A refused enqueue registers nothing: the queue it names is not listed until one lands. On Redis
+/// the name's `SADD` is a command of its own (no script can reach the set of names on a Cluster):
+/// sent beside the script, it would land though the script was refused.
+pub async fn an_enqueue_refused_while_obliterating_leaves_the_queue_unlisted(ctx: &Ctx) {
+    ctx.probe.set_obliterating_mark().await;
+    let err = ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap_err();
+    assert!(matches!(&err, Error::Obliterating { .. }), "{err:?}");
+    let err = ctx.store.genqueue(&ctx.q, &group("g"), &jobs(2)).await.unwrap_err();
+    assert!(matches!(&err, Error::Obliterating { .. }), "{err:?}");
+    // more jobs than one script call takes: every call is refused, and none registers
+    let many: Vec<NewJob> = (0..2500).map(|i| NewJob::new(format!("{i}"))).collect();
+    let err = ctx.store.enqueue(&ctx.q, &many).await.unwrap_err();
+    assert!(matches!(&err, Error::Obliterating { .. }), "{err:?}");
+    assert!(
+        !ctx.store.queues().await.unwrap().contains(&ctx.q),
+        "a refused enqueue registered the queue"
+    );
+    assert_eq!(job_keys(ctx).await, ["obliterating"], "nothing written but the mark");
+
+    ctx.probe.clear_obliterating_mark().await;
+    ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
+    assert!(
+        ctx.store.queues().await.unwrap().contains(&ctx.q),
+        "an enqueue that lands registers"
+    );
+}
+
+/// An enqueue that fails inside the store (its arguments reach it, then a write of it fails)
+/// registers nothing either: the embedded store's registration rolls back with the transaction,
+/// the Redis script replies an error and its client sends no `SADD`. The queue's first enqueue
+/// that lands registers it.
+pub async fn an_enqueue_failing_in_the_store_leaves_the_queue_unlisted(ctx: &Ctx) {
+    ctx.probe.refuse_new_jobs().await;
+    let err = ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap_err();
+    assert!(matches!(&err, Error::Store { .. }), "{err:?}");
+    let err = ctx.store.genqueue(&ctx.q, &group("g"), &jobs(2)).await.unwrap_err();
+    assert!(matches!(&err, Error::Store { .. }), "{err:?}");
+    assert!(
+        !ctx.store.queues().await.unwrap().contains(&ctx.q),
+        "a failed enqueue registered the queue"
+    );
+    ctx.probe.allow_new_jobs().await;
+    assert!(
+        job_keys(ctx).await.is_empty(),
+        "nothing written: {:?}",
+        job_keys(ctx).await
+    );
+
+    ctx.store.genqueue(&ctx.q, &group("g"), &jobs(1)).await.unwrap();
+    assert!(ctx.store.queues().await.unwrap().contains(&ctx.q));
+    // registered once, and listed while the queue lives (the later enqueues need not register)
+    ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
+    let listed = ctx.store.queues().await.unwrap();
+    assert_eq!(listed.iter().filter(|q| **q == ctx.q).count(), 1, "{listed:?}");
+}
+
+/// Each life of a queue registers it: after an obliterate unlisted it, the next enqueue lists it
+/// again, and the one after that keeps it listed.
+pub async fn each_life_of_a_queue_registers_it_again_after_an_obliterate(ctx: &Ctx) {
+    for life in 0..3 {
+        ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
+        ctx.store.genqueue(&ctx.q, &group("g"), &jobs(1)).await.unwrap();
+        assert!(ctx.store.queues().await.unwrap().contains(&ctx.q), "life {life}");
+        ctx.store.obliterate(&ctx.q, false).await.unwrap();
+        assert!(!ctx.store.queues().await.unwrap().contains(&ctx.q), "life {life}");
+        assert!(job_keys(ctx).await.is_empty(), "life {life}: {:?}", job_keys(ctx).await);
+    }
+}
+
 crate::conformance!(
     obliterate_raced_by_enqueues_lists_the_queue_exactly_when_it_holds_jobs,
     drain_drops_pending_lane_and_scheduled_jobs_but_not_active_or_dead,
@@ -1356,4 +1425,7 @@ crate::conformance!(
     list_dead_gives_newest_first,
     list_completed_and_cancelled_give_retained_rows_newest_first,
     queues_lists_a_queue_from_its_first_enqueue_until_obliterate,
+    an_enqueue_refused_while_obliterating_leaves_the_queue_unlisted,
+    an_enqueue_failing_in_the_store_leaves_the_queue_unlisted,
+    each_life_of_a_queue_registers_it_again_after_an_obliterate,
 );

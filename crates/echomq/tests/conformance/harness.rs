@@ -184,6 +184,20 @@ impl Probe {
         each_store!(self, p => p.clear_obliterating_mark().await)
     }
 
+    /// Makes every enqueue and genqueue of the queue fail inside the store, with an error of the
+    /// store's own (not a typed refusal), once it has read the queue's state. Redis: the id counter
+    /// made a non-integer, so the script's first write (its INCRBY) fails; embedded: a trigger
+    /// refusing the queue's new job rows, so the transaction fails after its registration and
+    /// rolls back. For a queue that has taken no job yet.
+    pub async fn refuse_new_jobs(&self) {
+        each_store!(self, p => p.refuse_new_jobs().await)
+    }
+
+    /// Undoes [`Probe::refuse_new_jobs`]: the queue takes jobs again, its ids from 1.
+    pub async fn allow_new_jobs(&self) {
+        each_store!(self, p => p.allow_new_jobs().await)
+    }
+
     /// The Redis probe, in a Redis case (for tests/redis_scripts.rs, which runs scripts raw).
     #[allow(dead_code)] // the conformance cases never reach for a store's own probe
     pub fn as_redis(&self) -> Option<&RedisProbe> {

@@ -415,6 +415,8 @@ impl EmbeddedProbe {
                 "SELECT DISTINCT 'completions' FROM emq_records WHERE queue = ?1",
             ));
             keys.extend(strings("SELECT DISTINCT 'cancel' FROM emq_cancels WHERE queue = ?1"));
+            // the Redis store's `registered` mirrors the queue's row in emq_queues
+            keys.extend(strings("SELECT 'registered' FROM emq_queues WHERE queue = ?1"));
             keys.sort();
             keys
         })
@@ -484,6 +486,27 @@ impl EmbeddedProbe {
                 params![q],
             )
             .expect("set the obliterating mark");
+        })
+        .await
+    }
+
+    pub async fn refuse_new_jobs(&self) {
+        self.with(|c, q| {
+            // the trigger lives in the database file: the store's own connection meets it
+            let q = q.replace('\'', "''");
+            c.execute_batch(&format!(
+                "CREATE TRIGGER IF NOT EXISTS emq_probe_refuse_new_jobs BEFORE INSERT ON emq_jobs \
+                 WHEN NEW.queue = '{q}' BEGIN SELECT RAISE(ABORT, 'new jobs refused by the probe'); END"
+            ))
+            .expect("create the refusing trigger");
+        })
+        .await
+    }
+
+    pub async fn allow_new_jobs(&self) {
+        self.with(|c, _| {
+            c.execute_batch("DROP TRIGGER IF EXISTS emq_probe_refuse_new_jobs")
+                .expect("drop the refusing trigger");
         })
         .await
     }

@@ -224,6 +224,19 @@ impl RedisProbe {
             .expect("SET obliterating");
     }
 
+    pub async fn refuse_new_jobs(&self) {
+        let _: () = self
+            .conn
+            .clone()
+            .set(self.key("id"), "no-number")
+            .await
+            .expect("SET id");
+    }
+
+    pub async fn allow_new_jobs(&self) {
+        let _: () = self.conn.clone().del(self.key("id")).await.expect("DEL id");
+    }
+
     pub async fn clear_obliterating_mark(&self) {
         let _: () = self
             .conn

@@ -616,7 +616,8 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             None => flat_state = Some(flat_read(db)?),
         }
     }
-    // the client's SADD emq:queues beside the script
+    // the registration (the Redis client's SADD once the script replied it owed), in this
+    // transaction: a failure after it rolls it back, so a failed enqueue never lists the queue
     if !look.registered {
         db.register()?;
     }

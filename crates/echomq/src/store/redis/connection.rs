@@ -87,21 +87,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Runs several calls of one script in one round trip, then `extra` plain commands; the first
-    /// error fails the whole call.
-    pub(super) async fn run_pipelined(
-        &self,
-        script: &Script,
-        calls: Vec<(Vec<String>, Vec<Vec<u8>>)>,
-        extra: Vec<Cmd>,
-    ) -> Result<Vec<Value>> {
-        let calls = calls
-            .into_iter()
-            .map(|(keys, args)| Call { script, keys, args })
-            .collect();
-        self.run_calls(calls, extra).await?.into_iter().collect()
-    }
-
     /// Runs script calls in one round trip ([`Self::send`]), then `extra` plain commands; each
     /// call's reply or error is its own, an error reply mapped to the store's error.
     pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Result<Value>>> {

@@ -1,8 +1,12 @@
 //! enqueue (`scripts/enqueue.lua`), and the building and reading shared with genqueue: jobs
-//! validated, split in script calls of ≤ 1000 jobs and ≤ 8 MiB, all sent in one pipeline with the
-//! `SADD emq:queues` registration.
+//! validated, split in script calls of ≤ 1000 jobs and ≤ 8 MiB, all sent in one pipeline; then,
+//! only when a call that landed replied the queue's registration owed, the `SADD emq:queues` and
+//! the mark that it is paid.
+
+use redis::Value;
 
 use super::args::num;
+use super::connection::{self, Call};
 use super::scripts::Script;
 use super::{reply, RedisStore};
 use crate::error::{Error, Result};
@@ -38,6 +42,7 @@ pub(super) async fn new_jobs(
         k.groups(),
         k.wake(),
         k.obliterating(),
+        k.registered(),
     ];
     let mut calls = Vec::new();
     let mut batches = Vec::new();
@@ -66,50 +71,115 @@ pub(super) async fn new_jobs(
             }
             args.push(job.payload.clone());
         }
-        calls.push((keys.clone(), args));
+        calls.push(Call {
+            script,
+            keys: keys.clone(),
+            args,
+        });
         batches.push(batch);
     }
-    let mut register = redis::cmd("SADD");
-    register.arg(QUEUES_KEY).arg(queue.as_str());
-    let replies = store
-        .run_pipelined(script, calls, vec![register])
-        .await
-        .map_err(|e| match e {
-            Error::Obliterating { .. } => Error::Obliterating {
-                queue: queue.to_string(),
-            },
-            other => other,
-        })?;
+    let replies = store.run_calls(calls, Vec::new()).await?;
     let verb = script.name;
     let mut out = Vec::with_capacity(jobs.len());
-    for (v, batch) in replies.into_iter().zip(batches) {
-        // {first sequence, index of each duplicate…}: new jobs take sequences in batch order
-        let items = reply::array(verb, v)?;
-        let mut items = items.iter();
-        let mut seq = reply::int(
-            verb,
-            items.next().ok_or_else(|| Error::Protocol {
-                verb,
-                reply: "empty".into(),
-            })?,
-        )?;
-        let dups = items
-            .map(|i| reply::int(verb, i))
-            .collect::<Result<std::collections::HashSet<i64>>>()?;
-        for (i, job) in batch.iter().enumerate() {
-            if dups.contains(&(i as i64 + 1)) {
-                let id = job.id.clone().ok_or_else(|| Error::Protocol {
-                    verb,
-                    reply: "a generated id reported duplicate".into(),
-                })?;
-                out.push(Enqueued::Duplicate(id));
-            } else {
-                out.push(Enqueued::New(
-                    job.id.clone().unwrap_or_else(|| JobId::from_store(seq.to_string())),
-                ));
-                seq += 1;
+    let mut owed: Vec<String> = Vec::new();
+    let mut failed = None;
+    for (sent, batch) in replies.into_iter().zip(batches) {
+        let v = match sent {
+            Ok(v) => v,
+            // the calls after a refused one are refused alike (the mark) or land on their own;
+            // either way the first error is the caller's, and what landed still registers
+            Err(e) => {
+                failed.get_or_insert(e);
+                continue;
+            }
+        };
+        match read_batch(verb, v, batch, &mut out) {
+            Ok(Some(token)) if !owed.contains(&token) => owed.push(token),
+            Ok(_) => {}
+            Err(e) => {
+                failed.get_or_insert(e);
             }
         }
     }
-    Ok(out)
+    if !owed.is_empty() {
+        register(store, queue, &owed).await;
+    }
+    match failed {
+        Some(Error::Obliterating { .. }) => Err(Error::Obliterating {
+            queue: queue.to_string(),
+        }),
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// One call's reply, `{first sequence, registration owed (nil when none), index of each
+/// duplicate…}`, read into `out` (new jobs take sequences in batch order); the token of the
+/// registration owed, if any.
+fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqueued>) -> Result<Option<String>> {
+    let items = reply::array(verb, v)?;
+    let mut items = items.into_iter();
+    let mut seq = reply::int(
+        verb,
+        &items.next().ok_or_else(|| Error::Protocol {
+            verb,
+            reply: "empty".into(),
+        })?,
+    )?;
+    let owed = match items.next() {
+        None | Some(Value::Nil) => None,
+        Some(token) => Some(reply::string(verb, token)?),
+    };
+    let dups = items
+        .map(|i| reply::int(verb, &i))
+        .collect::<Result<std::collections::HashSet<i64>>>()?;
+    for (i, job) in batch.iter().enumerate() {
+        if dups.contains(&(i as i64 + 1)) {
+            let id = job.id.clone().ok_or_else(|| Error::Protocol {
+                verb,
+                reply: "a generated id reported duplicate".into(),
+            })?;
+            out.push(Enqueued::Duplicate(id));
+        } else {
+            out.push(Enqueued::New(
+                job.id.clone().unwrap_or_else(|| JobId::from_store(seq.to_string())),
+            ));
+            seq += 1;
+        }
+    }
+    Ok(owed)
+}
+
+/// Pays the queue's registration: its name `SADD`ed to `emq:queues`, then each owed token (of the
+/// life the enqueue landed in) marked paid with `ZADD XX`, so the enqueues after it send nothing
+/// more. The mark follows the `SADD`'s success: a failed `SADD` leaves the registration owed, and
+/// the queue's next enqueue pays it. The `XX` marks nothing when the token's life has ended (an
+/// obliterate came between: the next life owes its own). The jobs landed whatever happens here,
+/// so a failure is logged, not returned: an error would have the caller enqueue them again.
+async fn register(store: &RedisStore, queue: &QueueName, owed: &[String]) {
+    let added = async {
+        let mut conn = store.conn().await?;
+        redis::cmd("SADD")
+            .arg(QUEUES_KEY)
+            .arg(queue.as_str())
+            .query_async::<Value>(&mut conn)
+            .await
+            .map_err(|e| connection::unreachable_or(&store.addr, "enqueue", e))?;
+        Ok::<_, Error>(conn)
+    };
+    let mut conn = match added.await {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::warn!(queue = %queue, error = %e, "registering the queue failed; its next enqueue registers it");
+            return;
+        }
+    };
+    let mut paid = redis::pipe();
+    let key = QueueKeys::new(queue).registered();
+    for token in owed {
+        paid.cmd("ZADD").arg(&key).arg("XX").arg(1).arg(token).ignore();
+    }
+    if let Err(e) = paid.query_async::<()>(&mut conn).await {
+        tracing::warn!(queue = %queue, error = %e, "marking the queue's registration paid failed; its next enqueue registers it again");
+    }
 }

@@ -34,9 +34,11 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
             active: u64::MAX - removed,
         });
     }
-    // the registration goes with the queue's last key. An enqueue that landed after the last
-    // chunk (the mark gone) registered the queue with its own SADD, which this SREM may undo:
-    // the id counter that enqueue made says so, and the queue is registered again
+    // the registration goes with the queue's last key (the last chunk deleted `registered`). An
+    // enqueue that landed after the last chunk (the mark gone) began the queue's next life and
+    // wrote its `registered`; its client's SADD may come before this SREM, which would undo it and
+    // leave the new jobs in a queue no tool lists: the key says so, and the queue is registered
+    // again
     let mut conn = store.conn().await?;
     let (recreated,): (bool,) = redis::pipe()
         .cmd("SREM")
@@ -44,7 +46,7 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
         .arg(queue.as_str())
         .ignore()
         .cmd("EXISTS")
-        .arg(k.id())
+        .arg(k.registered())
         .query_async(&mut conn)
         .await
         .map_err(|e| store.error("obliterate", e))?;
