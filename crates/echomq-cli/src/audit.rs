@@ -39,8 +39,8 @@ const STOP_MAX: Duration = Duration::from_secs(30);
 #[command(after_help = AUDIT_HELP)]
 pub struct Args {
     /// The store audited: `embedded` (a fresh file) or `redis` (a redis-server of the audit's own
-    /// with AOF `appendfsync always`, so that it can kill and restart it). The global --url is not
-    /// used: the audit kills its store's server.
+    /// with AOF `appendfsync always`, so that it can kill and restart it). A --url or EMQ_URL is
+    /// refused: the audit kills its store's server, so it makes one of its own.
     #[arg(long, value_enum, default_value_t = StoreArg::Embedded)]
     pub store: StoreArg,
     /// Jobs enqueued.
@@ -149,8 +149,16 @@ pub struct Figures {
     pub run_ms: u64,
 }
 
-/// Runs `emq audit`.
-pub async fn run(args: Args) -> anyhow::Result<i32> {
+/// Runs `emq audit`. `url` is the global `--url`: refused unless left at its default, since the
+/// audit kills and restarts its store and so makes one of its own.
+pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
+    if url != crate::DEFAULT_URL {
+        bail!(
+            "emq audit runs on a store of its own (it kills and restarts it): choose it with --store, \
+             and leave --url and EMQ_URL unset (got {})",
+            echomq::store::redact_url(url)
+        );
+    }
     let redis_kills = match (args.store, args.redis_kills) {
         (StoreArg::Embedded, Some(n)) if n > 0 => {
             bail!("--redis-kills needs --store redis (the embedded store has no server to kill)")

@@ -164,7 +164,7 @@ fn main() {
             Command::Cancel(a) => cancel::run(&cli.url, a).await,
             Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
             Command::Retention(a) => retention::run(&cli.url, a).await,
-            Command::Audit(a) => audit::run(a).await,
+            Command::Audit(a) => audit::run(&cli.url, a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }
     });

@@ -1145,3 +1145,66 @@ fn bench_prints_one_json_line_per_run_with_the_peers_field_names(b: &Backend) {
     );
     assert!(v["secs"].as_f64().unwrap() >= 1.0, "{v}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// the crash audit (its short form runs in tools/test.sh; these check its front and its figures)
+
+/// `emq audit ARGS` with no store named: the audit makes its own.
+fn audit(args: &[&str], env_url: Option<&str>) -> Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_emq"));
+    c.arg("audit")
+        .args(args)
+        .env_remove("EMQ_URL")
+        .stdin(std::process::Stdio::null());
+    if let Some(u) = env_url {
+        c.env("EMQ_URL", u);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn an_audit_refuses_a_store_url_and_redis_kills_on_the_embedded_store() {
+    let o = audit(&["--jobs", "1"], Some("redis://user:secret@127.0.0.1:1"));
+    assert_error_naming(&o, "runs on a store of its own");
+    assert!(!stderr(&o).contains("secret"), "{}", stderr(&o));
+    assert_error_naming(
+        &audit(&["--redis-kills", "1"], None),
+        "--redis-kills needs --store redis",
+    );
+    assert_error_naming(
+        &audit(&["--zombie", "--workers", "1"], None),
+        "--zombie needs at least 2 workers",
+    );
+}
+
+#[test]
+fn an_audit_through_a_worker_kill_and_a_frozen_worker_accounts_for_every_job() {
+    let o = audit(
+        &[
+            "--jobs",
+            "300",
+            "--workers",
+            "2",
+            "--worker-kills",
+            "1",
+            "--zombie",
+            "--lease",
+            "1s",
+        ],
+        None,
+    );
+    assert_exit(&o, 0);
+    let figures: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(figures["store"], "embedded");
+    assert_eq!(figures["enqueued"], 300);
+    assert_eq!(figures["lost"], 0, "{figures}");
+    assert_eq!(figures["double_settles"], 0, "{figures}");
+    assert_eq!(
+        figures["completed"].as_u64().unwrap() + figures["dead"].as_u64().unwrap(),
+        300,
+        "{figures}"
+    );
+    assert_eq!(figures["worker_kills"], 1);
+    assert_eq!(figures["zombie"], true);
+    assert!(stderr(&o).contains("double settles"), "the table: {}", stderr(&o));
+}
