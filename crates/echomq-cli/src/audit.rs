@@ -11,7 +11,7 @@
 //!   completions or dead-letters counted than jobs completed or dead is a double settle;
 //! * the workers' logs: settles refused as stale, leases lost, and the time spent degraded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -99,9 +99,12 @@ Prints one table (stderr) and one JSON line (stdout):
   double_settles  accepted settles beyond one per job, from the store's counters (must be 0)
   redeliveries    runs beyond the first of a job (a killed or paused worker's jobs run again)
   overlapping     jobs two of whose runs overlapped in time (the zombie's, at least once delivery)
-  stale_refused   settles the store refused because the worker no longer held the job
-  degraded_ms     time the workers spent backing off an unreachable store, summed
-Exit status: 0 when nothing was lost or settled twice, 1 otherwise.";
+  stale_refused   settles the store refused as stale or gone (a late settle, or one sent
+                  again after a store error whose first try had landed)
+  degraded_ms     time the workers spent backing off their store, summed
+  completed_unseen, bad_log_lines
+                  missing or unreadable evidence (must be 0)
+Exit status: 0 when nothing was lost or settled twice and the evidence is whole, 1 otherwise.";
 
 /// The store an audit runs on.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +128,12 @@ pub struct Figures {
     pub dead: u64,
     /// Acknowledged jobs neither completed nor dead.
     pub lost: u64,
+    /// Of those, the jobs whose row is gone (the others were still waiting or running).
+    pub missing: u64,
+    /// Completed jobs with no run in the run log that reached its end: evidence missing.
+    pub completed_unseen: u64,
+    /// Lines of the run log that are not a run's start or end: evidence unreadable.
+    pub bad_log_lines: u64,
     /// Accepted settles beyond one per finished job.
     pub double_settles: u64,
     /// Runs beyond the first of a job.
@@ -149,6 +158,13 @@ pub struct Figures {
     pub run_ms: u64,
 }
 
+impl Figures {
+    /// Nothing lost, nothing settled twice, and the evidence whole.
+    pub fn clean(&self) -> bool {
+        self.lost == 0 && self.double_settles == 0 && self.completed_unseen == 0 && self.bad_log_lines == 0
+    }
+}
+
 /// Runs `emq audit`. `url` is the global `--url`: refused unless left at its default, since the
 /// audit kills and restarts its store and so makes one of its own.
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
@@ -169,6 +185,13 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     if args.workers == 0 || args.jobs == 0 {
         bail!("--workers and --jobs must be at least 1");
     }
+    // the workers' options, refused here as `emq work` would refuse them: a worker that exits at
+    // start would leave every job unfinished, which must not read as a loss
+    echomq::ConsumerOptions::default()
+        .with_concurrency(args.concurrency)
+        .with_lease(args.lease)
+        .with_max_attempts(args.max_attempts)
+        .validate()?;
     if args.zombie && args.workers < 2 {
         bail!("--zombie needs at least 2 workers: another must redeliver the paused one's jobs");
     }
@@ -184,7 +207,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         }
     };
     let result = audit(&args, redis_kills, &dir).await;
-    let clean = matches!(&result, Ok(f) if f.lost == 0 && f.double_settles == 0);
+    let clean = matches!(&result, Ok(f) if f.clean());
     if keep || !clean {
         note(&format!("evidence kept in {}", dir.display()));
     } else if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -196,8 +219,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         Ok(0)
     } else {
         note(&format!(
-            "FAILED: {} lost, {} double settles",
-            figures.lost, figures.double_settles
+            "FAILED: {} lost ({} rows missing), {} double settles; evidence: {} completed jobs with no ended run, {} unreadable log lines",
+            figures.lost, figures.missing, figures.double_settles, figures.completed_unseen, figures.bad_log_lines
         ));
         Ok(1)
     }
@@ -260,6 +283,7 @@ async fn faults_and_evidence(
     let mut zombie: Option<tokio::task::JoinHandle<()>> = None;
     let mut fired = Fired::default();
     loop {
+        pool.check_alive()?;
         let counts = tokio::time::timeout(Duration::from_secs(2), store.counts(&queue)).await;
         let (finished, idle) = match counts {
             Ok(Ok(c)) => (c.completed + c.failed, c.pending + c.scheduled + c.active == 0),
@@ -270,8 +294,9 @@ async fn faults_and_evidence(
             let (_, fault) = plan.remove(0);
             match fault {
                 Fault::KillWorker => {
-                    pool.kill_random(&mut rng).await?;
-                    fired.worker_kills += 1;
+                    if pool.kill_random(&mut rng).await? {
+                        fired.worker_kills += 1;
+                    }
                 }
                 Fault::KillRedis => {
                     if let Some(s) = server.as_mut() {
@@ -320,20 +345,28 @@ async fn faults_and_evidence(
         run_ms,
         ..Figures::default()
     };
+    let log = std::fs::read_to_string(dir.join("runs.log")).context("cannot read the run log")?;
+    let runs = analyse_runs(&log, &pool.killed, now_ns());
     for id in &ids {
         match store.get(&queue, id).await? {
-            Some(row) if row.state == JobState::Completed => figures.completed += 1,
+            Some(row) if row.state == JobState::Completed => {
+                figures.completed += 1;
+                figures.completed_unseen += u64::from(!runs.ended.contains(id.as_str()));
+            }
             Some(row) if row.state == JobState::Dead => figures.dead += 1,
-            _ => figures.lost += 1,
+            Some(_) => figures.lost += 1,
+            None => {
+                figures.lost += 1;
+                figures.missing += 1;
+            }
         }
     }
     let counts = store.counts(&queue).await?;
     figures.double_settles =
         counts.completed.saturating_sub(figures.completed) + counts.failed.saturating_sub(figures.dead);
 
-    let log = std::fs::read_to_string(dir.join("runs.log")).context("cannot read the run log")?;
-    let runs = analyse_runs(&log, &pool.killed, now_ns());
     figures.redeliveries = runs.redeliveries;
+    figures.bad_log_lines = runs.bad_lines;
     figures.overlapping = runs.overlapping;
     for w in &pool.all {
         let text = std::fs::read_to_string(&w.log).unwrap_or_default();
@@ -408,6 +441,10 @@ type Run = (u32, u64, Option<u64>);
 struct Runs {
     redeliveries: u64,
     overlapping: u64,
+    /// Lines of the log that are not a run's `start` or `end`: the evidence is unreadable.
+    bad_lines: u64,
+    /// The jobs with a run that reached its `end` line.
+    ended: HashSet<String>,
 }
 
 /// Reads the run log: runs beyond the first of each job, and jobs with two runs overlapping in
@@ -416,27 +453,41 @@ struct Runs {
 /// missed for want of a line).
 fn analyse_runs(log: &str, killed: &HashMap<u32, u64>, now: u64) -> Runs {
     let mut runs: HashMap<RunKey, Run> = HashMap::new();
+    let mut bad_lines = 0;
     for line in log.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let [what, id, attempt, worker, pid, at] = f[..] else {
-            continue;
+        let parsed = match f[..] {
+            [what @ ("start" | "end"), id, attempt, worker, pid, at] => {
+                match (worker.parse::<u32>(), at.parse::<u64>()) {
+                    (Ok(worker), Ok(at)) => Some((what, id, attempt, worker, pid, at)),
+                    _ => None,
+                }
+            }
+            _ => None,
         };
-        let (Ok(worker), Ok(at)) = (worker.parse::<u32>(), at.parse::<u64>()) else {
+        let Some((what, id, attempt, worker, pid, at)) = parsed else {
+            bad_lines += 1;
             continue;
         };
         let run = runs.entry((id, attempt, pid)).or_insert((worker, at, None));
-        match what {
-            "start" => run.1 = at,
-            "end" => run.2 = Some(at),
-            _ => {}
+        if what == "start" {
+            run.1 = at;
+        } else {
+            run.2 = Some(at);
         }
     }
     let mut by_job: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    let mut out = Runs {
+        bad_lines,
+        ..Runs::default()
+    };
     for ((id, _, _), (worker, start, end)) in runs {
+        if end.is_some() {
+            out.ended.insert(id.to_string());
+        }
         let end = end.or_else(|| killed.get(&worker).copied()).unwrap_or(now);
         by_job.entry(id).or_default().push((start, end));
     }
-    let mut out = Runs::default();
     for spans in by_job.values_mut() {
         out.redeliveries += spans.len() as u64 - 1;
         spans.sort_unstable();
@@ -525,6 +576,8 @@ struct Workers {
     killed: HashMap<u32, u64>,
     /// The paused worker's id.
     paused: Option<u32>,
+    /// The process groups of its commands, frozen with it.
+    frozen_groups: Vec<Pid>,
 }
 
 struct WorkerInfo {
@@ -547,6 +600,7 @@ impl Workers {
             all: Vec::new(),
             killed: HashMap::new(),
             paused: None,
+            frozen_groups: Vec::new(),
         })
     }
 
@@ -573,26 +627,43 @@ impl Workers {
         Ok(())
     }
 
-    /// SIGKILLs a random worker that is not paused, waits for it and starts a fresh one.
-    async fn kill_random(&mut self, rng: &mut XorShift) -> anyhow::Result<()> {
+    /// Fails naming the first worker that exited on its own (not killed by the audit): its jobs
+    /// would wait for nothing, and its log says why it ended.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        for (id, child) in &mut self.live {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = self.dir.join(format!("worker-{id}.log"));
+                bail!("worker {id} exited on its own ({status}); see {}", log.display());
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs a random worker that is not paused, waits for it and starts a fresh one; false
+    /// when every worker is paused (none killed).
+    async fn kill_random(&mut self, rng: &mut XorShift) -> anyhow::Result<bool> {
         let candidates: Vec<usize> = (0..self.live.len())
             .filter(|&i| Some(self.live[i].0) != self.paused)
             .collect();
         let Some(&i) = candidates.get(rng.below(candidates.len())) else {
-            return Ok(());
+            return Ok(false);
         };
         let (id, mut child) = self.live.remove(i);
         let _ = child.start_kill();
         let _ = child.wait().await;
         self.killed.insert(id, now_ns());
-        self.spawn()
+        self.spawn()?;
+        Ok(true)
     }
 
     /// Freezes a random worker with its running commands, as a paused VM or container would: the
     /// worker first (it starts no command meanwhile), then each command's process group (its
     /// supervisor leads it). The caller resumes them with [`Frozen::thaw`].
     fn pause_random(&mut self, rng: &mut XorShift) -> anyhow::Result<Frozen> {
-        let (id, child) = &self.live[rng.below(self.live.len())];
+        let (id, child) = self
+            .live
+            .get(rng.below(self.live.len()))
+            .context("no worker to pause")?;
         let pid = child
             .id()
             .and_then(|p| Pid::from_raw(p as i32))
@@ -602,13 +673,19 @@ impl Workers {
         for &g in &groups {
             let _ = kill_process_group(g, Signal::STOP);
         }
+        note(&format!("froze worker {id} and {} running command(s)", groups.len()));
         self.paused = Some(*id);
+        self.frozen_groups.clone_from(&groups);
         Ok(Frozen { worker: pid, groups })
     }
 
     /// SIGTERMs every worker (they finish their running commands and exit), then waits for them;
     /// one still running after STOP_MAX is killed.
     async fn stop_all(&mut self) {
+        // a frozen worker's commands too, had the audit ended before its thaw
+        for &g in &self.frozen_groups {
+            let _ = kill_process_group(g, Signal::CONT);
+        }
         for (_, child) in &self.live {
             if let Some(pid) = child.id().and_then(|p| Pid::from_raw(p as i32)) {
                 let _ = kill_process(pid, Signal::CONT);
@@ -719,15 +796,27 @@ impl RedisServer {
         self.child = Some(child);
         let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?;
         let deadline = Instant::now() + RESTART_MAX;
+        let own = self.child.as_ref().and_then(Child::id);
         loop {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
-                    return Ok(());
-                }
-            }
             if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
                     bail!("redis-server exited at start ({status}); see {}", log.display());
+                }
+            }
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                if let Ok(info) = redis::cmd("INFO").arg("server").query_async::<String>(&mut c).await {
+                    // the server answering must be ours, not another that took the port first
+                    let pid = info
+                        .lines()
+                        .find_map(|l| l.strip_prefix("process_id:"))
+                        .and_then(|p| p.trim().parse::<u32>().ok());
+                    if pid.is_some() && pid == own {
+                        return Ok(());
+                    }
+                    bail!(
+                        "port {} is served by another process (pid {pid:?}), not the audit's redis-server; run again",
+                        self.port
+                    );
                 }
             }
             if Instant::now() > deadline {
@@ -806,21 +895,21 @@ end 3 1 2 300 30
         // job 2's first run has no end: its worker 0 was killed at 40, before the rerun at 50
         let killed = HashMap::from([(0, 40)]);
         let runs = analyse_runs(log, &killed, 1000);
-        assert_eq!(
-            runs,
-            Runs {
-                redeliveries: 2,
-                overlapping: 1
-            }
-        );
+        assert_eq!((runs.redeliveries, runs.overlapping, runs.bad_lines), (2, 1, 0));
+        let ended: HashSet<String> = ["1", "2", "3"].map(String::from).into();
+        assert_eq!(runs.ended, ended);
         // had worker 0 not been killed, its unended run reaches `now` and overlaps the rerun
-        assert_eq!(
-            analyse_runs(log, &HashMap::new(), 1000),
-            Runs {
-                redeliveries: 2,
-                overlapping: 2
-            }
-        );
+        let runs = analyse_runs(log, &HashMap::new(), 1000);
+        assert_eq!((runs.redeliveries, runs.overlapping), (2, 2));
+    }
+
+    #[test]
+    fn unreadable_lines_of_the_run_log_are_counted_not_skipped() {
+        // a `date` without nanoseconds, a torn line, a stranger's line
+        let log = "start 1 1 0 100 %N\nend 1 1\nhello\nstart 2 1 0 101 10\n";
+        let runs = analyse_runs(log, &HashMap::new(), 1000);
+        assert_eq!(runs.bad_lines, 3);
+        assert!(runs.ended.is_empty());
     }
 
     #[test]

@@ -41,8 +41,8 @@ const PIPE_GRACE: Duration = Duration::from_secs(1);
 const EXIT_CODES_HELP: &str = "\
 Each job runs `sh -c CMD` in a process group of its own, under a small supervisor (`emq`
 itself) linked to this worker: when the worker ends for any reason, SIGKILL included, the
-supervisor kills the command's whole group (pipelines and background subshells too), so a
-command never runs on beside its job's redelivery. The payload is on the command's stdin
+supervisor kills the command's whole group (pipelines and background subshells too): a
+command does not outlive its worker. The payload is on the command's stdin
 (never on its command line) and is delivered whole before the command starts: a worker that
 dies mid-delivery leaves no command running on a truncated payload. EMQ_QUEUE, EMQ_JOB_ID, EMQ_ATTEMPTS (1 on the first attempt) and
 EMQ_GROUP (unset for a job without a group) are in its environment.
@@ -397,6 +397,11 @@ impl Exec {
         let mut report = String::new();
         let _ = tokio::time::timeout(PIPE_GRACE, from_supervisor.read_to_string(&mut report)).await;
         let delivered = writer.await.map_err(std::io::Error::other).and_then(|w| w);
+        // a supervisor that ended without a report (killed on its own, say) may have left its
+        // command running in the group: it must not run on beside the job's next attempt
+        if matches!(end, End::Exited(_)) && Ended::parse(&report).is_none() {
+            kill_group(pgid, Signal::KILL);
+        }
         let stdout = std::mem::take(&mut *lock(&out));
         let stderr = tail_text(&lock(&err));
 

@@ -1,6 +1,7 @@
-//! The embedded store's enqueue → start path beside what it is built from on this machine (issue 4's
-//! latency figure). Every part is paced as `emq bench latency` paces its enqueues (200/s by
-//! default), so each runs as cold as it does there, and prints one JSON line: p50, p90, p99 in ms.
+//! The embedded store's enqueue → start path beside what it is built from on this machine (the
+//! latency from enqueue to a handler's start). Every part is paced as `emq bench latency` paces its
+//! enqueues (200/s by default), so each runs as cold as it does there, and prints one JSON line:
+//! p50, p90, p99 in ms.
 //!
 //! * `thread_wake`: a plain thread woken over a channel — the hop to the store's thread, which a
 //!   small enqueue skips when the connection is free;

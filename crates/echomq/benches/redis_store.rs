@@ -1,4 +1,4 @@
-//! The store benchmark on Redis (issue 2's figures): batch enqueue, claim + complete_many, single
+//! The store benchmark on Redis: batch enqueue, claim + complete_many, single
 //! completes, and the same for grouped jobs; then `c_floor_row_calls`, the Redis CPU per job of the
 //! three row calls claim + complete cannot do without, bare (this Redis's floor, to judge ours by),
 //! and `c_floor_enqueue`, the same for a bulk enqueue's row and set writes (with the enqueue rate
