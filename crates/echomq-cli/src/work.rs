@@ -399,7 +399,8 @@ impl Exec {
         let delivered = writer.await.map_err(std::io::Error::other).and_then(|w| w);
         // a supervisor that ended without a report (killed on its own, say) may have left its
         // command running in the group: it must not run on beside the job's next attempt
-        if matches!(end, End::Exited(_)) && Ended::parse(&report).is_none() {
+        let ended = Ended::parse(&report);
+        if matches!(end, End::Exited(_)) && ended.is_none() {
             kill_group(pgid, Signal::KILL);
         }
         let stdout = std::mem::take(&mut *lock(&out));
@@ -416,7 +417,7 @@ impl Exec {
                 }
             }
             End::Cancelled(why) => Verdict::Cancel(why.unwrap_or_else(|| "cancelled".into())),
-            End::Exited(status) => match (Ended::parse(&report), delivered) {
+            End::Exited(status) => match (ended, delivered) {
                 (Some(Ended::Exit(0)), _) if stdout.is_empty() => Verdict::Done,
                 (Some(Ended::Exit(0)), _) => Verdict::DoneWith(stdout),
                 (Some(Ended::Exit(EXIT_DISCARD)), _) => Verdict::Discard(reason(format!("exit status {EXIT_DISCARD}"))),

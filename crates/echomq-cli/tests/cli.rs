@@ -498,23 +498,6 @@ fn emq_work_started_while_redis_is_down_waits_for_it_and_then_works() {
     );
 }
 
-/// A loopback port where an HTTP server answers every connection `400 Bad Request` and closes it.
-fn http_server() -> u16 {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().map_while(|c| c.ok()) {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 1024];
-                let _ = conn.read(&mut buf);
-                let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
-            });
-        }
-    });
-    port
-}
-
 /// Every command, `emq work` too, ends at once with exit 1 and an error line naming `cause` when
 /// the store at `url` refuses it in a way no retry mends.
 #[track_caller]
@@ -551,7 +534,7 @@ fn a_server_that_refuses_the_credentials_ends_every_command_at_once_naming_the_c
 
 #[test]
 fn a_server_that_does_not_speak_redis_ends_every_command_at_once_naming_the_cause() {
-    let url = format!("redis://127.0.0.1:{}", http_server());
+    let url = format!("redis://127.0.0.1:{}", common::redis_server::http_server());
     every_command_ends_at_once_naming(&url, "does not speak the Redis protocol");
 }
 

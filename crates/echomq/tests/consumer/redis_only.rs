@@ -530,26 +530,9 @@ async fn a_user_the_acl_denies_the_store_s_commands_ends_a_producer_and_a_consum
     assert!(ended.to_string().contains("NOPERM"), "{ended}");
 }
 
-/// A loopback port where an HTTP server answers every connection `400 Bad Request` and closes it.
-fn http_server() -> u16 {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().map_while(|c| c.ok()) {
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 1024];
-                let _ = conn.read(&mut buf);
-                let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
-            });
-        }
-    });
-    port
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_does_not_speak_redis_ends_open_and_a_consumer_at_once() {
-    let port = http_server();
+    let port = redis_server::http_server();
     let url = format!("redis://127.0.0.1:{port}");
     let began = Instant::now();
     let err = echomq::open(&url).await.err().expect("an HTTP server is not a store");

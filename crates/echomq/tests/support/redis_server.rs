@@ -286,3 +286,21 @@ impl Drop for OwnedServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A loopback port where a server that does not speak Redis answers: HTTP, `400 Bad Request` to
+/// every connection, then closed.
+pub fn http_server() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(|c| c.ok()) {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+            });
+        }
+    });
+    port
+}
