@@ -120,6 +120,22 @@ pub enum Error {
         /// How long.
         after: std::time::Duration,
     },
+    /// A write the server made but its replicas did not confirm in time (a store opened with
+    /// `wait_replicas`, or `?wait=N` in its URL): the write stands on the master, yet a failover
+    /// before a replica gets it would undo it. Retry an enqueue with caller-given ids (the retry
+    /// of a job that did land is reported a duplicate); a claim's jobs return when their lease
+    /// lapses.
+    #[error("{verb}: {acked} of {wanted} replicas confirmed the write within {timeout:?}")]
+    NotReplicated {
+        /// The verb whose write is unconfirmed.
+        verb: &'static str,
+        /// How many replicas confirmed it.
+        acked: u64,
+        /// How many were asked for.
+        wanted: u32,
+        /// How long the server waited.
+        timeout: std::time::Duration,
+    },
     /// The queue is being obliterated: enqueues are refused until it is gone.
     #[error("queue {queue} is being obliterated; enqueues are refused")]
     Obliterating {

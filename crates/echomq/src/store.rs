@@ -820,7 +820,8 @@ pub(crate) fn records_maxlen(settle: SettleOptions) -> u64 {
     }
 }
 
-/// Opens a store from a URL: `redis://` and `rediss://` open Redis; `sqlite:PATH`, `sqlite://PATH`
+/// Opens a store from a URL: `redis://` and `rediss://` open Redis, `redis+cluster://` and
+/// `rediss+cluster://` a Redis Cluster (see [`redis::RedisStore::open`]); `sqlite:PATH`, `sqlite://PATH`
 /// or a plain path (no `scheme://`) open the embedded store on that file, with `?synchronous=full`
 /// for commits that reach the disk before they are acknowledged (power-loss durable; the default
 /// `normal` is `kill -9` safe); any other scheme is an error naming it. See [`open_default`] for no
@@ -838,7 +839,7 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     }
     match url.split_once("://") {
         #[cfg(feature = "redis")]
-        Some(("redis" | "rediss", _)) => Ok(Box::new(redis::RedisStore::open(url).await?)),
+        Some(("redis" | "rediss" | "redis+cluster" | "rediss+cluster", _)) => Ok(Box::new(redis::RedisStore::open(url).await?)),
         Some((scheme, _)) => Err(Error::UnsupportedScheme {
             scheme: scheme.to_string(),
         }),
@@ -855,7 +856,9 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
 pub async fn open_lazy(url: &str) -> Result<Box<dyn Store>> {
     match url.split_once("://") {
         #[cfg(feature = "redis")]
-        Some(("redis" | "rediss", _)) => Ok(Box::new(redis::RedisStore::open_lazy(url)?)),
+        Some(("redis" | "rediss" | "redis+cluster" | "rediss+cluster", _)) => {
+            Ok(Box::new(redis::RedisStore::open_lazy(url)?))
+        }
         _ => open(url).await,
     }
 }

@@ -1,20 +1,23 @@
 //! `RedisStore`: every verb as one Lua script (`scripts/<verb>.lua`) run by `EVALSHA`, with a
 //! transparent reload on `NOSCRIPT` (per entry in pipelines).
 //!
-//! Connections: one shared, multiplexed [`ConnectionManager`] carries every script (concurrent
-//! callers pipeline on it), made by [`RedisStore::open`] or, for a store opened with
-//! [`RedisStore::open_lazy`], by the first verb that reaches the server; parks run `BLPOP` on
-//! dedicated connections of their own (a blocking command holds its connection for the whole
-//! block, so parking on the shared one would stall every other caller); cancel requests arrive on
-//! a pub/sub connection per subscriber; the finishes of waited jobs on one pub/sub connection per
-//! queue, shared by every wait (`redis/wait.rs`).
+//! Connections: one shared, multiplexed [`ConnectionManager`] per server carries every script
+//! (concurrent callers pipeline on it), made by [`RedisStore::open`] or, for a store opened with
+//! [`RedisStore::open_lazy`], by the first verb that reaches the server; on a Redis Cluster one
+//! per master, each call sent to the master of its queue's hash slot (`redis/topology.rs`); parks
+//! run `BLPOP` on dedicated connections of their own to that server (a blocking command holds its
+//! connection for the whole block, so parking on the shared one would stall every other caller);
+//! cancel requests arrive on a pub/sub connection per subscriber (sharded pub/sub on a cluster);
+//! the finishes of waited jobs on one pub/sub connection per queue, shared by every wait
+//! (`redis/wait.rs`).
 //!
 //! Layout: this file holds the store, its options and the `Store` impl, which hands each verb to
 //! its own module (`redis/<verb>.rs`, named as the embedded twins are: its KEYS and ARGV, and the
 //! reading of its reply); `redis/connection.rs` sends the scripts and maps their errors for all of
-//! them, `redis/args.rs` encodes arguments, `redis/reply.rs` reads replies, `redis/round.rs` is the
+//! them, `redis/url.rs` reads the URL, `redis/args.rs` encodes arguments, `redis/reply.rs` reads replies, `redis/round.rs` is the
 //! pipelined beat round.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +25,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::io::tcp::TcpSettings;
-use redis::{Client, IntoConnectionInfo};
+use redis::{ConnectionInfo, IntoConnectionInfo};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, Result};
@@ -39,6 +42,8 @@ mod connection;
 mod reply;
 mod round;
 mod scripts;
+mod topology;
+mod url;
 
 mod cancel;
 mod claim;
@@ -72,6 +77,7 @@ mod wait;
 
 use scripts::Scripts;
 pub use scripts::VERBS;
+use topology::{Cluster, Node, Topology};
 
 /// How long a connect may take before the store is declared unreachable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -82,24 +88,42 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub use crate::store::BATCH_BYTES_MAX;
 
-/// The Redis/Valkey store. Cheap to clone: clones share the connection and the parking pool.
+/// The Redis/Valkey store. Cheap to clone: clones share the connections and the parking pool.
 #[derive(Clone)]
 pub struct RedisStore {
-    client: Client,
-    /// The shared connection, made once: a failed attempt leaves the cell empty, and the next verb
-    /// tries again (so a store opened while the server is down works once it is up).
-    conn: Arc<tokio::sync::OnceCell<ConnectionManager>>,
-    /// How the shared connection is made and kept.
+    /// The servers named by the URL: one, or a cluster's seed nodes.
+    seeds: Arc<Vec<ConnectionInfo>>,
+    /// The URL asked for a cluster (`redis+cluster://`); a plain URL to a cluster node finds out
+    /// on connecting.
+    cluster_url: bool,
+    /// The servers, found once: a failed attempt leaves the cell empty, and the next verb tries
+    /// again (so a store opened while the server is down works once it is up).
+    topology: Arc<tokio::sync::OnceCell<Topology>>,
+    /// How each shared connection is made and kept.
     conn_config: ConnectionManagerConfig,
-    /// Idle parking connections. A park takes one (or opens one) for the length of its BLPOP, so
-    /// two consumers never share one and no script waits behind a park.
-    parkers: Arc<Mutex<Vec<MultiplexedConnection>>>,
+    /// Idle parking connections, by node. A park takes one (or opens one) for the length of its
+    /// BLPOP, so two consumers never share one and no script waits behind a park.
+    parkers: Arc<Mutex<HashMap<Arc<str>, Vec<MultiplexedConnection>>>>,
     scripts: Arc<Scripts>,
     /// The shared subscriptions to the queues' finished channels (`JobHandle::wait`).
     waits: Arc<wait::Waits>,
     addr: String,
     payload_limit: usize,
+    /// Every write confirmed by this many replicas before it returns (`wait_replicas`).
+    wait: Option<WaitReplicas>,
 }
+
+/// How many replicas must confirm a write, and how long the server waits for them (`WAIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitReplicas {
+    /// Replicas that must have the write.
+    pub replicas: u32,
+    /// How long the server waits for them before the write is reported unconfirmed.
+    pub timeout: Duration,
+}
+
+/// The `WAIT` timeout when a URL's `?wait=N` gives none (`&wait_timeout=MS`).
+pub const WAIT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -110,15 +134,18 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS). Fails within
+    /// Connects to `redis://[user:password@]host:port[/db]` or `rediss://…` (TLS), or to a Redis
+    /// Cluster through its seed nodes, `redis+cluster://[user:password@]host:port[,host:port…]`
+    /// (`rediss+cluster://` for TLS); a plain URL that reaches a node of a cluster uses the cluster
+    /// too. `?wait=N[&wait_timeout=MS]` sets [`wait_replicas`](Self::wait_replicas). Fails within
     /// [`CONNECT_TIMEOUT`] when the server cannot be reached ([`Error::Unreachable`]), and at once
     /// when it refuses this client in a way no retry mends ([`Error::Misconfigured`]: a password
     /// missing or refused, a certificate refused, a server that does not speak Redis). Warns
-    /// loudly when the server's `maxmemory-policy` is not `noeviction` (any other policy can
+    /// loudly when a server's `maxmemory-policy` is not `noeviction` (any other policy can
     /// silently evict jobs).
     pub async fn open(url: &str) -> Result<Self> {
         let store = Self::open_lazy(url)?;
-        store.conn().await?;
+        store.topology().await?;
         Ok(store)
     }
 
@@ -128,62 +155,94 @@ impl RedisStore {
     /// outage). For workers; a producer wants `open`, which fails at once.
     pub fn open_lazy(url: &str) -> Result<Self> {
         let addr = super::redact_url(url);
-        if url.starts_with("rediss://") {
+        let target = url::parse(url).map_err(|reason| Error::InvalidUrl {
+            url: addr.clone(),
+            reason,
+        })?;
+        if target.tls {
             // A second install attempt is refused; either way a provider is installed.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::InvalidUrl {
-                url: addr.clone(),
-                reason: e.to_string(),
-            })?
-            .set_tcp_settings(
-                TcpSettings::default()
-                    .set_nodelay(true)
-                    .set_keepalive(connection::keepalive()),
-            );
-        let client = Client::open(info).map_err(|e| Error::InvalidUrl {
-            url: addr.clone(),
-            reason: e.to_string(),
-        })?;
+        let mut seeds = Vec::with_capacity(target.seeds.len());
+        for seed in &target.seeds {
+            let info = seed
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| Error::InvalidUrl {
+                    url: addr.clone(),
+                    reason: e.to_string(),
+                })?
+                .set_tcp_settings(
+                    TcpSettings::default()
+                        .set_nodelay(true)
+                        .set_keepalive(connection::keepalive()),
+                );
+            seeds.push(info);
+        }
         let conn_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_max_delay(Duration::from_secs(1))
             .set_number_of_retries(2);
         Ok(Self {
-            client,
-            conn: Arc::default(),
+            seeds: Arc::new(seeds),
+            cluster_url: target.cluster,
+            topology: Arc::default(),
             conn_config,
-            parkers: Arc::new(Mutex::new(Vec::new())),
+            parkers: Arc::default(),
             scripts: Arc::new(Scripts::load()),
             waits: Arc::default(),
             addr,
             payload_limit: PAYLOAD_LIMIT_DEFAULT,
+            wait: target.wait,
         })
     }
 
-    /// The shared connection, made now when no verb has made it yet (concurrent callers wait for
-    /// one attempt). The server's eviction policy is checked on the connection's first making.
-    pub(super) async fn conn(&self) -> Result<ConnectionManager> {
-        let conn = self.conn.get_or_try_init(|| self.connect()).await?;
-        Ok(conn.clone())
+    /// The servers, found now when no verb has found them yet (concurrent callers wait for one
+    /// attempt). Each server's eviction policy is checked on its connection's first making.
+    async fn topology(&self) -> Result<&Topology> {
+        self.topology.get_or_try_init(|| self.connect()).await
     }
 
-    async fn connect(&self) -> Result<ConnectionManager> {
-        let conn = tokio::time::timeout(
-            CONNECT_TIMEOUT + Duration::from_secs(1),
-            self.client.get_connection_manager_with_config(self.conn_config.clone()),
-        )
-        .await
-        .map_err(|_| Error::Unreachable {
-            addr: self.addr.clone(),
-            reason: format!("no connection within {CONNECT_TIMEOUT:?}"),
-        })?
-        .map_err(|e| connection::unreachable_or(&self.addr, "open", e))?;
-        self.check_eviction_policy(conn.clone()).await?;
-        Ok(conn)
+    async fn connect(&self) -> Result<Topology> {
+        let first = self.seeds.first().cloned().ok_or_else(|| Error::InvalidUrl {
+            url: self.addr.clone(),
+            reason: "no server named".into(),
+        })?;
+        let seed_addrs = || self.seeds.iter().filter_map(|s| topology::host_port(s.addr())).collect();
+        if self.cluster_url {
+            let cluster = Cluster::open(first, self.conn_config.clone(), seed_addrs(), None).await?;
+            return Ok(Topology::Cluster(cluster));
+        }
+        let (client, mut conn) = topology::connect(first.clone(), &self.conn_config, &self.addr).await?;
+        if topology::cluster_enabled(&mut conn, &self.addr).await? {
+            let addrs: Vec<String> = seed_addrs();
+            let node = addrs.first().map(|a| Node {
+                addr: Arc::from(a.as_str()),
+                client: client.clone(),
+                conn: conn.clone(),
+            });
+            let cluster = Cluster::open(first, self.conn_config.clone(), addrs, node).await?;
+            return Ok(Topology::Cluster(cluster));
+        }
+        Ok(Topology::Single(Node {
+            addr: Arc::from(self.addr.as_str()),
+            client,
+            conn,
+        }))
+    }
+
+    /// The server that holds `key`: the one server, or the master of the key's slot.
+    async fn node_for(&self, key: &str) -> Result<Node> {
+        match self.topology().await? {
+            Topology::Single(node) => Ok(node.clone()),
+            Topology::Cluster(c) => c.node_for(topology::slot(key.as_bytes())).await,
+        }
+    }
+
+    /// Whether the store talks to a Redis Cluster (found on connecting; `false` before).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.topology.get(), Some(Topology::Cluster(_)))
     }
 
     /// Sets the largest payload (and output) accepted, in bytes (default 16 MiB).
@@ -192,54 +251,78 @@ impl RedisStore {
         self
     }
 
+    /// Makes every write — an enqueue, a claim, a settle, any verb that changes the queue — return
+    /// only once `replicas` replicas of the master that took it confirm they have it (`WAIT`,
+    /// sent right after the write on the same connection), or fail with
+    /// [`Error::NotReplicated`] when they do not within `timeout`. Redis replicates
+    /// asynchronously: without this, a write acknowledged just before its master dies can vanish
+    /// in the failover (an enqueued job lost; a claim lost, so the new master hands out the same
+    /// fencing token again). `replicas` 0 turns it off. Each write then costs the replicas' round
+    /// trip (see the README's durability table).
+    pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = (replicas > 0).then_some(WaitReplicas { replicas, timeout });
+        self
+    }
+
+    /// The replicas every write waits for, if any.
+    pub fn waits_for(&self) -> Option<WaitReplicas> {
+        self.wait
+    }
+
     /// The address this store talks to (credentials redacted).
     pub fn addr(&self) -> &str {
         &self.addr
     }
 
-    /// Warns when the server may evict jobs. Its `CONFIG GET` is the connection's first command:
-    /// a server that refuses this client (a password missing or refused, a reply that is not
-    /// Redis) fails the open here; one that only denies `CONFIG` (managed servers) does not.
-    async fn check_eviction_policy(&self, mut conn: ConnectionManager) -> Result<()> {
-        let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
-            .query_async(&mut conn)
-            .await;
-        match reply {
-            Ok(pair) => {
-                if let Some(policy) = pair.get(1) {
-                    if policy != "noeviction" {
-                        tracing::warn!(
-                            addr = %self.addr,
-                            policy = %policy,
-                            "Redis maxmemory-policy is not noeviction: under memory pressure Redis may \
-                             silently EVICT JOBS. Set `maxmemory-policy noeviction` on this server."
-                        );
-                    }
-                }
-                Ok(())
-            }
-            // CONFIG is often disabled on managed servers (an ACL's NOPERM, a renamed command): the
-            // warning is best effort, and a user denied a verb's own commands learns it there
-            Err(e)
-                if connection::is_wire(&e) || connection::misconfigured(&e).is_some() && e.code() != Some("NOPERM") =>
-            {
-                Err(connection::unreachable_or(&self.addr, "open", e))
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "could not read maxmemory-policy");
-                Ok(())
-            }
-        }
-    }
-
-    /// Loads every script into the server's script cache now, instead of on each script's first use.
+    /// Loads every script into the script cache of every master now, instead of on each script's
+    /// first use.
     pub async fn preload(&self) -> Result<()> {
-        for script in self.scripts.all() {
-            self.load(script).await?;
+        let nodes = match self.topology().await? {
+            Topology::Single(node) => vec![node.clone()],
+            Topology::Cluster(c) => c.masters().await?,
+        };
+        for node in nodes {
+            for script in self.scripts.all() {
+                self.load(&node, script).await?;
+            }
         }
         Ok(())
+    }
+}
+
+/// Warns when the server may evict jobs. Its `CONFIG GET` is a connection's first command: a
+/// server that refuses this client (a password missing or refused, a reply that is not Redis)
+/// fails the connect here; one that only denies `CONFIG` (managed servers) does not. `shown` names
+/// the server.
+pub(super) async fn check_eviction_policy(mut conn: ConnectionManager, shown: &str) -> Result<()> {
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut conn)
+        .await;
+    match reply {
+        Ok(pair) => {
+            if let Some(policy) = pair.get(1) {
+                if policy != "noeviction" {
+                    tracing::warn!(
+                        addr = %shown,
+                        policy = %policy,
+                        "Redis maxmemory-policy is not noeviction: under memory pressure Redis may \
+                         silently EVICT JOBS. Set `maxmemory-policy noeviction` on this server."
+                    );
+                }
+            }
+            Ok(())
+        }
+        // CONFIG is often disabled on managed servers (an ACL's NOPERM, a renamed command): the
+        // warning is best effort, and a user denied a verb's own commands learns it there
+        Err(e) if connection::is_wire(&e) || connection::misconfigured(&e).is_some() && e.code() != Some("NOPERM") => {
+            Err(connection::unreachable_or(shown, "open", e))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read maxmemory-policy");
+            Ok(())
+        }
     }
 }
 

@@ -215,6 +215,9 @@ impl Probe {
 }
 
 static REDIS_URL: OnceLock<String> = OnceLock::new();
+static REDIS_CLUSTER_URL: OnceLock<String> = OnceLock::new();
+static VALKEY_URL: OnceLock<String> = OnceLock::new();
+static VALKEY_CLUSTER_URL: OnceLock<String> = OnceLock::new();
 static QUEUE_SEQ: AtomicU32 = AtomicU32::new(0);
 
 #[path = "../support/redis_server.rs"]
@@ -228,6 +231,51 @@ pub fn redis_url() -> String {
         .clone()
 }
 
+/// The URL of the Redis Cluster (3 masters) the suite runs against: `EMQ_TEST_REDIS_CLUSTER_URL`,
+/// else one this process starts from `redis-server` (`tools/cluster.sh`).
+pub fn redis_cluster_url() -> String {
+    REDIS_CLUSTER_URL
+        .get_or_init(|| redis_server::cluster_url_from_env_or_start("EMQ_TEST_REDIS_CLUSTER_URL", "redis-server", 3, 0))
+        .clone()
+}
+
+/// The URL of the standalone Valkey the suite runs against: `EMQ_TEST_VALKEY_URL`, else one this
+/// process starts from the Valkey binary ([`redis_server::valkey_server`]).
+pub fn valkey_url() -> String {
+    VALKEY_URL
+        .get_or_init(|| {
+            if let Ok(url) = std::env::var("EMQ_TEST_VALKEY_URL") {
+                return url;
+            }
+            redis_server::server_url_from_env_or_start("EMQ_TEST_VALKEY_URL", &redis_server::valkey_server())
+        })
+        .clone()
+}
+
+/// The URL of the Valkey Cluster (3 masters) the suite runs against:
+/// `EMQ_TEST_VALKEY_CLUSTER_URL`, else one this process starts from the Valkey binary.
+pub fn valkey_cluster_url() -> String {
+    VALKEY_CLUSTER_URL
+        .get_or_init(|| {
+            if let Ok(url) = std::env::var("EMQ_TEST_VALKEY_CLUSTER_URL") {
+                return url;
+            }
+            redis_server::cluster_url_from_env_or_start("EMQ_TEST_VALKEY_CLUSTER_URL", &redis_server::valkey_server(), 3, 0)
+        })
+        .clone()
+}
+
+/// The URL of the server a case module runs against, by the module's name.
+pub fn server_url(server: &str) -> String {
+    match server {
+        "redis" => redis_url(),
+        "redis_cluster" => redis_cluster_url(),
+        "valkey" => valkey_url(),
+        "valkey_cluster" => valkey_cluster_url(),
+        other => panic!("no server {other}"),
+    }
+}
+
 /// A fresh, unique queue name for one case.
 pub fn queue_name(case: &str) -> QueueName {
     let n = QUEUE_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -235,6 +283,7 @@ pub fn queue_name(case: &str) -> QueueName {
 }
 
 /// The Redis world of one case, on the Redis the suite shares.
+#[allow(dead_code)] // the suites run their cases through `redis_ctx_at`; tests/redis_scripts.rs this
 pub async fn redis_ctx(case: &str) -> Ctx {
     redis_ctx_at(&redis_url(), case).await
 }
@@ -334,21 +383,29 @@ pub async fn assert_slot_invariant(ctx: &Ctx) {
     }
 }
 
-/// Runs each named case against every store, as `#[tokio::test]`s in a module per store, and lists
-/// the case names in `CASES` (a test checks every verb has a case).
+/// Runs each named case against every store — Redis standalone and Cluster, Valkey standalone and
+/// Cluster, embedded — as `#[tokio::test]`s in a module per store, and lists the case names in
+/// `CASES` (a test checks every verb has a case).
 #[macro_export]
 macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        pub const CASES: &[&str] = &[$(stringify!($case)),*];
-        mod redis_store {
+    (@server $module:ident, $server:literal, $($case:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
-                    let ctx = $crate::harness::redis_ctx(stringify!($case)).await;
+                    let url = $crate::harness::server_url($server);
+                    let ctx = $crate::harness::redis_ctx_at(&url, stringify!($case)).await;
                     super::$case(&ctx).await;
                 }
             )*
         }
+    };
+    ($($case:ident),* $(,)?) => {
+        pub const CASES: &[&str] = &[$(stringify!($case)),*];
+        $crate::conformance!(@server redis_store, "redis", $($case),*);
+        $crate::conformance!(@server redis_cluster_store, "redis_cluster", $($case),*);
+        $crate::conformance!(@server valkey_store, "valkey", $($case),*);
+        $crate::conformance!(@server valkey_cluster_store, "valkey_cluster", $($case),*);
         mod embedded_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,11 +17,51 @@ pub struct RedisProbe {
     /// `emq:{q}:`, the queue's key base.
     base: String,
     url: String,
+    /// The URL of the node it reads.
+    node: String,
+}
+
+/// The URL of the server that holds `q`'s keys: `url` itself, or for a cluster
+/// (`redis+cluster://seed,…`) the master of the queue's slot, as the first seed tells it.
+pub async fn node_of(url: &str, q: &QueueName) -> String {
+    let Some(seeds) = url.strip_prefix("redis+cluster://") else {
+        return url.to_string();
+    };
+    let seed = seeds.split([',', '/', '?']).next().expect("a seed");
+    let client = redis::Client::open(format!("redis://{seed}")).expect("client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("seed connection");
+    let key = format!("emq:{{{}}}:id", q.as_str());
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("CLUSTER KEYSLOT");
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await
+        .expect("CLUSTER SLOTS");
+    for range in ranges {
+        let redis::Value::Array(parts) = range else { continue };
+        let (Some(redis::Value::Int(start)), Some(redis::Value::Int(end)), Some(redis::Value::Array(master))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        if (*start..=*end).contains(&i64::from(slot)) {
+            let host: String = redis::from_redis_value_ref(&master[0]).expect("host");
+            let port: u16 = redis::from_redis_value_ref(&master[1]).expect("port");
+            return format!("redis://{host}:{port}");
+        }
+    }
+    panic!("no master serves slot {slot} of {url}");
 }
 
 impl RedisProbe {
     pub async fn open(url: &str, q: &QueueName) -> Self {
-        let client = redis::Client::open(url).expect("client");
+        let node = node_of(url, q).await;
+        let client = redis::Client::open(node.as_str()).expect("client");
         let conn = client
             .get_multiplexed_async_connection()
             .await
@@ -30,7 +70,14 @@ impl RedisProbe {
             conn,
             base: format!("emq:{{{}}}:", q.as_str()),
             url: url.to_string(),
+            node,
         }
+    }
+
+    /// The URL of the node the probe reads (on a cluster, the master of the queue's slot).
+    #[allow(dead_code)] // used by the cluster tests only
+    pub fn node_url(&self) -> &str {
+        &self.node
     }
 
     /// A raw connection and the queue's key base, for the Redis-only script tests.

@@ -19,7 +19,7 @@ use echomq::{JobId, QueueName};
 // part of it).
 #[allow(dead_code, unused_imports)]
 #[path = "../conformance/harness.rs"]
-mod conformance;
+pub mod conformance;
 pub use conformance::{EmbeddedProbe, Probe, RedisProbe};
 
 // Loaded a second time on purpose: the conformance harness keeps its copies of these private.
@@ -144,9 +144,8 @@ impl Ctx {
     }
 }
 
-/// The Redis world of one case.
-pub async fn redis_ctx(case: &str) -> Ctx {
-    let url = conformance::redis_url();
+/// The world of one case on the Redis (or Valkey, or cluster) at `url`.
+pub async fn redis_ctx_at(url: String, case: &str) -> Ctx {
     let store = RedisStore::open(&url).await.expect("open the Redis store");
     let q = conformance::queue_name(case);
     let probe = RedisProbe::open(&url, &q).await;
@@ -235,20 +234,27 @@ pub async fn stale_settle_reported(q: &QueueName, id: &JobId, token: u64, within
     }
 }
 
-/// Runs each named case against every store, as `#[tokio::test]`s in a module per store (one
-/// factory line each).
+/// Runs each named case against every store — Redis standalone and Cluster, Valkey standalone and
+/// Cluster, embedded — as `#[tokio::test]`s in a module per store.
 #[macro_export]
 macro_rules! consumer_cases {
-    ($($case:ident),* $(,)?) => {
-        mod redis_store {
+    (@server $module:ident, $server:literal, $($case:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
-                    let ctx = $crate::harness::redis_ctx(stringify!($case)).await;
+                    let url = $crate::harness::conformance::server_url($server);
+                    let ctx = $crate::harness::redis_ctx_at(url, stringify!($case)).await;
                     super::$case(&ctx).await;
                 }
             )*
         }
+    };
+    ($($case:ident),* $(,)?) => {
+        $crate::consumer_cases!(@server redis_store, "redis", $($case),*);
+        $crate::consumer_cases!(@server redis_cluster_store, "redis_cluster", $($case),*);
+        $crate::consumer_cases!(@server valkey_store, "valkey", $($case),*);
+        $crate::consumer_cases!(@server valkey_cluster_store, "valkey_cluster", $($case),*);
         mod embedded_store {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

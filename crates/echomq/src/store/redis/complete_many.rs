@@ -20,7 +20,7 @@ pub(super) async fn complete_many(
     if calls.is_empty() {
         return Ok(Vec::new());
     }
-    parse_completed(store.run_calls(calls, Vec::new()).await?)
+    parse_completed(store.run_calls(calls).await?)
 }
 
 /// The script calls of a batch: ≤ 1000 jobs and ≤ 8 MiB of outputs each. An output over the

@@ -1,17 +1,19 @@
-//! Talking to the server for every verb: `EVALSHA` with the reload on `NOSCRIPT`, pipelines of
-//! script calls, script loading, the mapping of client errors to the store's, TCP keepalive, the
-//! parking connections and the cancel subscriptions.
+//! Talking to the servers for every verb: `EVALSHA` with the reload on `NOSCRIPT`, pipelines of
+//! script calls, script loading, a cluster's redirects, the wait for replicas, the mapping of
+//! client errors to the store's, TCP keepalive, the parking connections and the subscriptions.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisResult, Value};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, PushKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tracing::Instrument;
 
 use super::scripts::Script;
-use super::{RedisStore, CONNECT_TIMEOUT};
+use super::topology::{self, Node, Topology};
+use super::{RedisStore, WaitReplicas, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::keyspace::{JobId, QueueKeys, QueueName};
 use crate::store::CancelRequest;
@@ -22,6 +24,16 @@ use crate::store::CancelRequest;
 /// a call answered `NOSCRIPT` on every send ends with that error.
 const NOSCRIPT_SENDS: usize = 5;
 
+/// How long a call waits out a cluster that is moving its slot (a reshard's `MOVED`, `ASK` and
+/// `TRYAGAIN`; a failover's `CLUSTERDOWN`, `MASTERDOWN` and `READONLY`): each of those replies
+/// says the command did not run, so it is sent again — after a pause growing to
+/// [`REDIRECT_PAUSE_MAX`], to the master the cluster names — until it runs or this much time has
+/// passed (a slot of many thousands of jobs takes seconds to migrate).
+pub(super) const REDIRECTS_FOR: Duration = Duration::from_secs(20);
+
+/// The longest pause between two sends of a call the cluster put off.
+const REDIRECT_PAUSE_MAX: Duration = Duration::from_millis(200);
+
 /// One script call of a pipeline.
 pub(super) struct Call<'a> {
     pub(super) script: &'a Script,
@@ -31,13 +43,80 @@ pub(super) struct Call<'a> {
 
 /// One call's outcome: the server's reply to its script, an error reply left raw (a verb may read
 /// its own codes in it); or the store's error when the script could not be run (its load was
-/// refused, or a resend's round trip failed).
+/// refused, or a resend's round trip failed), or ran and its write was not confirmed by the
+/// replicas asked for ([`Error::NotReplicated`]).
 pub(super) type Sent = Result<RedisResult<Value>>;
 
+/// What an error reply says about its command.
+enum Verdict {
+    /// The script is not in the server's cache: load it and send again.
+    NoScript,
+    /// The slot is served by the master at this address (`MOVED`): send there.
+    Moved(u16, String),
+    /// The cluster is moving the slot or failing its master over: the command did not run; send
+    /// it again after a pause (and, `refresh`, with the slot map read again).
+    Later { refresh: bool },
+    /// The command's own reply.
+    Reply,
+}
+
+fn verdict(e: &RedisError) -> Verdict {
+    match e.kind() {
+        ErrorKind::Server(ServerErrorKind::NoScript) => Verdict::NoScript,
+        ErrorKind::Server(ServerErrorKind::Moved) => match e.redirect_node() {
+            Some((addr, slot)) => Verdict::Moved(slot, addr.to_string()),
+            None => Verdict::Later { refresh: true },
+        },
+        // an ASK's target is importing the slot: a script there declares the guard key, which
+        // exists nowhere, so it would be refused (TRYAGAIN) until the migration ends; wait for it
+        ErrorKind::Server(ServerErrorKind::Ask | ServerErrorKind::TryAgain | ServerErrorKind::BusyLoading) => {
+            Verdict::Later { refresh: false }
+        }
+        // a replica (an old master back from a failover) refuses writes before the first one:
+        // the slot has a new master
+        ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown | ServerErrorKind::ReadOnly) => {
+            Verdict::Later { refresh: true }
+        }
+        _ => Verdict::Reply,
+    }
+}
+
+/// The `{tag}` a key hashes by on a cluster (the whole key when it has none).
+fn tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}').filter(|&close| close > 0).map(|close| &rest[..close])
+        })
+        .unwrap_or(key)
+}
+
+/// The guard key of a queue's script call: `emq:{q}:guard`, in the slot of its keys, which no
+/// script or command ever writes. Every script declares it last: while a cluster migrates the
+/// queue's slot, a command whose declared keys are not all on the node is refused before it runs
+/// (`TRYAGAIN`, or `ASK` and then `TRYAGAIN` on the importing node), and a key that exists
+/// nowhere is never all there — so no script runs while its queue's keys are split between two
+/// nodes, where it could write some keys and then fail on one that has left (a script's writes
+/// are not undone). Outside a migration a missing key is no refusal.
+fn guard(first_key: &str) -> Option<String> {
+    let close = first_key.find("}:")?;
+    first_key
+        .starts_with("emq:{")
+        .then(|| format!("{}guard", &first_key[..close + 2]))
+}
+
 impl RedisStore {
-    pub(super) fn evalsha(script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Cmd {
+    /// A script call on a server of the store's topology (`cluster`: a cluster's master): its
+    /// keys, then the guard key of their queue ([`guard`]), then its arguments.
+    fn evalsha(script: &Script, cluster: bool, keys: &[String], args: Vec<Vec<u8>>) -> Cmd {
+        let guard = keys.first().and_then(|k| guard(k));
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&script.sha).arg(keys.len()).arg(keys);
+        cmd.arg(script.sha(cluster))
+            .arg(keys.len() + usize::from(guard.is_some()))
+            .arg(keys);
+        if let Some(g) = guard {
+            cmd.arg(g);
+        }
         for a in args {
             cmd.arg(a);
         }
@@ -58,40 +137,42 @@ impl RedisStore {
             keys: keys.to_vec(),
             args,
         };
-        let mut sent = self.send(vec![call], Vec::new()).await?;
+        let mut sent = self.send(vec![call]).await?;
         sent.pop().unwrap_or_else(|| Err(missing(script.name)))
     }
 
-    pub(super) async fn load(&self, script: &Script) -> Result<()> {
-        let mut conn = self.conn().await?;
+    /// Loads `script` into the script cache of `node`.
+    pub(super) async fn load(&self, node: &Node, script: &Script) -> Result<()> {
+        let cluster = self.is_cluster();
+        let mut conn = node.conn.clone();
         let reply = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(&script.body)
+            .arg(script.body(cluster))
             .query_async::<Value>(&mut conn)
             .await;
-        self.loaded(script, &reply)
+        self.loaded(script, cluster, &reply)
     }
 
     /// `Ok` when `reply`, a `SCRIPT LOAD` of `script` answered, is the script's SHA.
-    fn loaded(&self, script: &Script, reply: &RedisResult<Value>) -> Result<()> {
+    fn loaded(&self, script: &Script, cluster: bool, reply: &RedisResult<Value>) -> Result<()> {
         let sha = match reply {
             Ok(v) => redis::from_redis_value_ref::<String>(v).unwrap_or_else(|_| format!("{v:?}")),
             Err(e) => return Err(self.error(script.name, e.clone())),
         };
-        if sha != script.sha {
+        if sha != script.sha(cluster) {
             return Err(Error::Protocol {
                 verb: script.name,
-                reply: format!("SCRIPT LOAD answered sha {sha}, expected {}", script.sha),
+                reply: format!("SCRIPT LOAD answered sha {sha}, expected {}", script.sha(cluster)),
             });
         }
         Ok(())
     }
 
-    /// Runs script calls in one round trip ([`Self::send`]), then `extra` plain commands; each
-    /// call's reply or error is its own, an error reply mapped to the store's error.
-    pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
+    /// Runs script calls in one round trip ([`Self::send`]); each call's reply or error is its
+    /// own, an error reply mapped to the store's error.
+    pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>) -> Result<Vec<Result<Value>>> {
         let names: Vec<&'static str> = calls.iter().map(|c| c.script.name).collect();
-        let sent = self.send(calls, extra).await?;
+        let sent = self.send(calls).await?;
         Ok(sent
             .into_iter()
             .zip(names)
@@ -99,85 +180,221 @@ impl RedisStore {
             .collect())
     }
 
-    /// Every script call goes this way: the calls in one pipeline, then `extra` plain commands
-    /// (their replies unread). Calls answered `NOSCRIPT` (nothing ran for them) are sent again in
-    /// one pipeline, behind a `SCRIPT LOAD` of each of their scripts, until they run or
-    /// [`NOSCRIPT_SENDS`] sends are made; a call then still answered `NOSCRIPT` keeps that reply,
-    /// and one whose script's load was refused takes the load's error at once. `Err` only when the
-    /// first round trip failed; after it each call's outcome is its own, and a call that ran keeps
-    /// its reply whatever the others meet (a claim among them leased its jobs: its reply must reach
-    /// the caller).
-    async fn send(&self, calls: Vec<Call<'_>>, extra: Vec<Cmd>) -> Result<Vec<Sent>> {
+    /// Plain commands (no script) for `verb` in one round trip to the server that holds
+    /// `route_key` (every key they name shares its slot), with a cluster's redirects followed as a
+    /// script's are; each command's reply is its own.
+    pub(super) async fn commands(&self, verb: &'static str, route_key: &str, cmds: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
+        let entries = cmds.into_iter().map(|c| (None, c)).collect();
+        let sent = self.send_entries(verb, route_key, entries, None).await?;
+        Ok(sent
+            .into_iter()
+            .map(|s| s.and_then(|r| r.map_err(|e| self.error(verb, e))))
+            .collect())
+    }
+
+    /// Every script call goes this way: the calls in one pipeline to the server that holds their
+    /// queue (all their keys share one hash slot: checked here, as a cluster refuses anything
+    /// else), followed by `WAIT` when the store waits for replicas and a call writes. Calls
+    /// answered `NOSCRIPT` (nothing ran for them) are sent again in one pipeline, behind a
+    /// `SCRIPT LOAD` of each of their scripts, until they run or [`NOSCRIPT_SENDS`] sends are
+    /// made; a call then still answered `NOSCRIPT` keeps that reply, and one whose script's load
+    /// was refused takes the load's error at once. Calls a cluster redirects or puts off are sent
+    /// again as [`REDIRECTS_FOR`] says. `Err` only when the first round trip failed; after it each
+    /// call's outcome is its own, and a call that ran keeps its reply whatever the others meet (a
+    /// claim among them leased its jobs: its reply must reach the caller). A call whose round
+    /// trip failed after the server may have run it is never sent again: that is the caller's
+    /// outage to see (a resent enqueue of generated ids would add its jobs twice; a resent claim
+    /// would lease a second batch).
+    async fn send(&self, calls: Vec<Call<'_>>) -> Result<Vec<Sent>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
-        let span = tracing::trace_span!("emq.store", verb);
-        let mut out: Vec<Option<Sent>> = calls.iter().map(|_| None).collect();
-        // the pipeline: a load of each of `loads`, then the calls `sending` (index in `out`, script)
-        let mut loads: Vec<&Script> = Vec::new();
-        let mut sending: Vec<(usize, &Script)> = calls.iter().map(|c| c.script).enumerate().collect();
-        let mut pipe = redis::pipe();
+        let route = calls
+            .first()
+            .and_then(|c| c.keys.first())
+            .cloned()
+            .unwrap_or_default();
+        let one_tag = tag(&route);
+        if let Some(stray) = calls.iter().flat_map(|c| &c.keys).find(|k| tag(k) != one_tag) {
+            return Err(Error::Store {
+                verb,
+                reason: format!("keys of two hash slots in one call ({route} and {stray}): a cluster refuses it"),
+            });
+        }
+        let cluster = matches!(self.topology().await?, Topology::Cluster(_));
+        let wait = self.wait.filter(|_| calls.iter().any(|c| c.script.writes));
         // each call's arguments moved into its command, once (a bulk enqueue's are megabytes: every
         // copy made before the first byte is sent is time the server waits)
-        for c in calls {
-            pipe.add_command(Self::evalsha(c.script, &c.keys, c.args));
+        let entries = calls
+            .into_iter()
+            .map(|c| (Some(c.script), Self::evalsha(c.script, cluster, &c.keys, c.args)))
+            .collect();
+        self.send_entries(verb, &route, entries, wait).await
+    }
+
+    /// [`Self::send`] for `entries` (each a script call, or a plain command when `None`).
+    async fn send_entries(
+        &self,
+        verb: &'static str,
+        route: &str,
+        entries: Vec<(Option<&Script>, Cmd)>,
+        wait: Option<WaitReplicas>,
+    ) -> Result<Vec<Sent>> {
+        let span = tracing::trace_span!("emq.store", verb);
+        let topo = self.topology().await?;
+        let (cluster, cluster_flavour) = match topo {
+            Topology::Cluster(c) => (Some(c), true),
+            Topology::Single(_) => (None, false),
+        };
+        let slot = topology::slot(route.as_bytes());
+        let scripts: Vec<Option<&Script>> = entries.iter().map(|(s, _)| *s).collect();
+        let name = |i: usize| scripts[i].map_or(verb, |s| s.name);
+        let mut out: Vec<Option<Sent>> = scripts.iter().map(|_| None).collect();
+        let mut noscripts = vec![0usize; scripts.len()];
+        // the pipeline: a load of each of `loads`, then the entries `sending` (index in `out`),
+        // then the WAIT when one is due
+        let mut loads: Vec<&Script> = Vec::new();
+        let mut sending: Vec<usize> = (0..scripts.len()).collect();
+        let mut pipe = redis::pipe();
+        for (_, cmd) in entries {
+            pipe.add_command(cmd);
         }
-        for c in extra {
-            pipe.add_command(c);
+        let wait_cmd = wait.map(|w| {
+            let mut c = redis::cmd("WAIT");
+            c.arg(w.replicas).arg(w.timeout.as_millis() as u64);
+            c
+        });
+        if let Some(c) = &wait_cmd {
+            pipe.add_command(c.clone());
         }
-        let mut conn = self.conn().await?;
-        for send in 1..=NOSCRIPT_SENDS {
-            let replies = pipe
-                .ignore_errors()
-                .query_async::<Vec<RedisResult<Value>>>(&mut conn)
-                .instrument(span.clone())
-                .await;
-            let mut load_replies = match replies {
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        let mut first = true;
+        loop {
+            let node = match cluster {
+                Some(c) => c.node_for(slot).await,
+                None => self.node_for(route).await,
+            };
+            let replies = match node {
+                Ok(node) => {
+                    let mut conn = node.conn.clone();
+                    pipe.ignore_errors()
+                        .query_async::<Vec<RedisResult<Value>>>(&mut conn)
+                        .instrument(span.clone())
+                        .await
+                        .map_err(|e| {
+                            if let (Some(c), true) = (cluster, is_wire(&e)) {
+                                c.mark_stale();
+                            }
+                            self.error(verb, e)
+                        })
+                }
+                Err(e) => Err(e),
+            };
+            let mut replies = match replies {
                 Ok(r) => r,
-                Err(e) if send == 1 => return Err(self.error(verb, e)),
+                Err(e) if first => return Err(e),
                 // a resend's round trip failed: the calls it carried take its error
                 Err(e) => {
-                    for (i, script) in sending {
-                        out[i] = Some(Err(self.error(script.name, e.clone())));
+                    for i in sending {
+                        out[i] = Some(Err(e.clone()));
                     }
                     break;
                 }
             };
-            let replies = load_replies.split_off(loads.len().min(load_replies.len()));
+            first = false;
+            let wait_reply = if wait_cmd.is_some() { replies.pop() } else { None };
+            let load_replies: Vec<RedisResult<Value>> = replies.drain(..loads.len().min(replies.len())).collect();
             let cmds = pipe.cmd_iter().skip(loads.len());
-            let mut resend = Vec::new();
-            for ((i, script), (reply, cmd)) in sending.into_iter().zip(replies.into_iter().zip(cmds)) {
-                match reply {
-                    Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            let mut resend: Vec<(usize, Cmd)> = Vec::new();
+            let mut reload: Vec<&Script> = Vec::new();
+            let mut put_off = false;
+            let mut ran = Vec::new();
+            let in_time = started.elapsed() < REDIRECTS_FOR;
+            for ((i, reply), cmd) in sending.iter().copied().zip(replies).zip(cmds) {
+                let e = match reply {
+                    Ok(v) => {
+                        out[i] = Some(Ok(Ok(v)));
+                        ran.push(i);
+                        continue;
+                    }
+                    Err(e) => e,
+                };
+                match (verdict(&e), scripts[i]) {
+                    (Verdict::NoScript, Some(script)) => {
                         // a refused load (a user without `SCRIPT LOAD`) would be refused again
                         let refused = loads
                             .iter()
                             .position(|s| std::ptr::eq(*s, script))
-                            .and_then(|at| self.loaded(script, &load_replies[at]).err());
+                            .and_then(|at| self.loaded(script, cluster_flavour, &load_replies[at]).err());
+                        noscripts[i] += 1;
                         if let Some(refused) = refused {
                             out[i] = Some(Err(refused));
-                        } else if send == NOSCRIPT_SENDS {
+                        } else if noscripts[i] >= NOSCRIPT_SENDS {
                             out[i] = Some(Ok(Err(e)));
                         } else {
-                            resend.push((i, script, cmd.clone()));
+                            if !reload.iter().any(|s| std::ptr::eq(*s, script)) {
+                                reload.push(script);
+                            }
+                            resend.push((i, cmd.clone()));
                         }
                     }
-                    reply => out[i] = Some(Ok(reply)),
+                    (Verdict::Moved(moved_slot, addr), _) if in_time => {
+                        if let Some(c) = cluster {
+                            c.moved(moved_slot, &addr);
+                        }
+                        resend.push((i, cmd.clone()));
+                    }
+                    (Verdict::Later { refresh }, _) if in_time => {
+                        if let (Some(c), true) = (cluster, refresh) {
+                            c.mark_stale();
+                        }
+                        put_off = true;
+                        resend.push((i, cmd.clone()));
+                    }
+                    _ => out[i] = Some(Ok(Err(e))),
+                }
+            }
+            // the writes of the calls that ran this round are confirmed by the replicas, or those
+            // calls fail: their writes stand, unconfirmed
+            if let (Some(w), false) = (wait, ran.is_empty()) {
+                let acked = match &wait_reply {
+                    Some(Ok(Value::Int(n))) => Ok(u64::try_from(*n).unwrap_or(0)),
+                    Some(Err(e)) => Err(self.error(verb, e.clone())),
+                    _ => Ok(0),
+                };
+                for i in ran {
+                    match &acked {
+                        Ok(n) if *n >= u64::from(w.replicas) => {}
+                        Ok(n) => {
+                            out[i] = Some(Err(Error::NotReplicated {
+                                verb: name(i),
+                                acked: *n,
+                                wanted: w.replicas,
+                                timeout: w.timeout,
+                            }))
+                        }
+                        Err(e) => out[i] = Some(Err(e.clone())),
+                    }
                 }
             }
             if resend.is_empty() {
                 break;
             }
-            loads.clear();
-            pipe = redis::pipe();
-            for (_, script, _) in &resend {
-                if !loads.iter().any(|s| std::ptr::eq(*s, *script)) {
-                    loads.push(script);
-                    pipe.cmd("SCRIPT").arg("LOAD").arg(&script.body);
-                }
+            if put_off {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(REDIRECT_PAUSE_MAX);
             }
+            pipe = redis::pipe();
+            for script in &reload {
+                pipe.cmd("SCRIPT").arg("LOAD").arg(script.body(cluster_flavour));
+            }
+            loads = reload;
             sending = Vec::with_capacity(resend.len());
-            for (i, script, cmd) in resend {
+            for (i, cmd) in resend {
                 pipe.add_command(cmd);
-                sending.push((i, script));
+                sending.push(i);
+            }
+            if let Some(c) = &wait_cmd {
+                pipe.add_command(c.clone());
             }
         }
         Ok(out
@@ -204,25 +421,18 @@ impl RedisStore {
         unreachable_or(&self.addr, verb, e)
     }
 
-    /// The park: a `BLPOP` on the queue's wake list, on a parking connection of its own taken from
-    /// the pool (or opened), returned to the pool after a reply and dropped after an error.
+    /// The park: a `BLPOP` on the queue's wake list, on a parking connection of its own to the
+    /// server that holds the queue (taken from the pool, or opened), returned to the pool after a
+    /// reply and dropped after an error. On a cluster moving the queue's slot the park ends at once
+    /// as woken (the `BLPOP` did not run; the consumer's next claim follows the slot), with the
+    /// slot map corrected or marked for a refresh.
     pub(super) async fn park_on_own_connection(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
-        let pooled = self.parkers.lock().await.pop();
+        let wake = QueueKeys::new(queue).wake();
+        let node = self.node_for(&wake).await?;
+        let pooled = self.parkers.lock().await.get_mut(&node.addr).and_then(Vec::pop);
         let mut conn = match pooled {
             Some(c) => c,
-            None => {
-                let config = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-                tokio::time::timeout(
-                    CONNECT_TIMEOUT + Duration::from_secs(1),
-                    self.client.get_multiplexed_async_connection_with_config(&config),
-                )
-                .await
-                .map_err(|_| Error::Unreachable {
-                    addr: self.addr.clone(),
-                    reason: "no parking connection within the connect timeout".into(),
-                })?
-                .map_err(|e| unreachable_or(&self.addr, "park", e))?
-            }
+            None => self.dedicated(&node, "park").await?,
         };
         // The response timeout sits above the block (DEPENDENCIES trap 1: the client's default of
         // 500 ms would end every park early with an error).
@@ -230,46 +440,145 @@ impl RedisStore {
         conn.set_response_timeout(timeout + Duration::from_secs(2));
         let secs = format!("{:.3}", timeout.as_secs_f64().max(0.001));
         let reply = redis::cmd("BLPOP")
-            .arg(QueueKeys::new(queue).wake())
+            .arg(&wake)
             .arg(secs)
             .query_async::<Value>(&mut conn)
             .await;
+        let cluster = match self.topology().await? {
+            Topology::Cluster(c) => Some(c),
+            Topology::Single(_) => None,
+        };
         match reply {
             Ok(v) => {
-                self.parkers.lock().await.push(conn);
+                self.parkers.lock().await.entry(node.addr).or_default().push(conn);
                 Ok(!matches!(v, Value::Nil))
             }
-            // A broken parking connection is dropped, not returned to the pool.
-            Err(e) => Err(unreachable_or(&self.addr, "park", e)),
+            Err(e) => match (verdict(&e), cluster) {
+                (Verdict::Moved(slot, addr), Some(c)) => {
+                    c.moved(slot, &addr);
+                    self.parkers.lock().await.entry(node.addr).or_default().push(conn);
+                    Ok(true)
+                }
+                (Verdict::Later { refresh }, Some(c)) => {
+                    if refresh {
+                        c.mark_stale();
+                    }
+                    self.parkers.lock().await.entry(node.addr).or_default().push(conn);
+                    tokio::time::sleep(REDIRECT_PAUSE_MAX.min(timeout)).await;
+                    Ok(true)
+                }
+                // A broken parking connection is dropped, not returned to the pool.
+                (_, cluster) => {
+                    if let (Some(c), true) = (cluster, is_wire(&e)) {
+                        c.mark_stale();
+                    }
+                    Err(unreachable_or(&node.addr, "park", e))
+                }
+            },
         }
     }
 
-    /// A pub/sub connection of its own, subscribed to `channel` (the server has confirmed it):
-    /// for `verb`, whose error it names.
-    pub(super) async fn subscribed(&self, channel: String, verb: &'static str) -> Result<redis::aio::PubSub> {
-        let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, self.client.get_async_pubsub())
-            .await
-            .map_err(|_| Error::Unreachable {
-                addr: self.addr.clone(),
-                reason: "no pub/sub connection within the connect timeout".into(),
-            })?
-            .map_err(|e| unreachable_or(&self.addr, verb, e))?;
-        pubsub
-            .subscribe(channel)
-            .await
-            .map_err(|e| unreachable_or(&self.addr, verb, e))?;
-        Ok(pubsub)
+    /// A connection of its own to `node` (not the shared one), for `verb`.
+    async fn dedicated(&self, node: &Node, verb: &'static str) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+        tokio::time::timeout(
+            CONNECT_TIMEOUT + Duration::from_secs(1),
+            node.client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| Error::Unreachable {
+            addr: node.addr.to_string(),
+            reason: format!("no connection for {verb} within the connect timeout"),
+        })?
+        .map_err(|e| unreachable_or(&node.addr, verb, e))
     }
 
-    /// The queue's cancel requests, from a pub/sub connection of their own subscribed to its
-    /// channel (`<id>\n<reason>` per message; a message naming no valid id is skipped).
+    /// The messages of `channel` (their payloads), from a subscription of its own that the server
+    /// has confirmed, for `verb`, whose error it names: plain pub/sub on a standalone server;
+    /// sharded pub/sub (`SSUBSCRIBE`) on a cluster, on the master of the channel's slot. The
+    /// stream ends when the subscription breaks (the connection dropped, or the cluster moved the
+    /// slot away): the caller subscribes again, and reads again what it may have missed.
+    pub(super) async fn subscribed(&self, channel: String, verb: &'static str) -> Result<BoxStream<'static, Vec<u8>>> {
+        let node = self.node_for(&channel).await?;
+        if !self.is_cluster() {
+            let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, node.client.get_async_pubsub())
+                .await
+                .map_err(|_| Error::Unreachable {
+                    addr: self.addr.clone(),
+                    reason: "no pub/sub connection within the connect timeout".into(),
+                })?
+                .map_err(|e| unreachable_or(&self.addr, verb, e))?;
+            pubsub
+                .subscribe(channel)
+                .await
+                .map_err(|e| unreachable_or(&self.addr, verb, e))?;
+            return Ok(pubsub
+                .into_on_message()
+                .map(|msg| msg.get_payload_bytes().to_vec())
+                .boxed());
+        }
+        // RESP3 on a connection of its own to the slot's master: the server's pushes (messages,
+        // and the notice that the slot moved away) arrive on `pushes`
+        let (tx, pushes) = tokio::sync::mpsc::unbounded_channel();
+        let info = node
+            .client
+            .get_connection_info()
+            .clone()
+            .set_redis_settings(
+                node.client
+                    .get_connection_info()
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP3),
+            );
+        let client = redis::Client::open(info).map_err(|e| unreachable_or(&node.addr, verb, e))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_push_sender(tx);
+        let conn = tokio::time::timeout(
+            CONNECT_TIMEOUT + Duration::from_secs(1),
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| Error::Unreachable {
+            addr: node.addr.to_string(),
+            reason: "no pub/sub connection within the connect timeout".into(),
+        })?
+        .map_err(|e| unreachable_or(&node.addr, verb, e))?;
+        let mut subscribe = redis::cmd("SSUBSCRIBE");
+        subscribe.arg(&channel);
+        let mut sub_conn = conn.clone();
+        // the confirmation is a push; the command's own reply is empty
+        let confirmed = sub_conn.send_packed_command(&subscribe).await;
+        if let Err(e) = confirmed {
+            return Err(unreachable_or(&node.addr, verb, e));
+        }
+        let stream = futures::stream::unfold((pushes, conn), |(mut pushes, conn)| async move {
+            loop {
+                let push = pushes.recv().await?;
+                match push.kind {
+                    PushKind::SMessage => {
+                        if let Some(Value::BulkString(payload)) = push.data.into_iter().nth(1) {
+                            return Some((payload, (pushes, conn)));
+                        }
+                    }
+                    PushKind::SUnsubscribe | PushKind::Disconnection => return None,
+                    _ => {}
+                }
+            }
+        });
+        Ok(stream.boxed())
+    }
+
+    /// The queue's cancel requests, from a subscription of their own to its channel
+    /// (`<id>\n<reason>` per message; a message naming no valid id is skipped).
     pub(super) async fn subscribe_cancels(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
-        let pubsub = self
+        let messages = self
             .subscribed(QueueKeys::new(queue).cancel(), "cancel_requests")
             .await?;
-        let stream = pubsub.into_on_message().filter_map(|msg| async move {
-            let payload = msg.get_payload_bytes();
-            let text = String::from_utf8_lossy(payload);
+        let stream = messages.filter_map(|payload| async move {
+            let text = String::from_utf8_lossy(&payload);
             let (id, reason) = text.split_once('\n').unwrap_or((&text, ""));
             let id = JobId::parse(id).ok()?;
             Some(CancelRequest {

@@ -6,7 +6,7 @@
 use redis::Value;
 
 use super::args::num;
-use super::connection::{self, Call};
+use super::connection::Call;
 use super::scripts::Script;
 use super::{reply, RedisStore};
 use crate::error::{Error, Result};
@@ -78,7 +78,7 @@ pub(super) async fn new_jobs(
         });
         batches.push(batch);
     }
-    let replies = store.run_calls(calls, Vec::new()).await?;
+    let replies = store.run_calls(calls).await?;
     let verb = script.name;
     let mut out = Vec::with_capacity(jobs.len());
     let mut owed: Vec<String> = Vec::new();
@@ -157,29 +157,28 @@ fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqu
 /// obliterate came between: the next life owes its own). The jobs landed whatever happens here,
 /// so a failure is logged, not returned: an error would have the caller enqueue them again.
 async fn register(store: &RedisStore, queue: &QueueName, owed: &[String]) {
-    let added = async {
-        let mut conn = store.conn().await?;
-        redis::cmd("SADD")
-            .arg(QUEUES_KEY)
-            .arg(queue.as_str())
-            .query_async::<Value>(&mut conn)
-            .await
-            .map_err(|e| connection::unreachable_or(&store.addr, "enqueue", e))?;
-        Ok::<_, Error>(conn)
-    };
-    let mut conn = match added.await {
-        Ok(conn) => conn,
-        Err(e) => {
-            tracing::warn!(queue = %queue, error = %e, "registering the queue failed; its next enqueue registers it");
-            return;
-        }
-    };
-    let mut paid = redis::pipe();
-    let key = QueueKeys::new(queue).registered();
-    for token in owed {
-        paid.cmd("ZADD").arg(&key).arg("XX").arg(1).arg(token).ignore();
+    let mut add = redis::cmd("SADD");
+    add.arg(QUEUES_KEY).arg(queue.as_str());
+    let added = store
+        .commands("enqueue", QUEUES_KEY, vec![add])
+        .await
+        .and_then(|mut r| r.pop().unwrap_or(Ok(Value::Nil)));
+    if let Err(e) = added {
+        tracing::warn!(queue = %queue, error = %e, "registering the queue failed; its next enqueue registers it");
+        return;
     }
-    if let Err(e) = paid.query_async::<()>(&mut conn).await {
+    // the mark lives in the queue's slot (emq:queues, on a cluster, in a slot of its own)
+    let key = QueueKeys::new(queue).registered();
+    let marks = owed
+        .iter()
+        .map(|token| {
+            let mut mark = redis::cmd("ZADD");
+            mark.arg(&key).arg("XX").arg(1).arg(token);
+            mark
+        })
+        .collect();
+    let marked = store.commands("enqueue", &key, marks).await;
+    if let Some(e) = marked.map_or_else(Some, |r| r.into_iter().find_map(Result::err)) {
         tracing::warn!(queue = %queue, error = %e, "marking the queue's registration paid failed; its next enqueue registers it again");
     }
 }

@@ -39,24 +39,26 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
     // wrote its `registered`; its client's SADD may come before this SREM, which would undo it and
     // leave the new jobs in a queue no tool lists: the key says so, and the queue is registered
     // again
-    let mut conn = store.conn().await?;
-    let (recreated,): (bool,) = redis::pipe()
-        .cmd("SREM")
-        .arg(QUEUES_KEY)
-        .arg(queue.as_str())
-        .ignore()
-        .cmd("EXISTS")
-        .arg(k.registered())
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| store.error("obliterate", e))?;
-    if recreated {
-        redis::cmd("SADD")
-            .arg(QUEUES_KEY)
-            .arg(queue.as_str())
-            .query_async::<Value>(&mut conn)
-            .await
-            .map_err(|e| store.error("obliterate", e))?;
+    // (two commands, in this order: emq:queues has a slot of its own on a cluster)
+    let mut srem = redis::cmd("SREM");
+    srem.arg(QUEUES_KEY).arg(queue.as_str());
+    first_error(store.commands("obliterate", QUEUES_KEY, vec![srem]).await?)?;
+    let mut exists = redis::cmd("EXISTS");
+    exists.arg(k.registered());
+    let recreated = first_error(store.commands("obliterate", &k.registered(), vec![exists]).await?)?;
+    if matches!(recreated, Some(Value::Int(n)) if n > 0) {
+        let mut sadd = redis::cmd("SADD");
+        sadd.arg(QUEUES_KEY).arg(queue.as_str());
+        first_error(store.commands("obliterate", QUEUES_KEY, vec![sadd]).await?)?;
     }
     Ok(Obliterated::Done { removed })
+}
+
+/// The last reply of `replies`, or the first error among them.
+fn first_error(replies: Vec<Result<Value>>) -> Result<Option<Value>> {
+    let mut last = None;
+    for r in replies {
+        last = Some(r?);
+    }
+    Ok(last)
 }

@@ -37,7 +37,7 @@ pub(super) async fn recover_promote_claim(
         let n = (claim.n as usize).min(BATCH_MAX);
         calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
     }
-    let mut replies = store.run_calls(calls, Vec::new()).await?.into_iter();
+    let mut replies = store.run_calls(calls).await?.into_iter();
     let mut next = || {
         replies.next().unwrap_or_else(|| {
             Err(Error::Protocol {
@@ -84,7 +84,7 @@ pub(super) async fn complete_then_claim(
         let n = (claim.n as usize).min(BATCH_MAX);
         calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
     }
-    let mut replies = store.run_calls(calls, Vec::new()).await?;
+    let mut replies = store.run_calls(calls).await?;
     let claimed = if claim.n > 0 {
         match replies.pop() {
             Some(v) if replies.len() == settles => v.and_then(|v| {

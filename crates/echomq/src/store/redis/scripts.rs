@@ -3,13 +3,28 @@
 //! prepended — only those (and what they use in turn): each `local function` builds its closure on
 //! every call, so a script must carry no helper it never calls (see `docs/performance.md`).
 
-/// One verb's script: its name, the body sent with `SCRIPT LOAD`, and that body's SHA-1.
+/// One verb's script: its name, the body sent with `SCRIPT LOAD` and that body's SHA-1, in two
+/// flavours: for a standalone server, and for a Redis Cluster, where the script publishes to shard
+/// channels (`SPUBLISH`: the message stays on the master of the queue's slot, where its
+/// subscribers listen, instead of crossing the whole cluster's bus; Redis 7.0 and later, which a
+/// cluster must run, while a standalone server may be 6.2).
 #[derive(Debug)]
 pub(crate) struct Script {
     pub(crate) name: &'static str,
-    pub(crate) body: String,
-    pub(crate) sha: String,
+    body: String,
+    sha: String,
+    cluster_body: String,
+    cluster_sha: String,
+    /// Whether the script may write (a store that waits for replicas waits after it).
+    pub(crate) writes: bool,
 }
+
+/// The verbs whose scripts only read.
+const READS: &[&str] = &["get", "counts", "list", "queues", "retention"];
+
+/// How a script publishes, and how it publishes on a cluster.
+const PUBLISH: &str = "redis.call('PUBLISH',";
+const SPUBLISH: &str = "redis.call('SPUBLISH',";
 
 const LIB: &str = include_str!("../../../scripts/_lib.lua");
 
@@ -81,7 +96,34 @@ impl Script {
             source.to_string()
         };
         let sha = sha1_smol::Sha1::from(body.as_bytes()).digest().to_string();
-        Self { name, body, sha }
+        let cluster_body = body.replace(PUBLISH, SPUBLISH);
+        let cluster_sha = sha1_smol::Sha1::from(cluster_body.as_bytes()).digest().to_string();
+        Self {
+            name,
+            body,
+            sha,
+            cluster_body,
+            cluster_sha,
+            writes: !READS.contains(&name),
+        }
+    }
+
+    /// The body to load on a standalone server (`cluster` false) or a cluster's master.
+    pub(crate) fn body(&self, cluster: bool) -> &str {
+        if cluster {
+            &self.cluster_body
+        } else {
+            &self.body
+        }
+    }
+
+    /// The SHA-1 of [`Self::body`].
+    pub(crate) fn sha(&self, cluster: bool) -> &str {
+        if cluster {
+            &self.cluster_sha
+        } else {
+            &self.sha
+        }
     }
 }
 
@@ -191,12 +233,35 @@ mod tests {
     }
 
     #[test]
+    fn on_a_cluster_every_script_publishes_to_shard_channels_only() {
+        let scripts = Scripts::load();
+        let mut publishing = 0;
+        for s in scripts.all() {
+            // every PUBLISH is written the one way the cluster flavour rewrites
+            assert_eq!(
+                s.body(false).matches("PUBLISH").count(),
+                s.body(false).matches(PUBLISH).count(),
+                "{}: a PUBLISH not written as {PUBLISH}",
+                s.name
+            );
+            assert!(!s.body(true).contains(PUBLISH), "{}", s.name);
+            if s.body(false).contains(PUBLISH) {
+                publishing += 1;
+                assert_ne!(s.sha(false), s.sha(true));
+            } else {
+                assert_eq!(s.sha(false), s.sha(true));
+            }
+        }
+        assert!(publishing >= 4, "the cancel and finished channels' publishers: {publishing}");
+    }
+
+    #[test]
     fn every_helper_has_a_caller() {
         let scripts = Scripts::load();
         for (name, _) in helpers() {
             let head = format!("local function {name}(");
             assert!(
-                scripts.all().iter().any(|s| s.body.contains(&head)),
+                scripts.all().iter().any(|s| s.body(false).contains(&head)),
                 "_lib.lua's {name} is prepended to no script: remove it"
             );
         }

@@ -177,9 +177,9 @@ async fn listen(store: RedisStore, queue: QueueName, tx: broadcast::Sender<Optio
 /// A pub/sub connection of its own subscribed to `channel`: its messages, each an id (`Some`) or
 /// `*` (`None`: look again); a message naming no valid id is skipped.
 async fn subscribe(store: &RedisStore, channel: &str) -> Result<BoxStream<'static, Option<JobId>>> {
-    let pubsub = store.subscribed(channel.to_string(), "finished_waits").await?;
-    let stream = pubsub.into_on_message().filter_map(|msg| async move {
-        let text = String::from_utf8_lossy(msg.get_payload_bytes()).into_owned();
+    let messages = store.subscribed(channel.to_string(), "finished_waits").await?;
+    let stream = messages.filter_map(|payload| async move {
+        let text = String::from_utf8_lossy(&payload).into_owned();
         if text == "*" {
             return Some(None);
         }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A local Redis Cluster (or Valkey Cluster) on loopback, for tests and benchmarks.
+#
+#   tools/cluster.sh SERVER MASTERS REPLICAS DIR [OWNER_PID]
+#
+# starts MASTERS * (1 + REPLICAS) nodes of the server binary SERVER (redis-server or valkey-server)
+# on free loopback ports below 55535 (each node also listens on its port + 10000, the cluster bus),
+# each with `--cluster-enabled yes --cluster-node-timeout 2000`, no persistence, its files under DIR;
+# joins them with `redis-cli --cluster create`, waits for `cluster_state:ok` on every node and for
+# every replica's `master_link_status:up` (a replica that never synced is not promoted); then
+# prints one line, the seed URL `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`, and returns.
+#
+# The nodes are stopped by their own PIDs (listed in DIR/pids, one `PID PORT` per line) by a
+# watchdog: when OWNER_PID (default: the caller's parent) is gone, after 60 minutes in any case, or
+# when DIR/stop appears. `tools/cluster.sh stop DIR` stops them now.
+set -euo pipefail
+
+if [ "${1:-}" = "stop" ]; then
+  dir=$2
+  touch "$dir/stop"
+  while read -r pid _; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+  exit 0
+fi
+
+server=$1 masters=$2 replicas=$3 dir=$4 owner=${5:-$PPID}
+mkdir -p "$dir"
+: >"$dir/pids"
+count=$(( masters * (1 + replicas) ))
+
+# a free port P with P + 10000 free too: nothing answers on either
+free_port() {
+  local p
+  for _ in $(seq 1 100); do
+    p=$(( 20000 + RANDOM % 35000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null \
+      && ! (exec 3<>"/dev/tcp/127.0.0.1/$(( p + 10000 ))") 2>/dev/null \
+      && ! grep -q " $p\$" "$dir/pids"; then
+      echo "$p"; return 0
+    fi
+  done
+  echo "tools/cluster.sh: no free loopback port found" >&2
+  return 1
+}
+
+ports=()
+for i in $(seq 1 "$count"); do
+  port=$(free_port)
+  node="$dir/node-$port"
+  mkdir -p "$node"
+  timeout 3600 "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$node" \
+    --cluster-enabled yes --cluster-config-file "$node/nodes.conf" --cluster-node-timeout 2000 \
+    --daemonize no >"$node/server.log" 2>&1 &
+  echo "$! $port" >>"$dir/pids"
+  ports+=("$port")
+done
+
+# the watchdog: stops every node by its PID once the owner is gone (or on `stop`)
+(
+  end=$(( $(date +%s) + 3600 ))
+  while kill -0 "$owner" 2>/dev/null && [ ! -e "$dir/stop" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  while read -r pid _; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+) </dev/null >/dev/null 2>&1 &
+
+fail() {
+  echo "tools/cluster.sh: $1" >&2
+  for p in "${ports[@]}"; do tail -n 5 "$dir/node-$p/server.log" >&2 2>/dev/null || true; done
+  touch "$dir/stop"
+  while read -r pid _; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+  exit 1
+}
+
+for p in "${ports[@]}"; do
+  for _ in $(seq 1 200); do
+    redis-cli -p "$p" ping >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  redis-cli -p "$p" ping >/dev/null 2>&1 || fail "node on port $p did not start"
+done
+# each port is served by the node this script started (another process that took the port first
+# would be answering, and ours would have exited)
+while read -r pid port; do
+  serving=$(redis-cli -p "$port" info server | tr -d '\r' | sed -n 's/^process_id://p')
+  [ "$(ps -o ppid= -p "$serving" | tr -d ' ')" = "$pid" ] || fail "port $port is served by another process"
+done <"$dir/pids"
+
+addrs=()
+for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes >"$dir/create.log" 2>&1 \
+  || { cat "$dir/create.log" >&2; fail "redis-cli --cluster create failed"; }
+
+for _ in $(seq 1 400); do
+  ok=1
+  for p in "${ports[@]}"; do
+    redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || { ok=0; break; }
+    if redis-cli -p "$p" info replication 2>/dev/null | grep -q '^role:slave'; then
+      redis-cli -p "$p" info replication | grep -q '^master_link_status:up' || { ok=0; break; }
+    fi
+  done
+  [ "$ok" = 1 ] && break
+  sleep 0.05
+done
+[ "$ok" = 1 ] || fail "the cluster did not reach cluster_state:ok with every replica in sync"
+
+seeds=$(IFS=,; echo "${addrs[*]}")
+echo "redis+cluster://$seeds"
