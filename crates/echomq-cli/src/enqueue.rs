@@ -52,6 +52,31 @@ pub struct Args {
     /// the existing id and `duplicate` on stderr, and writes nothing.
     #[arg(long, value_name = "ID", conflicts_with = "file")]
     pub id: Option<String>,
+    /// Redis: return only once N replicas of the queue's master confirm they have the jobs
+    /// (`WAIT`), so a failover right after cannot lose them; exit 1 when they do not within
+    /// --wait-timeout (the jobs stand on the master, unconfirmed). Same as `?wait=N` in the URL.
+    #[arg(long, value_name = "N")]
+    pub wait: Option<u32>,
+    /// With --wait: how long the server waits for the replicas.
+    #[arg(long, value_name = "D", value_parser = crate::duration, requires = "wait")]
+    pub wait_timeout: Option<Duration>,
+}
+
+/// `url` with `--wait N` (and `--wait-timeout`) added as its `wait` parameters; refused for the
+/// embedded store, whose commit is its durability (there are no replicas to wait for).
+fn with_wait(url: &str, wait: Option<u32>, timeout: Option<Duration>) -> anyhow::Result<String> {
+    let Some(n) = wait else {
+        return Ok(url.to_string());
+    };
+    let redis = ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://"];
+    if !redis.iter().any(|s| url.starts_with(s)) {
+        anyhow::bail!("invalid option wait: --wait needs a Redis store (the embedded store has no replicas; its commit is durable)");
+    }
+    let mut url = format!("{url}{}wait={n}", if url.contains('?') { '&' } else { '?' });
+    if let Some(t) = timeout {
+        url.push_str(&format!("&wait_timeout={}", t.as_millis().max(1)));
+    }
+    Ok(url)
 }
 
 /// Where the jobs go: the queue, and the group's lane when there is one.
@@ -73,6 +98,7 @@ impl Target {
 
 /// Runs `emq enqueue`.
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
+    let url = &with_wait(url, args.wait, args.wait_timeout)?;
     // names are checked before the store is opened: a bad name fails the same with no server
     let queue = QueueName::new(&args.queue)?;
     let group = args.group.as_deref().map(GroupName::new).transpose()?;

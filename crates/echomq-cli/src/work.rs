@@ -80,8 +80,10 @@ leaves the job dead.";
 #[derive(clap::Args, Debug)]
 #[command(after_help = EXIT_CODES_HELP)]
 pub struct Args {
-    /// The queue to work.
-    pub queue: String,
+    /// The queues to work: one consumer per queue in this process, each with its own
+    /// --concurrency (on a Redis Cluster, queues on different masters are served side by side).
+    #[arg(required = true, value_name = "QUEUE")]
+    pub queues: Vec<String>,
     /// The shell command run for each job (`sh -c CMD`).
     #[arg(long, value_name = "CMD")]
     pub exec: String,
@@ -170,7 +172,14 @@ struct Exec {
 
 /// Runs `emq work`.
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
-    let queue = QueueName::new(&args.queue)?;
+    let mut queues = Vec::with_capacity(args.queues.len());
+    for q in &args.queues {
+        let q = QueueName::new(q)?;
+        if queues.contains(&q) {
+            anyhow::bail!("queue {q} is named twice");
+        }
+        queues.push(q);
+    }
     let conflict = |msg: &str| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, msg).exit();
     let recovery = match (args.recovery, args.max_stalled, args.max_redeliveries) {
         (RecoveryArg::Stalled, n, None) => Recovery::Stalled(StalledPolicy {
@@ -211,28 +220,34 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let store: Arc<dyn echomq::Store> = Arc::from(echomq::store::open_lazy(url).await?);
     let groups: Groups = Arc::default();
     let emq = std::env::current_exe().context("cannot find this program to run each command under it")?;
-    let exec = Arc::new(Exec {
-        emq,
-        cmd: args.exec,
-        queue: queue.to_string(),
-        timeout: args.timeout,
-        retry_delay: args.retry_delay,
-        groups: groups.clone(),
-    });
-    let handler = move |job: JobContext| {
-        let exec = exec.clone();
-        async move { exec.run_job(job).await }
-    };
-    let consumer = Consumer::start(store, queue, handler, opts)?;
-    tracing::info!(queue = %consumer.queue(), "emq work started");
+    let mut consumers = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let exec = Arc::new(Exec {
+            emq: emq.clone(),
+            cmd: args.exec.clone(),
+            queue: queue.to_string(),
+            timeout: args.timeout,
+            retry_delay: args.retry_delay,
+            groups: groups.clone(),
+        });
+        let handler = move |job: JobContext| {
+            let exec = exec.clone();
+            async move { exec.run_job(job).await }
+        };
+        let consumer = Consumer::start(store.clone(), queue, handler, opts.clone())?;
+        tracing::info!(queue = %consumer.queue(), "emq work started");
+        consumers.push(consumer);
+    }
 
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
-        // the loop ended on its own: its ttl (exit 0), or the store's refusal (its error, exit 1)
-        ended = consumer.wait_for(Duration::MAX) => {
+        // a loop ended on its own: its ttl (exit 0), or the store's refusal (its error, exit 1);
+        // the other queues' consumers stop with it
+        (ended, _, _) = futures::future::select_all(consumers.iter().map(|c| Box::pin(c.wait_for(Duration::MAX)))) => {
+            let stopped = stop_all(&consumers).await;
             ended?;
-            consumer.stop(Duration::MAX).await?;
+            stopped.into_iter().collect::<Result<Vec<_>, _>>()?;
             return Ok(0);
         }
     }
@@ -241,16 +256,18 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         groups_lock(&groups).len()
     ));
     tokio::select! {
-        r = consumer.stop(Duration::MAX) => {
-            r?;
+        r = stop_all(&consumers) => {
+            r.into_iter().collect::<Result<Vec<_>, _>>()?;
             return Ok(0);
         }
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
-    // the handlers and the settler go first: a command dying of the SIGKILL below must not get
+    // the handlers and the settlers go first: a command dying of the SIGKILL below must not get
     // its job settled (as an error) in the moment before the process exits
-    consumer.abort();
+    for consumer in &consumers {
+        consumer.abort();
+    }
     Ok(kill_all(&groups))
 }
 
@@ -519,6 +536,11 @@ fn retry_delay(stdout: &[u8]) -> Option<Duration> {
         return Duration::try_from_secs_f64(secs).ok();
     }
     humantime::parse_duration(last).ok()
+}
+
+/// Stops every consumer (waiting for their running commands), each stop's outcome its own.
+async fn stop_all(consumers: &[Consumer]) -> Vec<echomq::Result<()>> {
+    futures::future::join_all(consumers.iter().map(|c| c.stop(Duration::MAX))).await
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use echomq::{JobId, JobState, QueueName, Retention};
 #[path = "probe_embedded.rs"]
 mod probe_embedded;
 #[path = "probe_redis.rs"]
-mod probe_redis;
+pub mod probe_redis;
 
 pub use probe_embedded::EmbeddedProbe;
 pub use probe_redis::RedisProbe;

@@ -1,6 +1,6 @@
 //! The consumer's behaviour suite: every case is written once, generic over the store, and runs
-//! against every store (`consumer_cases!` in `harness.rs`: a `redis_store` and an `embedded_store`
-//! test per case). What holds on one store only is apart, in files named for it.
+//! against every store (`consumer_cases!` in `harness.rs`: a test per case on Redis, Redis Cluster,
+//! Valkey, Valkey Cluster and the embedded store). What holds on one store only is apart, in files named for it.
 //!
 //! - `processing.rs`: every job once, lanes, a free slot, panics, a refused
 //!   completion, records, refused options;
@@ -17,6 +17,9 @@
 //!   lease renewed by default;
 //! - `embedded_only.rs`: the embedded store's direct hand-off, SQLite's storage classes, a failed
 //!   write inside a round, the cancel-requests table;
+//! - `cluster_only.rs`: a Redis Cluster of the test's own (a master failed over under load, the
+//!   queue's slot migrated under load and in the middle of a claim, a cancel sent during a
+//!   failover, writes waiting for a replica);
 //! - `redis_only.rs`: a Redis of the test's own (killed, restarted, down at the consumer's start,
 //!   password-protected, an ACL user), a server that is not Redis, the idle command rate.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -24,6 +27,7 @@
 mod harness;
 
 mod cancel;
+mod cluster_only;
 mod embedded_only;
 mod processing;
 mod recovery;

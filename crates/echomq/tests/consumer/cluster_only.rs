@@ -1,0 +1,535 @@
+//! What only a Redis Cluster has, on clusters of each test's own (`tools/cluster.sh`: plain
+//! `redis-server` processes with `--cluster-enabled yes`, on free loopback ports, stopped by their
+//! PIDs): a master SIGKILLed under load and replaced by its replica, the queue's slot migrated to
+//! another master under load and in the middle of a claim, a cancel sent while the slot's master
+//! fails over, and writes that wait for a replica (`wait_replicas`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use echomq::store::redis::RedisStore;
+use echomq::store::{ClaimRequest, SettleOptions, Store};
+use echomq::{Consumer, ConsumerOptions, Error, JobContext, JobId, JobState, NewJob, QueueName, Verdict};
+use redis::aio::MultiplexedConnection;
+
+use crate::harness::conformance::probe_redis::node_of;
+use crate::harness::redis_server;
+use crate::harness::wait_until;
+
+/// A cluster of the test's own: its seed URL and each node's `(pid, port)`; the tests of this file
+/// run one at a time (each holds [`ONE_AT_A_TIME`]), so a failover's timing does not depend on
+/// how many other clusters share the machine's two cores.
+struct Cluster {
+    url: String,
+    nodes: Vec<(u32, u16)>,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+impl Cluster {
+    fn start(masters: u32, replicas: u32) -> Cluster {
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (url, dir) = redis_server::start_cluster("redis-server", masters, replicas);
+        let pids = std::fs::read_to_string(dir.join("servers")).expect("the cluster's server pids");
+        let nodes = pids
+            .lines()
+            .map(|l| {
+                let (pid, port) = l.split_once(' ').expect("PID PORT");
+                (pid.parse().unwrap(), port.parse().unwrap())
+            })
+            .collect();
+        Cluster { url, nodes, _one: one }
+    }
+
+    /// The port of the master that holds `q`.
+    async fn master_of(&self, q: &QueueName) -> u16 {
+        let node = node_of(&self.url, q).await;
+        node.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    fn pid(&self, port: u16) -> u32 {
+        self.nodes.iter().find(|(_, p)| *p == port).expect("a node of ours").0
+    }
+
+    /// A plain connection to the node on `port`.
+    async fn conn(port: u16) -> MultiplexedConnection {
+        redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// Waits until a master other than the one on `old` serves `q`'s slot, as the surviving nodes
+    /// see it.
+    async fn failed_over(&self, q: &QueueName, old: u16) -> u16 {
+        let seed = self.nodes.iter().map(|(_, p)| *p).find(|p| *p != old).unwrap();
+        let url = format!("redis+cluster://127.0.0.1:{seed}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = node_of(&url, q).await;
+            let port: u16 = now.rsplit(':').next().unwrap().parse().unwrap();
+            if port != old {
+                return port;
+            }
+            assert!(Instant::now() < deadline, "no replica took over {q}'s slot within 30 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn kill9(pid: u32) {
+    let ok = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -9 {pid}");
+}
+
+/// Runs of each job id, shared by the handlers of several consumers.
+type Runs = Arc<Mutex<HashMap<String, u32>>>;
+
+fn recording(runs: &Runs) -> impl Fn(JobContext) -> std::future::Ready<Verdict> + Send + Sync + 'static {
+    let runs = runs.clone();
+    move |job: JobContext| {
+        *runs.lock().unwrap().entry(job.id().to_string()).or_default() += 1;
+        std::future::ready(Verdict::Done)
+    }
+}
+
+fn opts() -> ConsumerOptions {
+    ConsumerOptions::default()
+        .with_concurrency(8)
+        .with_lease(Duration::from_secs(2))
+        .with_beat(Duration::from_millis(200))
+}
+
+async fn enqueue_all(store: &RedisStore, q: &QueueName, n: usize) -> Vec<JobId> {
+    let mut ids = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let jobs: Vec<NewJob> = chunk.iter().map(|i| NewJob::new(format!("{i}").into_bytes())).collect();
+        for e in store.enqueue(q, &jobs).await.expect("enqueue") {
+            ids.push(e.id().clone());
+        }
+    }
+    ids
+}
+
+/// 20,000 jobs, 3 consumers; the producer's enqueues wait for one replica (`wait=1`), 1,000 jobs
+/// a batch with ids of its own (so a batch resent after an outage is a duplicate, not a second
+/// copy). The queue's master is SIGKILLed a third of the way through; its replica takes over, and
+/// the consumers resume by themselves. Every acknowledged job completes: none is lost with the
+/// master. (After the failover the new master has no replica left, so the enqueues it takes are
+/// unconfirmed — `NotReplicated` — and still run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_under_load_loses_no_acknowledged_job_and_the_consumers_resume_by_themselves() {
+    const BATCHES: usize = 20;
+    const PER: usize = 1_000;
+    let cluster = Cluster::start(3, 1);
+    let q = QueueName::new("failover").unwrap();
+    let producer = RedisStore::open(&format!("{}?wait=1&wait_timeout=1000", cluster.url))
+        .await
+        .unwrap();
+    let acknowledged: Arc<Mutex<Vec<String>>> = Arc::default();
+    let unconfirmed = Arc::new(AtomicUsize::new(0));
+    let batch = |b: usize| -> Vec<NewJob> {
+        (0..PER)
+            .map(|i| NewJob::new(b"x".to_vec()).with_id(JobId::new(format!("j{b}-{i}")).unwrap()))
+            .collect()
+    };
+    let produce = {
+        let (q, acknowledged, unconfirmed) = (q.clone(), acknowledged.clone(), unconfirmed.clone());
+        move |b: usize| {
+            let (producer, q, acknowledged, unconfirmed) =
+                (producer.clone(), q.clone(), acknowledged.clone(), unconfirmed.clone());
+            let jobs = batch(b);
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    match producer.enqueue(&q, &jobs).await {
+                        Ok(_) => {
+                            let mut acked = acknowledged.lock().unwrap();
+                            acked.extend(jobs.iter().map(|j| j.id.as_ref().unwrap().to_string()));
+                            return;
+                        }
+                        Err(Error::NotReplicated { .. }) => {
+                            unconfirmed.fetch_add(jobs.len(), Ordering::SeqCst);
+                            return;
+                        }
+                        Err(e) if e.is_unreachable() && Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        Err(e) => panic!("enqueue of batch {b}: {e}"),
+                    }
+                }
+            }
+        }
+    };
+    for b in 0..BATCHES / 3 {
+        produce(b).await;
+    }
+    let master = cluster.master_of(&q).await;
+
+    let runs: Runs = Arc::default();
+    let mut consumers = Vec::new();
+    for _ in 0..3 {
+        let store: Arc<dyn Store> = Arc::new(RedisStore::open_lazy(&cluster.url).unwrap());
+        consumers.push(Consumer::start(store, q.clone(), recording(&runs), opts()).unwrap());
+    }
+    let rest = tokio::spawn(async move {
+        for b in BATCHES / 3..BATCHES {
+            produce(b).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    wait_until(Duration::from_secs(60), "a third of the jobs ran", || async {
+        runs.lock().unwrap().len() >= BATCHES * PER / 3
+    })
+    .await;
+    kill9(cluster.pid(master));
+    let promoted = cluster.failed_over(&q, master).await;
+    assert_ne!(promoted, master);
+    rest.await.unwrap();
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let unconfirmed = unconfirmed.load(Ordering::SeqCst);
+    assert!(acknowledged.len() >= BATCHES * PER / 3, "{}", acknowledged.len());
+    let store = RedisStore::open(&cluster.url).await.unwrap();
+    wait_until(Duration::from_secs(120), "every job settled after the failover", || async {
+        let c = store.counts(&q).await.unwrap();
+        c.pending + c.active + c.scheduled == 0
+    })
+    .await;
+    for c in &consumers {
+        c.stop(Duration::from_secs(10)).await.unwrap();
+    }
+    let runs = runs.lock().unwrap();
+    let lost: Vec<&String> = acknowledged.iter().filter(|id| !runs.contains_key(id.as_str())).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged jobs lost in the failover: {} (first {:?}); {} acknowledged, {unconfirmed} unconfirmed",
+        lost.len(),
+        lost.first(),
+        acknowledged.len()
+    );
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!(counts.dead, 0, "{counts:?}");
+}
+
+/// The keys of `q` on the node at `port`, each with its value dumped.
+async fn dump(port: u16, q: &QueueName) -> Vec<(String, Vec<u8>)> {
+    let mut conn = Cluster::conn(port).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("emq:{{{}}}:*", q.as_str()))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut out = Vec::new();
+    for k in keys {
+        // ASKING: the importing node answers for the keys it holds of the slot
+        let (v,): (Option<Vec<u8>>,) = redis::pipe()
+            .cmd("ASKING")
+            .ignore()
+            .cmd("DUMP")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((k, v.unwrap_or_default()));
+    }
+    out
+}
+
+/// Moves `slot` from the master on `from` to the one on `to` as `redis-cli --cluster reshard`
+/// does (importing and migrating marks, `MIGRATE` in batches, then the slot's new owner named on
+/// every master), stopping after `batches` batches of `per` keys when given (the slot left split
+/// between the two nodes).
+async fn migrate(slot: u16, from: u16, to: u16, per: usize, batches: Option<usize>, masters: &[u16]) {
+    let mut src = Cluster::conn(from).await;
+    let mut dst = Cluster::conn(to).await;
+    let id = |c: &mut MultiplexedConnection| {
+        let mut c = c.clone();
+        async move {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query_async::<String>(&mut c)
+                .await
+                .unwrap()
+        }
+    };
+    let (src_id, dst_id) = (id(&mut src).await, id(&mut dst).await);
+    let setslot = |conn: &mut MultiplexedConnection, how: &str, node: &str| {
+        let mut conn = conn.clone();
+        let (how, node) = (how.to_string(), node.to_string());
+        async move {
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(&how)
+                .arg(&node)
+                .query_async::<()>(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("SETSLOT {how}: {e}"))
+        }
+    };
+    setslot(&mut dst, "IMPORTING", &src_id).await;
+    setslot(&mut src, "MIGRATING", &dst_id).await;
+    let mut done = 0;
+    loop {
+        if batches.is_some_and(|b| done >= b) {
+            return;
+        }
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(per)
+            .query_async(&mut src)
+            .await
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        let mut m = redis::cmd("MIGRATE");
+        m.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
+        m.query_async::<()>(&mut src).await.unwrap();
+        done += 1;
+    }
+    finish_migration(slot, to, &dst_id, masters).await;
+}
+
+/// Names the master on `to` (id `to_id`) the owner of `slot` on every master.
+async fn finish_migration(slot: u16, to: u16, to_id: &str, masters: &[u16]) {
+    for port in std::iter::once(to).chain(masters.iter().copied().filter(|p| *p != to)) {
+        let mut c = Cluster::conn(port).await;
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(to_id)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+async fn slot_of(port: u16, q: &QueueName) -> u16 {
+    let mut c = Cluster::conn(port).await;
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(format!("emq:{{{}}}:id", q.as_str()))
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
+
+/// 5,000 jobs, 2 consumers; the queue's slot migrates to another master while they run, ten keys
+/// at a time: every job completes exactly once by the store's counters and by the handlers' count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reshard_under_load_completes_every_job_exactly_once() {
+    const N: usize = 5_000;
+    let cluster = Cluster::start(3, 0);
+    let masters: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+    let q = QueueName::new("reshard").unwrap();
+    let producer = RedisStore::open(&cluster.url).await.unwrap();
+    let ids = enqueue_all(&producer, &q, N).await;
+    let from = cluster.master_of(&q).await;
+    let to = *masters.iter().find(|p| **p != from).unwrap();
+    let slot = slot_of(from, &q).await;
+
+    let runs: Runs = Arc::default();
+    let slow = {
+        let runs = runs.clone();
+        move |job: JobContext| {
+            let runs = runs.clone();
+            async move {
+                *runs.lock().unwrap().entry(job.id().to_string()).or_default() += 1;
+                tokio::time::sleep(Duration::from_micros(500)).await;
+                Verdict::Done
+            }
+        }
+    };
+    let mut consumers = Vec::new();
+    for _ in 0..2 {
+        let store: Arc<dyn Store> = Arc::new(RedisStore::open(&cluster.url).await.unwrap());
+        consumers.push(Consumer::start(store, q.clone(), slow.clone(), opts()).unwrap());
+    }
+    wait_until(Duration::from_secs(60), "a fifth of the jobs ran", || async {
+        runs.lock().unwrap().len() >= N / 5
+    })
+    .await;
+    migrate(slot, from, to, 10, None, &masters).await;
+    assert_eq!(cluster.master_of(&q).await, to, "the slot moved");
+    wait_until(Duration::from_secs(120), "every job settled", || async {
+        let c = producer.counts(&q).await.unwrap();
+        c.completed == N as u64
+    })
+    .await;
+    for c in &consumers {
+        c.stop(Duration::from_secs(10)).await.unwrap();
+    }
+    let counts = producer.counts(&q).await.unwrap();
+    assert_eq!(
+        (counts.completed, counts.pending, counts.active, counts.dead),
+        (N as u64, 0, 0, 0),
+        "{counts:?}"
+    );
+    let runs = runs.lock().unwrap();
+    let twice: Vec<(&String, &u32)> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "jobs run twice: {twice:?}");
+    assert_eq!(runs.len(), ids.len());
+}
+
+/// The slot is left split between two nodes (some keys moved, the rest not): a claim is refused
+/// before it writes anything on either node, waits, and runs once the migration ends — its jobs
+/// leased once, on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_the_move_ends() {
+    let cluster = Cluster::start(3, 0);
+    let masters: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
+    let q = QueueName::new("split").unwrap();
+    let store = RedisStore::open(&cluster.url).await.unwrap();
+    enqueue_all(&store, &q, 200).await;
+    let from = cluster.master_of(&q).await;
+    let to = *masters.iter().find(|p| **p != from).unwrap();
+    let slot = slot_of(from, &q).await;
+    // three batches of ten keys moved: rows on both sides, the queue's sets maybe on either
+    migrate(slot, from, to, 10, Some(3), &masters).await;
+    let before = (dump(from, &q).await, dump(to, &q).await);
+    assert!(!before.0.is_empty() && !before.1.is_empty(), "the slot is split");
+
+    let claiming = {
+        let store = store.clone();
+        let q = q.clone();
+        tokio::spawn(async move {
+            let req = ClaimRequest {
+                n: 50,
+                lease: Duration::from_secs(30),
+                max_attempts: 3,
+                settle: SettleOptions::default(),
+            };
+            store.claim(&q, req.n, req.lease, req.max_attempts, req.settle).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!claiming.is_finished(), "the claim waits while the slot is split");
+    assert_eq!((dump(from, &q).await, dump(to, &q).await), before, "nothing was written on either node");
+
+    // the rest of the keys move, and the slot is the new master's
+    let mut dst = Cluster::conn(to).await;
+    let to_id: String = redis::cmd("CLUSTER").arg("MYID").query_async(&mut dst).await.unwrap();
+    migrate_rest(slot, from, to).await;
+    finish_migration(slot, to, &to_id, &masters).await;
+    let claimed = claiming.await.unwrap().expect("the claim runs after the move");
+    assert_eq!(claimed.len(), 50);
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!((counts.active, counts.pending), (50, 150), "{counts:?}");
+    assert!(dump(from, &q).await.is_empty(), "nothing of the queue is left on the old master");
+}
+
+/// The keys still on `from` in `slot`, migrated to `to` (the marks already set).
+async fn migrate_rest(slot: u16, from: u16, to: u16) {
+    let mut src = Cluster::conn(from).await;
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query_async(&mut src)
+            .await
+            .unwrap();
+        if keys.is_empty() {
+            return;
+        }
+        let mut m = redis::cmd("MIGRATE");
+        m.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
+        m.query_async::<()>(&mut src).await.unwrap();
+    }
+}
+
+/// A job runs until cancelled; its master is SIGKILLed and the cancel is sent while the replica
+/// takes over: the consumer, subscribed again on the new master, reads the request and stops the
+/// job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_sent_while_the_slots_master_fails_over_still_stops_its_job() {
+    let cluster = Cluster::start(3, 1);
+    let q = QueueName::new("cancel-failover").unwrap();
+    let store = RedisStore::open(&cluster.url).await.unwrap();
+    let id = store.enqueue(&q, &[NewJob::new(b"x".to_vec())]).await.unwrap()[0].id().clone();
+    let started = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (started, stopped) = (started.clone(), stopped.clone());
+        move |job: JobContext| {
+            let (started, stopped) = (started.clone(), stopped.clone());
+            async move {
+                started.store(true, Ordering::SeqCst);
+                job.cancel_token().cancelled().await;
+                stopped.fetch_add(1, Ordering::SeqCst);
+                Verdict::Done
+            }
+        }
+    };
+    let consumer_store: Arc<dyn Store> = Arc::new(RedisStore::open_lazy(&cluster.url).unwrap());
+    let consumer = Consumer::start(consumer_store, q.clone(), handler, opts().with_cancel(true)).unwrap();
+    wait_until(Duration::from_secs(10), "the job started", || async { started.load(Ordering::SeqCst) }).await;
+    let master = cluster.master_of(&q).await;
+    kill9(cluster.pid(master));
+    // the cancel, retried by the caller through the outage until the new master takes it
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match store.cancel(&q, &id, Some("operator"), SettleOptions::default()).await {
+            Ok(_) => break,
+            Err(e) if e.is_unreachable() => {
+                assert!(Instant::now() < deadline, "the cancel never landed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cancel: {e}"),
+        }
+    }
+    wait_until(Duration::from_secs(30), "the job was stopped by its cancel", || async {
+        stopped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    consumer.stop(Duration::from_secs(10)).await.unwrap();
+    let row = store.get(&q, &id).await.unwrap();
+    assert!(
+        row.as_ref().is_none_or(|r| r.state != JobState::Active),
+        "the cancelled job is not left active: {row:?}"
+    );
+}
+
+/// With `wait=1` an enqueue returns once the replica has it; with the queue's replica gone it
+/// fails typed ([`Error::NotReplicated`]) after the wait, and its job stands on the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed_without_one() {
+    let cluster = Cluster::start(3, 1);
+    let q = QueueName::new("wait").unwrap();
+    let store = RedisStore::open(&format!("{}?wait=1&wait_timeout=300", cluster.url))
+        .await
+        .unwrap();
+    store.enqueue(&q, &[NewJob::new(b"a".to_vec())]).await.expect("confirmed by the replica");
+    // the queue's master's replica: the node whose INFO replication names the master's port
+    let master = cluster.master_of(&q).await;
+    let mut replica = None;
+    for (pid, port) in &cluster.nodes {
+        let mut c = Cluster::conn(*port).await;
+        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut c).await.unwrap();
+        if info.contains(&format!("master_port:{master}")) {
+            replica = Some(*pid);
+        }
+    }
+    kill9(replica.expect("the master has a replica"));
+    let started = Instant::now();
+    let err = store.enqueue(&q, &[NewJob::new(b"b".to_vec())]).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotReplicated { acked: 0, wanted: 1, .. }),
+        "{err}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(250), "the server waited");
+    let plain = RedisStore::open(&cluster.url).await.unwrap();
+    assert_eq!(plain.counts(&q).await.unwrap().pending, 2, "the unconfirmed job stands on the master");
+}
