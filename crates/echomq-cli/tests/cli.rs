@@ -692,6 +692,41 @@ fn enqueue_then_work_then_stats_shows_completed(b: &Backend) {
     assert_eq!((v["pending"].clone(), v["active"].clone()), (0.into(), 0.into()));
 }
 
+on_both_stores!(work_takes_several_queues_and_runs_each_job_once_with_its_queue_in_the_env);
+
+fn work_takes_several_queues_and_runs_each_job_once_with_its_queue_in_the_env(b: &Backend) {
+    let dir = scratch("work-queues");
+    let log = dir.join("ran");
+    let queues: Vec<String> = (0..3).map(|i| queue(&format!("several-{i}"))).collect();
+    for q in &queues {
+        for i in 0..4 {
+            b.enqueue(q, &format!("p{i}"), &[]);
+        }
+    }
+    let exec = format!("echo \"$EMQ_QUEUE $EMQ_JOB_ID\" >> '{}'", log.display());
+    let mut args = vec!["work"];
+    args.extend(queues.iter().map(String::as_str));
+    args.extend(["--exec", &exec, "--beat", "100ms", "--concurrency", "2"]);
+    let w = Worker::spawn(b.cmd(&args));
+    let l = b.lib();
+    wait_until(Duration::from_secs(20), "every queue's 4 jobs completed", || {
+        queues.iter().all(|q| l.counts(q).completed == 4)
+    });
+    w.stop();
+    let mut ran: Vec<String> = read(&log).lines().map(str::to_string).collect();
+    ran.sort();
+    let mut expected: Vec<String> = queues
+        .iter()
+        .flat_map(|q| (1..=4).map(move |i| format!("{q} {i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(ran, expected, "each job once, under its own queue");
+    // a queue named twice is refused before anything runs
+    let o = b.emq(&["work", &queues[0], &queues[0], "--exec", "true"]);
+    assert_exit(&o, 1);
+    assert!(stderr(&o).contains("named twice"), "{}", stderr(&o));
+}
+
 #[test]
 fn the_command_gets_the_payload_on_stdin_and_its_env_never_the_payload_on_its_command_line() {
     let q = queue("work-env");

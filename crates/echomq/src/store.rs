@@ -839,7 +839,9 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     }
     match url.split_once("://") {
         #[cfg(feature = "redis")]
-        Some(("redis" | "rediss" | "redis+cluster" | "rediss+cluster", _)) => Ok(Box::new(redis::RedisStore::open(url).await?)),
+        Some(("redis" | "rediss" | "redis+cluster" | "rediss+cluster", _)) => {
+            Ok(Box::new(redis::RedisStore::open(url).await?))
+        }
         Some((scheme, _)) => Err(Error::UnsupportedScheme {
             scheme: scheme.to_string(),
         }),

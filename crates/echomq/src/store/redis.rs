@@ -209,7 +209,12 @@ impl RedisStore {
             url: self.addr.clone(),
             reason: "no server named".into(),
         })?;
-        let seed_addrs = || self.seeds.iter().filter_map(|s| topology::host_port(s.addr())).collect();
+        let seed_addrs = || {
+            self.seeds
+                .iter()
+                .filter_map(|s| topology::host_port(s.addr()))
+                .collect()
+        };
         if self.cluster_url {
             let cluster = Cluster::open(first, self.conn_config.clone(), seed_addrs(), None).await?;
             return Ok(Topology::Cluster(cluster));

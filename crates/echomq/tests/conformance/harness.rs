@@ -260,7 +260,12 @@ pub fn valkey_cluster_url() -> String {
             if let Ok(url) = std::env::var("EMQ_TEST_VALKEY_CLUSTER_URL") {
                 return url;
             }
-            redis_server::cluster_url_from_env_or_start("EMQ_TEST_VALKEY_CLUSTER_URL", &redis_server::valkey_server(), 3, 0)
+            redis_server::cluster_url_from_env_or_start(
+                "EMQ_TEST_VALKEY_CLUSTER_URL",
+                &redis_server::valkey_server(),
+                3,
+                0,
+            )
         })
         .clone()
 }

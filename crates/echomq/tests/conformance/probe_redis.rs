@@ -29,7 +29,10 @@ pub async fn node_of(url: &str, q: &QueueName) -> String {
     };
     let seed = seeds.split([',', '/', '?']).next().expect("a seed");
     let client = redis::Client::open(format!("redis://{seed}")).expect("client");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("seed connection");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("seed connection");
     let key = format!("emq:{{{}}}:id", q.as_str());
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")

@@ -198,16 +198,25 @@ async fn a_failover_under_load_loses_no_acknowledged_job_and_the_consumers_resum
     let unconfirmed = unconfirmed.load(Ordering::SeqCst);
     assert!(acknowledged.len() >= BATCHES * PER / 3, "{}", acknowledged.len());
     let store = RedisStore::open(&cluster.url).await.unwrap();
-    wait_until(Duration::from_secs(120), "every job settled after the failover", || async {
-        let c = store.counts(&q).await.unwrap();
-        c.pending + c.active + c.scheduled == 0
-    })
+    wait_until(
+        Duration::from_secs(120),
+        "every job settled after the failover",
+        || async {
+            let c = store.counts(&q).await.unwrap();
+            c.pending + c.active + c.scheduled == 0
+        },
+    )
     .await;
     for c in &consumers {
         c.stop(Duration::from_secs(10)).await.unwrap();
     }
+    let counts = store.counts(&q).await.unwrap();
+    assert_eq!(counts.dead, 0, "{counts:?}");
     let runs = runs.lock().unwrap();
-    let lost: Vec<&String> = acknowledged.iter().filter(|id| !runs.contains_key(id.as_str())).collect();
+    let lost: Vec<&String> = acknowledged
+        .iter()
+        .filter(|id| !runs.contains_key(id.as_str()))
+        .collect();
     assert!(
         lost.is_empty(),
         "acknowledged jobs lost in the failover: {} (first {:?}); {} acknowledged, {unconfirmed} unconfirmed",
@@ -215,8 +224,6 @@ async fn a_failover_under_load_loses_no_acknowledged_job_and_the_consumers_resum
         lost.first(),
         acknowledged.len()
     );
-    let counts = store.counts(&q).await.unwrap();
-    assert_eq!(counts.dead, 0, "{counts:?}");
 }
 
 /// The keys of `q` on the node at `port`, each with its value dumped.
@@ -294,7 +301,13 @@ async fn migrate(slot: u16, from: u16, to: u16, per: usize, batches: Option<usiz
             break;
         }
         let mut m = redis::cmd("MIGRATE");
-        m.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
+        m.arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys);
         m.query_async::<()>(&mut src).await.unwrap();
         done += 1;
     }
@@ -416,7 +429,11 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(!claiming.is_finished(), "the claim waits while the slot is split");
-    assert_eq!((dump(from, &q).await, dump(to, &q).await), before, "nothing was written on either node");
+    assert_eq!(
+        (dump(from, &q).await, dump(to, &q).await),
+        before,
+        "nothing was written on either node"
+    );
 
     // the rest of the keys move, and the slot is the new master's
     let mut dst = Cluster::conn(to).await;
@@ -427,7 +444,10 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
     assert_eq!(claimed.len(), 50);
     let counts = store.counts(&q).await.unwrap();
     assert_eq!((counts.active, counts.pending), (50, 150), "{counts:?}");
-    assert!(dump(from, &q).await.is_empty(), "nothing of the queue is left on the old master");
+    assert!(
+        dump(from, &q).await.is_empty(),
+        "nothing of the queue is left on the old master"
+    );
 }
 
 /// The keys still on `from` in `slot`, migrated to `to` (the marks already set).
@@ -445,7 +465,13 @@ async fn migrate_rest(slot: u16, from: u16, to: u16) {
             return;
         }
         let mut m = redis::cmd("MIGRATE");
-        m.arg("127.0.0.1").arg(to).arg("").arg(0).arg(5000).arg("KEYS").arg(&keys);
+        m.arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys);
         m.query_async::<()>(&mut src).await.unwrap();
     }
 }
@@ -458,7 +484,9 @@ async fn a_cancel_sent_while_the_slots_master_fails_over_still_stops_its_job() {
     let cluster = Cluster::start(3, 1);
     let q = QueueName::new("cancel-failover").unwrap();
     let store = RedisStore::open(&cluster.url).await.unwrap();
-    let id = store.enqueue(&q, &[NewJob::new(b"x".to_vec())]).await.unwrap()[0].id().clone();
+    let id = store.enqueue(&q, &[NewJob::new(b"x".to_vec())]).await.unwrap()[0]
+        .id()
+        .clone();
     let started = Arc::new(AtomicBool::new(false));
     let stopped = Arc::new(AtomicUsize::new(0));
     let handler = {
@@ -475,7 +503,10 @@ async fn a_cancel_sent_while_the_slots_master_fails_over_still_stops_its_job() {
     };
     let consumer_store: Arc<dyn Store> = Arc::new(RedisStore::open_lazy(&cluster.url).unwrap());
     let consumer = Consumer::start(consumer_store, q.clone(), handler, opts().with_cancel(true)).unwrap();
-    wait_until(Duration::from_secs(10), "the job started", || async { started.load(Ordering::SeqCst) }).await;
+    wait_until(Duration::from_secs(10), "the job started", || async {
+        started.load(Ordering::SeqCst)
+    })
+    .await;
     let master = cluster.master_of(&q).await;
     kill9(cluster.pid(master));
     // the cancel, retried by the caller through the outage until the new master takes it
@@ -511,7 +542,10 @@ async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed
     let store = RedisStore::open(&format!("{}?wait=1&wait_timeout=300", cluster.url))
         .await
         .unwrap();
-    store.enqueue(&q, &[NewJob::new(b"a".to_vec())]).await.expect("confirmed by the replica");
+    store
+        .enqueue(&q, &[NewJob::new(b"a".to_vec())])
+        .await
+        .expect("confirmed by the replica");
     // the queue's master's replica: the node whose INFO replication names the master's port
     let master = cluster.master_of(&q).await;
     let mut replica = None;
@@ -526,10 +560,21 @@ async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed
     let started = Instant::now();
     let err = store.enqueue(&q, &[NewJob::new(b"b".to_vec())]).await.unwrap_err();
     assert!(
-        matches!(err, Error::NotReplicated { acked: 0, wanted: 1, .. }),
+        matches!(
+            err,
+            Error::NotReplicated {
+                acked: 0,
+                wanted: 1,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(started.elapsed() >= Duration::from_millis(250), "the server waited");
     let plain = RedisStore::open(&cluster.url).await.unwrap();
-    assert_eq!(plain.counts(&q).await.unwrap().pending, 2, "the unconfirmed job stands on the master");
+    assert_eq!(
+        plain.counts(&q).await.unwrap().pending,
+        2,
+        "the unconfirmed job stands on the master"
+    );
 }

@@ -103,7 +103,10 @@ pub fn start_cluster(server: &str, masters: u32, replicas: u32) -> (String, std:
         .expect("run tools/cluster.sh");
     let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if !out.status.success() || !url.starts_with("redis+cluster://") {
-        panic!("tools/cluster.sh {server} {masters} {replicas} failed ({}): {url}", out.status);
+        panic!(
+            "tools/cluster.sh {server} {masters} {replicas} failed ({}): {url}",
+            out.status
+        );
     }
     (url, dir)
 }

@@ -183,7 +183,12 @@ impl RedisStore {
     /// Plain commands (no script) for `verb` in one round trip to the server that holds
     /// `route_key` (every key they name shares its slot), with a cluster's redirects followed as a
     /// script's are; each command's reply is its own.
-    pub(super) async fn commands(&self, verb: &'static str, route_key: &str, cmds: Vec<Cmd>) -> Result<Vec<Result<Value>>> {
+    pub(super) async fn commands(
+        &self,
+        verb: &'static str,
+        route_key: &str,
+        cmds: Vec<Cmd>,
+    ) -> Result<Vec<Result<Value>>> {
         let entries = cmds.into_iter().map(|c| (None, c)).collect();
         let sent = self.send_entries(verb, route_key, entries, None).await?;
         Ok(sent
@@ -207,11 +212,7 @@ impl RedisStore {
     /// would lease a second batch).
     async fn send(&self, calls: Vec<Call<'_>>) -> Result<Vec<Sent>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
-        let route = calls
-            .first()
-            .and_then(|c| c.keys.first())
-            .cloned()
-            .unwrap_or_default();
+        let route = calls.first().and_then(|c| c.keys.first()).cloned().unwrap_or_default();
         let one_tag = tag(&route);
         if let Some(stray) = calls.iter().flat_map(|c| &c.keys).find(|k| tag(k) != one_tag) {
             return Err(Error::Store {
@@ -520,17 +521,13 @@ impl RedisStore {
         // RESP3 on a connection of its own to the slot's master: the server's pushes (messages,
         // and the notice that the slot moved away) arrive on `pushes`
         let (tx, pushes) = tokio::sync::mpsc::unbounded_channel();
-        let info = node
-            .client
-            .get_connection_info()
-            .clone()
-            .set_redis_settings(
-                node.client
-                    .get_connection_info()
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(redis::ProtocolVersion::RESP3),
-            );
+        let info = node.client.get_connection_info().clone().set_redis_settings(
+            node.client
+                .get_connection_info()
+                .redis_settings()
+                .clone()
+                .set_protocol(redis::ProtocolVersion::RESP3),
+        );
         let client = redis::Client::open(info).map_err(|e| unreachable_or(&node.addr, verb, e))?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))

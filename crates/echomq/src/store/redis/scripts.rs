@@ -252,7 +252,10 @@ mod tests {
                 assert_eq!(s.sha(false), s.sha(true));
             }
         }
-        assert!(publishing >= 4, "the cancel and finished channels' publishers: {publishing}");
+        assert!(
+            publishing >= 4,
+            "the cancel and finished channels' publishers: {publishing}"
+        );
     }
 
     #[test]

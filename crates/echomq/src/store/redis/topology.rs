@@ -43,7 +43,11 @@ fn crc16(bytes: &[u8]) -> u16 {
     for &b in bytes {
         crc ^= u16::from(b) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc
@@ -59,7 +63,9 @@ pub(super) struct Node {
     pub(super) conn: ConnectionManager,
 }
 
-/// The servers a store talks to, found on its first connect.
+/// The servers a store talks to, found on its first connect (one per store, made once: its size
+/// is of no account).
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Topology {
     /// One server: every command goes to it.
     Single(Node),
@@ -238,7 +244,12 @@ impl Cluster {
     /// Every master of the slot map, connected.
     pub(super) async fn masters(&self) -> Result<Vec<Node>> {
         let mut addrs: Vec<Arc<str>> = Vec::new();
-        for (_, _, addr) in self.slots.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+        for (_, _, addr) in self
+            .slots
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
             if !addrs.contains(addr) {
                 addrs.push(addr.clone());
             }
@@ -429,7 +440,12 @@ mod tests {
         let node = |h: &str, p: i64| Value::Array(vec![Value::BulkString(h.as_bytes().to_vec()), Value::Int(p)]);
         let reply = Value::Array(vec![
             Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7002)]),
-            Value::Array(vec![Value::Int(0), Value::Int(5460), node("10.0.0.1", 7001), node("10.0.0.2", 7004)]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("10.0.0.1", 7001),
+                node("10.0.0.2", 7004),
+            ]),
         ]);
         let map = parse_slots(reply, "127.0.0.1").unwrap();
         assert_eq!(
