@@ -578,3 +578,117 @@ async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed
         "the unconfirmed job stands on the master"
     );
 }
+
+/// Every verb called once on the shared test cluster while `MONITOR` watches each master: every
+/// `EVALSHA` any client sends names keys of one hash slot only (a cluster refuses anything else,
+/// and a script's own commands may only touch its slot), and the scripts run cover every verb
+/// that has one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_script_call_names_keys_of_one_slot_only() {
+    use futures::StreamExt;
+    let url = crate::harness::conformance::redis_cluster_url();
+    let seeds: Vec<u16> = url
+        .trim_start_matches("redis+cluster://")
+        .split(',')
+        .map(|hp| hp.rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut watchers = Vec::new();
+    for port in &seeds {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let monitor = client.get_async_monitor().await.unwrap();
+        let seen = seen.clone();
+        watchers.push(tokio::spawn(async move {
+            let mut lines = monitor.into_on_message::<String>();
+            while let Some(line) = lines.next().await {
+                if line.contains("\"EVALSHA\"") || line.contains("\"evalsha\"") {
+                    seen.lock().unwrap().push(line);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let store = RedisStore::open(&url).await.unwrap();
+    let q = QueueName::new(format!("slots-{}", std::process::id())).unwrap();
+    let group = echomq::GroupName::new("g").unwrap();
+    let settle = SettleOptions::default();
+    let lease = Duration::from_secs(30);
+    let ids: Vec<JobId> = store
+        .enqueue(&q, &(0..8).map(|i| NewJob::new(vec![i])).collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id().clone())
+        .collect();
+    store.genqueue(&q, &group, &[NewJob::new(b"g".to_vec())]).await.unwrap();
+    store
+        .set_group_limit(&q, &echomq::store::LimitTarget::Default, 2)
+        .await
+        .unwrap();
+    store.set_retention(&q, &echomq::Retention::default()).await.unwrap();
+    store.retention(&q).await.unwrap();
+    let claimed = store.claim(&q, 6, lease, 1, settle).await.unwrap();
+    assert_eq!(claimed.len(), 6);
+    let [a, b, c, d, e, f] = &claimed[..] else { panic!("six claimed") };
+    store.extend_lock(&q, &a.id, a.token, lease).await.unwrap();
+    store.update_data(&q, &a.id, a.token, b"new").await.unwrap();
+    store.mark_waited(&q, &a.id).await.unwrap();
+    store.complete(&q, &a.id, a.token, None, settle).await.unwrap();
+    let many = echomq::store::Completion {
+        id: b.id.clone(),
+        token: b.token,
+        output: None,
+    };
+    store.complete_many(&q, &[many], settle).await.unwrap();
+    store.complete_cancelled(&q, &c.id, c.token, None, settle).await.unwrap();
+    store.retry(&q, &d.id, d.token, Duration::from_secs(60), 3, "again", settle).await.unwrap();
+    store.discard(&q, &e.id, e.token, "dead", settle).await.unwrap();
+    store.release(&q, &f.id, f.token, Duration::ZERO).await.unwrap();
+    store.reap(&q, 10, None).await.unwrap();
+    store.sweep_stalled(&q, echomq::store::StalledPolicy::default()).await.unwrap();
+    store.promote(&q, 10).await.unwrap();
+    store.promote_job(&q, &d.id).await.unwrap();
+    store.redrive(&q, &e.id, 1).await.unwrap();
+    store.cancel(&q, &ids[7], None, settle).await.unwrap();
+    store.get(&q, &ids[6]).await.unwrap();
+    store.remove(&q, &ids[6], true).await.unwrap();
+    store.list(&q, JobState::Pending, 0, 10).await.unwrap();
+    store.counts(&q).await.unwrap();
+    store.queues().await.unwrap();
+    store.pause(&q).await.unwrap();
+    store.resume(&q).await.unwrap();
+    store.drain(&q).await.unwrap();
+    store.obliterate(&q, true).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for w in watchers {
+        w.abort();
+    }
+
+    // `<time> [<db> <client>] "EVALSHA" "<sha>" "<numkeys>" "<key>"… "<arg>"…`
+    let seen = seen.lock().unwrap();
+    let mut shas = std::collections::BTreeSet::new();
+    for line in seen.iter() {
+        let quoted: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+        let at = quoted.iter().position(|w| w.eq_ignore_ascii_case("evalsha")).unwrap();
+        let sha = quoted[at + 1];
+        let n: usize = quoted[at + 2].parse().unwrap();
+        let keys = &quoted[at + 3..at + 3 + n];
+        let tags: std::collections::BTreeSet<&str> = keys
+            .iter()
+            .map(|k| {
+                k.find('{')
+                    .and_then(|o| k[o + 1..].find('}').map(|c| &k[o + 1..o + 1 + c]))
+                    .unwrap_or(k)
+            })
+            .collect();
+        assert_eq!(tags.len(), 1, "one script call names keys of several slots: {line}");
+        shas.insert(sha.to_string());
+    }
+    assert!(
+        shas.len() >= echomq::store::redis::VERBS.len(),
+        "{} scripts seen, {} verbs",
+        shas.len(),
+        echomq::store::redis::VERBS.len()
+    );
+}

@@ -729,3 +729,104 @@ async fn a_job_nobody_waits_on_costs_no_command_and_a_waited_one_one_publish() {
         per_job as f64 / 10.0
     );
 }
+
+/// A loopback proxy to the server on `port` that, once armed, forwards the next request naming
+/// `EVALSHA` to the server, lets the server run it, and then drops the connection before the
+/// reply comes back: the client's request ran, and the client cannot know.
+struct CuttingProxy {
+    url: String,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CuttingProxy {
+    fn start(port: u16) -> CuttingProxy {
+        use std::io::{Read, Write};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}", listener.local_addr().unwrap());
+        let armed = Arc::new(AtomicBool::new(false));
+        let arm = armed.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(|c| c.ok()) {
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return };
+                let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut s_in, mut c_out) = (server, client);
+                let arm = arm.clone();
+                // server → client
+                let cut = Arc::new(AtomicBool::new(false));
+                let cut_reader = cut.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 || cut_reader.load(Ordering::SeqCst) || c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(std::net::Shutdown::Both);
+                });
+                // client → server
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let evalsha = buf[..n].windows(7).any(|w| w.eq_ignore_ascii_case(b"EVALSHA"));
+                        if evalsha && arm.swap(false, Ordering::SeqCst) {
+                            // the reply must not reach the client: cut before the server answers
+                            cut.store(true, Ordering::SeqCst);
+                            let _ = s_out.write_all(&buf[..n]);
+                            std::thread::sleep(Duration::from_millis(200));
+                            let _ = c_in.shutdown(std::net::Shutdown::Both);
+                            let _ = s_out.shutdown(std::net::Shutdown::Both);
+                            break;
+                        }
+                        if s_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        CuttingProxy { url, armed }
+    }
+
+    fn arm(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The connection drops after the server ran an enqueue (generated ids) or a claim, before its
+/// reply: the store reports the outage and never sends either again — a resent enqueue would add
+/// the jobs twice, a resent claim would lease a second batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_or_a_claim_cut_off_after_it_ran_is_reported_and_never_sent_twice() {
+    let server = OwnedServer::start(&["--appendonly", "no"]);
+    let proxy = CuttingProxy::start(server.port);
+    let store = RedisStore::open(&proxy.url).await.unwrap();
+    let direct = RedisStore::open(&server.url()).await.unwrap();
+    let q = QueueName::new("cut").unwrap();
+    store.preload().await.unwrap();
+
+    proxy.arm();
+    let jobs: Vec<NewJob> = (0..5).map(|i| NewJob::new(format!("{i}").into_bytes())).collect();
+    let err = store.enqueue(&q, &jobs).await.unwrap_err();
+    assert!(err.is_unreachable(), "{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(direct.counts(&q).await.unwrap().pending, 5, "the enqueue ran once");
+
+    // the store reconnects by itself; the claim is cut off the same way
+    wait_until(Duration::from_secs(10), "the store is back", || async {
+        store.counts(&q).await.is_ok()
+    })
+    .await;
+    proxy.arm();
+    let err = store
+        .claim(&q, 2, Duration::from_secs(30), 3, Default::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_unreachable(), "{err}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counts = direct.counts(&q).await.unwrap();
+    assert_eq!((counts.active, counts.pending), (2, 3), "one batch leased, once: {counts:?}");
+}
