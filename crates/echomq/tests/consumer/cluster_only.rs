@@ -630,7 +630,9 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.retention(&q).await.unwrap();
     let claimed = store.claim(&q, 6, lease, 1, settle).await.unwrap();
     assert_eq!(claimed.len(), 6);
-    let [a, b, c, d, e, f] = &claimed[..] else { panic!("six claimed") };
+    let [a, b, c, d, e, f] = &claimed[..] else {
+        panic!("six claimed")
+    };
     store.extend_lock(&q, &a.id, a.token, lease).await.unwrap();
     store.update_data(&q, &a.id, a.token, b"new").await.unwrap();
     store.mark_waited(&q, &a.id).await.unwrap();
@@ -641,12 +643,21 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         output: None,
     };
     store.complete_many(&q, &[many], settle).await.unwrap();
-    store.complete_cancelled(&q, &c.id, c.token, None, settle).await.unwrap();
-    store.retry(&q, &d.id, d.token, Duration::from_secs(60), 3, "again", settle).await.unwrap();
+    store
+        .complete_cancelled(&q, &c.id, c.token, None, settle)
+        .await
+        .unwrap();
+    store
+        .retry(&q, &d.id, d.token, Duration::from_secs(60), 3, "again", settle)
+        .await
+        .unwrap();
     store.discard(&q, &e.id, e.token, "dead", settle).await.unwrap();
     store.release(&q, &f.id, f.token, Duration::ZERO).await.unwrap();
     store.reap(&q, 10, None).await.unwrap();
-    store.sweep_stalled(&q, echomq::store::StalledPolicy::default()).await.unwrap();
+    store
+        .sweep_stalled(&q, echomq::store::StalledPolicy::default())
+        .await
+        .unwrap();
     store.promote(&q, 10).await.unwrap();
     store.promote_job(&q, &d.id).await.unwrap();
     store.redrive(&q, &e.id, 1).await.unwrap();

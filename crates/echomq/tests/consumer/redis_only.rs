@@ -748,7 +748,9 @@ impl CuttingProxy {
         let arm = armed.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(|c| c.ok()) {
-                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                    return;
+                };
                 let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
                 let (mut s_in, mut c_out) = (server, client);
                 let arm = arm.clone();
@@ -828,5 +830,9 @@ async fn an_enqueue_or_a_claim_cut_off_after_it_ran_is_reported_and_never_sent_t
     assert!(err.is_unreachable(), "{err}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let counts = direct.counts(&q).await.unwrap();
-    assert_eq!((counts.active, counts.pending), (2, 3), "one batch leased, once: {counts:?}");
+    assert_eq!(
+        (counts.active, counts.pending),
+        (2, 3),
+        "one batch leased, once: {counts:?}"
+    );
 }
