@@ -29,11 +29,16 @@ mkdir -p "$dir"
 : >"$dir/pids"
 count=$(( masters * (1 + replicas) ))
 
-# a free port P with P + 10000 free too: nothing answers on either
+# the kernel's ephemeral ports (the local ports of outgoing connections: a busy test suite takes
+# thousands) are avoided, or one might take a node's port between the check and the bind
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$ephemeral_low" -gt 21000 ] 2>/dev/null || ephemeral_low=32768
+
+# a free port P below the ephemeral range with P + 10000 free too: nothing answers on either
 free_port() {
-  local p
+  local p span=$(( ephemeral_low - 10000 - 11000 ))
   for _ in $(seq 1 100); do
-    p=$(( 20000 + RANDOM % 35000 ))
+    p=$(( 11000 + RANDOM % span ))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null \
       && ! (exec 3<>"/dev/tcp/127.0.0.1/$(( p + 10000 ))") 2>/dev/null \
       && ! grep -q " $p\$" "$dir/pids"; then
@@ -44,25 +49,6 @@ free_port() {
   return 1
 }
 
-ports=()
-for i in $(seq 1 "$count"); do
-  port=$(free_port)
-  node="$dir/node-$port"
-  mkdir -p "$node"
-  timeout 3600 "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$node" \
-    --cluster-enabled yes --cluster-config-file "$node/nodes.conf" --cluster-node-timeout 2000 \
-    --daemonize no >"$node/server.log" 2>&1 &
-  echo "$! $port" >>"$dir/pids"
-  ports+=("$port")
-done
-
-# the watchdog: stops every node by its PID once the owner is gone (or on `stop`)
-(
-  end=$(( $(date +%s) + 3600 ))
-  while kill -0 "$owner" 2>/dev/null && [ ! -e "$dir/stop" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
-  while read -r pid _; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
-) </dev/null >/dev/null 2>&1 &
-
 fail() {
   echo "tools/cluster.sh: $1" >&2
   for p in "${ports[@]}"; do tail -n 5 "$dir/node-$p/server.log" >&2 2>/dev/null || true; done
@@ -71,13 +57,43 @@ fail() {
   exit 1
 }
 
-for p in "${ports[@]}"; do
-  for _ in $(seq 1 200); do
-    redis-cli -p "$p" ping >/dev/null 2>&1 && break
-    sleep 0.05
+# the watchdog: stops every node by its PID once the owner is gone (or on `stop`)
+(
+  end=$(( $(date +%s) + 3600 ))
+  while kill -0 "$owner" 2>/dev/null && [ ! -e "$dir/stop" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+  while read -r pid _; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+) </dev/null >/dev/null 2>&1 &
+
+# each node on a port of its own; a node that finds its port taken after all exits, and is
+# started again on another
+ports=()
+for i in $(seq 1 "$count"); do
+  started=""
+  for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    node="$dir/node-$port"
+    mkdir -p "$node"
+    timeout 3600 "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$node" \
+      --cluster-enabled yes --cluster-config-file "$node/nodes.conf" --cluster-node-timeout 2000 \
+      --daemonize no >"$node/server.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 200); do
+      redis-cli -p "$port" ping >/dev/null 2>&1 && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null && redis-cli -p "$port" ping >/dev/null 2>&1; then
+      echo "$pid $port" >>"$dir/pids"
+      ports+=("$port")
+      started=1
+      break
+    fi
+    kill "$pid" 2>/dev/null || true
+    echo "tools/cluster.sh: node on port $port did not start; trying another port" >&2
   done
-  redis-cli -p "$p" ping >/dev/null 2>&1 || fail "node on port $p did not start"
+  [ -n "$started" ] || fail "a node did not start on any of 5 ports"
 done
+
 # each port is served by the node this script started (another process that took the port first
 # would be answering, and ours would have exited)
 : >"$dir/servers"

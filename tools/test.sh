@@ -125,10 +125,14 @@ done
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
 # the crash audit's short form (docs/reliability.md): no acknowledged job lost and none settled
-# twice through worker SIGKILLs, a frozen worker whose lease lapses, and (Redis, AOF always) a
-# server SIGKILL and restart; each exits 1 on a loss or a double settle
+# twice through worker SIGKILLs, a frozen worker whose lease lapses, (Redis, AOF always) a server
+# SIGKILL and restart, and (Redis Cluster) a master's failover; each exits 1 on a loss or a double
+# settle
 cargo run -q -p echomq-cli --locked -- audit --store embedded --jobs 3000 --worker-kills 5 --zombie
 cargo run -q -p echomq-cli --locked -- audit --store redis --jobs 3000 --worker-kills 5 --redis-kills 1 --zombie
+# and on a Redis Cluster of its own (3 masters, a replica each), through a failover of the queue's
+# master, every write waiting for a replica: no acknowledged job lost
+cargo run -q -p echomq-cli --locked -- audit --store redis-cluster --jobs 2000 --worker-kills 2 --failovers 1 --wait 1
 # the examples run, not only build: the no-server ones on the embedded store, then the Redis one
 # against the server started above. Built with the workspace's features, as the tests built them
 # (`cargo run -p echomq` would resolve fewer and compile tokio, redis and echomq once more).

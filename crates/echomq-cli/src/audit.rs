@@ -25,6 +25,8 @@ use serde::Serialize;
 use tokio::process::{Child, Command};
 
 /// The queue the audit runs its jobs on (in a store of its own).
+mod cluster;
+
 const QUEUE: &str = "audit";
 /// Jobs per enqueue call.
 const ENQUEUE_BATCH: usize = 1000;
@@ -38,9 +40,11 @@ const STOP_MAX: Duration = Duration::from_secs(30);
 #[derive(clap::Args, Debug)]
 #[command(after_help = AUDIT_HELP)]
 pub struct Args {
-    /// The store audited: `embedded` (a fresh file) or `redis` (a redis-server of the audit's own
-    /// with AOF `appendfsync always`, so that it can kill and restart it). A --url or EMQ_URL is
-    /// refused: the audit kills its store's server, so it makes one of its own.
+    /// The store audited: `embedded` (a fresh file), `redis` (a redis-server of the audit's own
+    /// with AOF `appendfsync always`, so that it can kill and restart it) or `redis-cluster` (a
+    /// Redis Cluster of its own: 3 masters with a replica each, AOF `always`, so that it can fail
+    /// the queue's master over). A --url or EMQ_URL is refused: the audit kills its store's
+    /// servers, so it makes its own.
     #[arg(long, value_enum, default_value_t = StoreArg::Embedded)]
     pub store: StoreArg,
     /// Jobs enqueued.
@@ -59,6 +63,15 @@ pub struct Args {
     /// --store redis, refused with the embedded store.
     #[arg(long, value_name = "N")]
     pub redis_kills: Option<u32>,
+    /// Failovers of the master that holds the queue (SIGKILLed; a replica takes over; the killed
+    /// node is restarted and rejoins as a replica); 1 by default with --store redis-cluster,
+    /// refused with the other stores.
+    #[arg(long, value_name = "N")]
+    pub failovers: Option<u32>,
+    /// Every write of the producer and the workers waits for N replicas (`?wait=N`): with a
+    /// failover, no acknowledged write may be lost. Only with --store redis-cluster.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub wait: u32,
     /// How long redis-server stays down after each kill.
     #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
     pub redis_down: Duration,
@@ -113,6 +126,8 @@ pub enum StoreArg {
     Embedded,
     /// A redis-server started (and killed) by the audit.
     Redis,
+    /// A Redis Cluster started (and failed over) by the audit.
+    RedisCluster,
 }
 
 /// The figures an audit proves; the JSON line.
@@ -150,6 +165,12 @@ pub struct Figures {
     pub worker_kills: u32,
     /// Redis servers killed.
     pub redis_kills: u32,
+    /// Failovers of the queue's master (Redis Cluster).
+    pub failovers: u32,
+    /// Replicas every write waited for (0: none).
+    pub wait: u32,
+    /// Time the queue's slot had no master, summed over the failovers.
+    pub masterless_ms: u64,
     /// Whether a worker was paused past its lease.
     pub zombie: bool,
     /// Time the workers spent degraded (backing off an unreachable store), summed.
@@ -181,7 +202,19 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         }
         (StoreArg::Embedded, _) => 0,
         (StoreArg::Redis, n) => n.unwrap_or(1),
+        (StoreArg::RedisCluster, Some(n)) if n > 0 => {
+            bail!("--redis-kills needs --store redis (a cluster's fault is --failovers)")
+        }
+        (StoreArg::RedisCluster, _) => 0,
     };
+    let failovers = match (args.store, args.failovers) {
+        (StoreArg::RedisCluster, n) => n.unwrap_or(1),
+        (_, Some(n)) if n > 0 => bail!("--failovers needs --store redis-cluster"),
+        _ => 0,
+    };
+    if args.wait > 0 && args.store != StoreArg::RedisCluster {
+        bail!("--wait needs --store redis-cluster (the other stores have no replicas)");
+    }
     if args.workers == 0 || args.jobs == 0 {
         bail!("--workers and --jobs must be at least 1");
     }
@@ -206,7 +239,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             (d, false)
         }
     };
-    let result = audit(&args, redis_kills, &dir).await;
+    let result = audit(&args, redis_kills, failovers, &dir).await;
     let clean = matches!(&result, Ok(f) if f.clean());
     if keep || !clean {
         note(&format!("evidence kept in {}", dir.display()));
@@ -226,28 +259,49 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     }
 }
 
-async fn audit(args: &Args, redis_kills: u32, dir: &Path) -> anyhow::Result<Figures> {
-    let mut server = match args.store {
-        StoreArg::Redis => Some(RedisServer::start(&args.redis_server, dir).await?),
+/// The servers of an audit on Redis.
+enum Servers {
+    Single(RedisServer),
+    Cluster(cluster::ClusterServers),
+}
+
+async fn audit(args: &Args, redis_kills: u32, failovers: u32, dir: &Path) -> anyhow::Result<Figures> {
+    let mut servers = match args.store {
+        StoreArg::Redis => Some(Servers::Single(RedisServer::start(&args.redis_server, dir).await?)),
+        StoreArg::RedisCluster => Some(Servers::Cluster(
+            cluster::ClusterServers::start(&args.redis_server, dir).await?,
+        )),
         StoreArg::Embedded => None,
     };
-    let url = match &server {
-        Some(s) => format!("redis://127.0.0.1:{}", s.port),
+    let url = match &servers {
+        Some(Servers::Single(s)) => format!("redis://127.0.0.1:{}", s.port),
+        Some(Servers::Cluster(c)) if args.wait > 0 => format!("{}?wait={}", c.url(), args.wait),
+        Some(Servers::Cluster(c)) => c.url(),
         None => format!("sqlite:{}", dir.join("audit.db").display()),
     };
-    let result = faults_and_evidence(args, redis_kills, dir, &url, &mut server).await;
-    if let Some(s) = server.as_mut() {
-        s.stop().await;
+    let faults = Faults { redis_kills, failovers };
+    let result = faults_and_evidence(args, faults, dir, &url, &mut servers).await;
+    match servers.as_mut() {
+        Some(Servers::Single(s)) => s.stop().await,
+        Some(Servers::Cluster(c)) => c.stop().await,
+        None => {}
     }
     result
 }
 
+/// The server faults an audit fires.
+#[derive(Clone, Copy)]
+struct Faults {
+    redis_kills: u32,
+    failovers: u32,
+}
+
 async fn faults_and_evidence(
     args: &Args,
-    redis_kills: u32,
+    faults: Faults,
     dir: &Path,
     url: &str,
-    server: &mut Option<RedisServer>,
+    servers: &mut Option<Servers>,
 ) -> anyhow::Result<Figures> {
     let store = crate::open(url).await?;
     let queue = QueueName::new(QUEUE)?;
@@ -278,7 +332,7 @@ async fn faults_and_evidence(
         pool.spawn()?;
     }
     let started = Instant::now();
-    let mut plan = plan(args.worker_kills, redis_kills, args.zombie);
+    let mut plan = plan(args.worker_kills, faults.redis_kills, faults.failovers, args.zombie);
     let total = ids.len() as u64;
     let mut zombie: Option<tokio::task::JoinHandle<()>> = None;
     let mut fired = Fired::default();
@@ -299,9 +353,20 @@ async fn faults_and_evidence(
                     }
                 }
                 Fault::KillRedis => {
-                    if let Some(s) = server.as_mut() {
+                    if let Some(Servers::Single(s)) = servers.as_mut() {
                         s.kill_and_restart(args.redis_down).await?;
                         fired.redis_kills += 1;
+                    }
+                }
+                Fault::Failover => {
+                    if let Some(Servers::Cluster(c)) = servers.as_mut() {
+                        let down = c.fail_over(&queue).await?;
+                        note(&format!(
+                            "failover: the queue's slot had no master for {} ms",
+                            down.as_millis()
+                        ));
+                        fired.failovers += 1;
+                        fired.masterless_ms += millis(down);
                     }
                 }
                 Fault::Pause => {
@@ -337,10 +402,14 @@ async fn faults_and_evidence(
         store: match args.store {
             StoreArg::Embedded => "embedded",
             StoreArg::Redis => "redis",
+            StoreArg::RedisCluster => "redis-cluster",
         },
         enqueued: total,
         worker_kills: fired.worker_kills,
         redis_kills: fired.redis_kills,
+        failovers: fired.failovers,
+        wait: args.wait,
+        masterless_ms: fired.masterless_ms,
         zombie: fired.zombie,
         run_ms,
         ..Figures::default()
@@ -405,6 +474,7 @@ async fn enqueue(store: &dyn Store, queue: &QueueName, n: u64) -> anyhow::Result
 enum Fault {
     KillWorker,
     KillRedis,
+    Failover,
     Pause,
 }
 
@@ -413,16 +483,19 @@ enum Fault {
 struct Fired {
     worker_kills: u32,
     redis_kills: u32,
+    failovers: u32,
+    masterless_ms: u64,
     zombie: bool,
 }
 
 /// The faults spread evenly over the first 90% of the run (sorted by when they fire): the last
 /// jobs finish undisturbed, so the audit ends once every recovery has run.
-fn plan(worker_kills: u32, redis_kills: u32, zombie: bool) -> Vec<(f64, Fault)> {
+fn plan(worker_kills: u32, redis_kills: u32, failovers: u32, zombie: bool) -> Vec<(f64, Fault)> {
     let spread = |n: u32, offset: f64| (0..n).map(move |i| (0.9 * (f64::from(i) + offset) / f64::from(n.max(1)), ()));
     let mut plan: Vec<(f64, Fault)> = spread(worker_kills, 0.5)
         .map(|(at, ())| (at, Fault::KillWorker))
         .chain(spread(redis_kills, 0.7).map(|(at, ())| (at, Fault::KillRedis)))
+        .chain(spread(failovers, 0.6).map(|(at, ())| (at, Fault::Failover)))
         .collect();
     if zombie {
         plan.push((0.4, Fault::Pause));
@@ -530,7 +603,7 @@ fn analyse_worker_log(text: &str) -> WorkerLog {
 #[allow(clippy::print_stderr)] // the table is for the reader; the JSON line is the output
 fn eprint_table(f: &Figures) {
     let mut t = String::new();
-    let rows: [(&str, String); 14] = [
+    let rows: [(&str, String); 15] = [
         ("store", f.store.to_string()),
         ("enqueued (acknowledged)", f.enqueued.to_string()),
         ("completed", f.completed.to_string()),
@@ -545,11 +618,16 @@ fn eprint_table(f: &Figures) {
         (
             "faults",
             format!(
-                "{} worker kills, {} redis kills, zombie {}",
+                "{} worker kills, {} redis kills, {} failovers, zombie {}",
                 f.worker_kills,
                 f.redis_kills,
+                f.failovers,
                 if f.zombie { "yes" } else { "no" }
             ),
+        ),
+        (
+            "replicas each write waited for",
+            format!("{} (slot masterless {} ms in all)", f.wait, f.masterless_ms),
         ),
         ("time degraded (workers, summed)", format!("{} ms", f.degraded_ms)),
         ("run time", format!("{} ms", f.run_ms)),
@@ -932,11 +1010,17 @@ end 3 1 2 300 30
 
     #[test]
     fn the_plan_spreads_the_faults_over_the_first_nine_tenths_in_order() {
-        let plan = plan(2, 1, true);
+        let plan = plan(2, 1, 1, true);
         let faults: Vec<Fault> = plan.iter().map(|p| p.1).collect();
         assert_eq!(
             faults,
-            [Fault::KillWorker, Fault::Pause, Fault::KillRedis, Fault::KillWorker]
+            [
+                Fault::KillWorker,
+                Fault::Pause,
+                Fault::Failover,
+                Fault::KillRedis,
+                Fault::KillWorker
+            ]
         );
         assert!(plan.iter().all(|p| p.0 > 0.0 && p.0 < 0.9));
         assert!(plan.windows(2).all(|w| w[0].0 <= w[1].0));

@@ -89,14 +89,24 @@ struct Snap {
 }
 
 impl Meter {
-    async fn new(url: &str) -> Meter {
-        let conn = if url.starts_with("redis://") || url.starts_with("rediss://") {
-            match redis::Client::open(url) {
-                Ok(c) => c.get_multiplexed_async_connection().await.ok(),
-                Err(_) => None,
-            }
-        } else {
-            None
+    /// A reader of the server that holds `q` (on a cluster, the master of its slot).
+    async fn new(url: &str, q: &QueueName) -> Meter {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Meter { conn: None };
+        };
+        let scheme = match scheme {
+            "redis" | "redis+cluster" => "redis",
+            "rediss" | "rediss+cluster" => "rediss",
+            _ => return Meter { conn: None },
+        };
+        let creds = rest.rsplit_once('@').map(|(c, _)| format!("{c}@")).unwrap_or_default();
+        let server = match echomq::store::redis::RedisStore::open(url).await {
+            Ok(store) => store.server_of(q).await.ok(),
+            Err(_) => None,
+        };
+        let conn = match server.map(|hp| redis::Client::open(format!("{scheme}://{creds}{hp}"))) {
+            Some(Ok(c)) => c.get_multiplexed_async_connection().await.ok(),
+            _ => None,
         };
         Meter { conn }
     }
@@ -235,7 +245,7 @@ async fn reset(store: &Arc<dyn Store>, q: &QueueName) -> anyhow::Result<()> {
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let store = crate::open(url).await?;
     let q = QueueName::new(QUEUE)?;
-    let meter = Meter::new(url).await;
+    let meter = Meter::new(url, &q).await;
     // scripts loaded and the queue's keys created once before any window opens
     store.enqueue(&q, &payloads(1)).await?;
     reset(&store, &q).await?;

@@ -47,8 +47,10 @@ pub const DEFAULT_URL: &str = "sqlite:echomq.db";
 #[derive(Parser, Debug)]
 #[command(name = "emq", version, about = "EchoMQ: enqueue, inspect, run workers, benchmark")]
 struct Cli {
-    /// The store: redis://[user:pass@]host:port[/db], rediss://…, sqlite:PATH, sqlite://PATH or a
-    /// plain path (the embedded store); default ./echomq.db
+    /// The store: redis://[user:pass@]host:port[/db], rediss://…, a Redis Cluster's seed nodes
+    /// redis+cluster://[user:pass@]host:port[,host:port…] (rediss+cluster:// with TLS; a plain
+    /// redis:// URL to any node of a cluster works too), sqlite:PATH, sqlite://PATH or a plain path
+    /// (the embedded store); default ./echomq.db
     #[arg(long, env = "EMQ_URL", global = true, default_value = DEFAULT_URL)]
     url: String,
     #[command(subcommand)]

@@ -1193,6 +1193,20 @@ fn an_audit_refuses_a_store_url_and_redis_kills_on_the_embedded_store() {
         &audit(&["--zombie", "--workers", "1"], None),
         "--zombie needs at least 2 workers",
     );
+    for store in ["embedded", "redis"] {
+        assert_error_naming(
+            &audit(&["--store", store, "--failovers", "1"], None),
+            "--failovers needs --store redis-cluster",
+        );
+        assert_error_naming(
+            &audit(&["--store", store, "--wait", "1"], None),
+            "--wait needs --store redis-cluster",
+        );
+    }
+    assert_error_naming(
+        &audit(&["--store", "redis-cluster", "--redis-kills", "1"], None),
+        "--redis-kills needs --store redis",
+    );
 }
 
 #[test]

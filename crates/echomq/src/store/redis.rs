@@ -245,6 +245,20 @@ impl RedisStore {
         }
     }
 
+    /// The `host:port` of the server that holds `queue`: the one server, or on a cluster the
+    /// master of the queue's hash slot now (for tools that read that server's own figures).
+    pub async fn server_of(&self, queue: &QueueName) -> Result<String> {
+        let node = self.node_for(&crate::keyspace::QueueKeys::new(queue).id()).await?;
+        if self.is_cluster() {
+            return Ok(node.addr.to_string());
+        }
+        Ok(self
+            .seeds
+            .first()
+            .and_then(|s| topology::host_port(s.addr()))
+            .unwrap_or_else(|| node.addr.to_string()))
+    }
+
     /// Whether the store talks to a Redis Cluster (found on connecting; `false` before).
     pub fn is_cluster(&self) -> bool {
         matches!(self.topology.get(), Some(Topology::Cluster(_)))
