@@ -100,10 +100,12 @@ async fn a_checkpoint_survives_a_lease_expiry(ctx: &Ctx) {
         stale_seen.clone(),
     );
     let (qq, jid) = (q.clone(), id.clone());
-    // no lease renewal: the lease lapses under the first run
+    // no lease renewal: the lease lapses under the first run (which waits for the second). A
+    // second long enough that attempt 2, waiting for attempt 1's stale settle to be reported,
+    // does not outlive its own lease on a loaded machine: a third attempt would wait for ever
     let opts = fast()
         .with_concurrency(2)
-        .with_lease(Duration::from_millis(100))
+        .with_lease(Duration::from_secs(1))
         .with_locks(false);
     let c = Consumer::start(
         store.clone(),
