@@ -339,19 +339,77 @@ async fn slot_of(port: u16, q: &QueueName) -> u16 {
         .unwrap()
 }
 
-/// 5,000 jobs, 2 consumers; the queue's slot migrates to another master while they run, ten keys
-/// at a time: every job completes exactly once by the store's counters and by the handlers' count.
+/// The first slot of the range of the master on `port` that holds `slot` (`CLUSTER NODES`).
+async fn range_start(port: u16, slot: u16) -> u16 {
+    let mut c = Cluster::conn(port).await;
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut c).await.unwrap();
+    for line in nodes.lines() {
+        for r in line.split_whitespace().skip(8) {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
+                if (a..=b).contains(&slot) {
+                    return a;
+                }
+            }
+        }
+    }
+    panic!("no master holds slot {slot}");
+}
+
+/// A queue whose slot is among the first 50 of its master's range, so that a reshard of that
+/// many slots moves it last and quickly.
+async fn queue_near_a_range_start(port: u16, prefix: &str) -> (QueueName, u16) {
+    for i in 0.. {
+        let q = QueueName::new(format!("{prefix}-{i}")).unwrap();
+        let slot = slot_of(port, &q).await;
+        let start = range_start(port, slot).await;
+        if slot - start < 50 {
+            return (q, slot - start + 1);
+        }
+    }
+    unreachable!()
+}
+
+/// `redis-cli --cluster reshard` of the first `slots` slots of the master on `from` to the master
+/// on `to`, keys moved ten at a time as its default pipeline does.
+async fn reshard(from: u16, to: u16, slots: u16) {
+    let id = |port: u16| async move {
+        let mut c = Cluster::conn(port).await;
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query_async::<String>(&mut c)
+            .await
+            .unwrap()
+    };
+    let (from_id, to_id) = (id(from).await, id(to).await);
+    let out = tokio::process::Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{from}")])
+        .args(["--cluster-from", &from_id, "--cluster-to", &to_id])
+        .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+        .output()
+        .await
+        .expect("run redis-cli --cluster reshard");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster reshard: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// 5,000 jobs, 2 consumers; `redis-cli --cluster reshard` moves the first slots of the queue's
+/// master, the queue's the last of them, to another master while they run: every job completes
+/// exactly once by the store's counters and by the handlers' count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reshard_under_load_completes_every_job_exactly_once() {
     const N: usize = 5_000;
     let cluster = Cluster::start(3, 0);
     let masters: Vec<u16> = cluster.nodes.iter().map(|(_, p)| *p).collect();
-    let q = QueueName::new("reshard").unwrap();
+    let (q, slots) = queue_near_a_range_start(masters[0], "reshard").await;
     let producer = RedisStore::open(&cluster.url).await.unwrap();
     let ids = enqueue_all(&producer, &q, N).await;
     let from = cluster.master_of(&q).await;
     let to = *masters.iter().find(|p| **p != from).unwrap();
-    let slot = slot_of(from, &q).await;
 
     let runs: Runs = Arc::default();
     let slow = {
@@ -360,7 +418,7 @@ async fn a_reshard_under_load_completes_every_job_exactly_once() {
             let runs = runs.clone();
             async move {
                 *runs.lock().unwrap().entry(job.id().to_string()).or_default() += 1;
-                tokio::time::sleep(Duration::from_micros(500)).await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
                 Verdict::Done
             }
         }
@@ -374,8 +432,13 @@ async fn a_reshard_under_load_completes_every_job_exactly_once() {
         runs.lock().unwrap().len() >= N / 5
     })
     .await;
-    migrate(slot, from, to, 10, None, &masters).await;
+    reshard(from, to, slots).await;
     assert_eq!(cluster.master_of(&q).await, to, "the slot moved");
+    let done = producer.counts(&q).await.unwrap().completed;
+    assert!(
+        done < N as u64,
+        "the slot moved while jobs ran ({done} of {N} done by then)"
+    );
     wait_until(Duration::from_secs(120), "every job settled", || async {
         let c = producer.counts(&q).await.unwrap();
         c.completed == N as u64
