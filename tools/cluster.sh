@@ -24,7 +24,11 @@ if [ "${1:-}" = "stop" ]; then
   exit 0
 fi
 
+[ $# -ge 4 ] || { echo "usage: tools/cluster.sh SERVER MASTERS REPLICAS DIR [OWNER_PID] | stop DIR" >&2; exit 2; }
 server=$1 masters=$2 replicas=$3 dir=$4 owner=${5:-$PPID}
+command -v "$server" >/dev/null 2>&1 || { echo "tools/cluster.sh: no server program $server" >&2; exit 2; }
+case "$masters$replicas" in *[!0-9]*) echo "tools/cluster.sh: MASTERS and REPLICAS are numbers" >&2; exit 2;; esac
+[ "$masters" -ge 3 ] || { echo "tools/cluster.sh: a cluster needs at least 3 masters" >&2; exit 2; }
 mkdir -p "$dir"
 : >"$dir/pids"
 count=$(( masters * (1 + replicas) ))

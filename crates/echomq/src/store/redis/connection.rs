@@ -776,6 +776,21 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn a_queues_calls_declare_its_guard_key_and_share_its_tag() {
+        use super::{guard, tag};
+        assert_eq!(guard("emq:{q}:pending").as_deref(), Some("emq:{q}:guard"));
+        assert_eq!(guard("emq:{a.b-c}:job:7").as_deref(), Some("emq:{a.b-c}:guard"));
+        assert_eq!(guard("emq:queues"), None, "the key outside any queue has none");
+        assert_eq!(tag("emq:{q}:pending"), "q");
+        assert_eq!(tag("emq:{q}:guard"), tag("emq:{q}:job:1"));
+        assert_eq!(tag("emq:queues"), "emq:queues");
+        assert_eq!(
+            crate::store::redis::topology::slot(b"emq:{q}:guard"),
+            crate::store::redis::topology::slot(b"emq:{q}:wake")
+        );
+    }
+
     /// The store's error for a `NOSCRIPT` reply.
     fn noscript(e: &crate::Error) -> bool {
         matches!(e, crate::Error::Store { reason, .. } if reason.starts_with("NoScript"))

@@ -435,6 +435,48 @@ mod tests {
         assert_eq!(slot(b"a{b"), crc16(b"a{b") % SLOTS);
     }
 
+    fn cluster_of(ranges: &[(u16, u16, &str)]) -> Cluster {
+        use redis::IntoConnectionInfo;
+        Cluster {
+            template: "redis://127.0.0.1:1".into_connection_info().unwrap(),
+            conn_config: ConnectionManagerConfig::new(),
+            seeds: vec![Arc::from("127.0.0.1:1")],
+            slots: RwLock::new(ranges.iter().map(|(a, b, n)| (*a, *b, Arc::from(*n))).collect()),
+            nodes: Mutex::new(HashMap::new()),
+            stale: AtomicBool::new(false),
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    #[test]
+    fn a_slot_has_the_master_of_its_range_and_a_moved_slot_its_new_one() {
+        let c = cluster_of(&[(0, 5460, "a:1"), (5461, 10922, "b:1"), (10923, 16383, "c:1")]);
+        let owner = |slot| c.owner(slot).map(|a| a.to_string());
+        assert_eq!(owner(0).as_deref(), Some("a:1"));
+        assert_eq!(owner(5460).as_deref(), Some("a:1"));
+        assert_eq!(owner(5461).as_deref(), Some("b:1"));
+        assert_eq!(owner(16383).as_deref(), Some("c:1"));
+        // a slot in the middle of a range, at either end, and one the map did not have
+        c.moved(7000, "d:1");
+        c.moved(10923, "d:1");
+        c.moved(16383, "e:1");
+        assert_eq!(owner(6999).as_deref(), Some("b:1"));
+        assert_eq!(owner(7000).as_deref(), Some("d:1"));
+        assert_eq!(owner(7001).as_deref(), Some("b:1"));
+        assert_eq!(owner(10922).as_deref(), Some("b:1"));
+        assert_eq!(owner(10923).as_deref(), Some("d:1"));
+        assert_eq!(owner(10924).as_deref(), Some("c:1"));
+        assert_eq!(owner(16382).as_deref(), Some("c:1"));
+        assert_eq!(owner(16383).as_deref(), Some("e:1"));
+        let gap = cluster_of(&[(0, 99, "a:1"), (200, 16383, "b:1")]);
+        assert_eq!(gap.owner(150), None, "a slot no master serves");
+        gap.moved(150, "c:1");
+        assert_eq!(gap.owner(150).as_deref(), Some("c:1"));
+        assert_eq!(gap.owner(99).as_deref(), Some("a:1"));
+        assert_eq!(gap.owner(200).as_deref(), Some("b:1"));
+        assert!(!c.stale.load(Ordering::Acquire), "a MOVED corrects the one slot only");
+    }
+
     #[test]
     fn the_slot_map_reads_cluster_slots() {
         let node = |h: &str, p: i64| Value::Array(vec![Value::BulkString(h.as_bytes().to_vec()), Value::Int(p)]);
