@@ -109,6 +109,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         delay: args.delay,
         max_attempts: args.max_attempts,
         kind: args.kind.clone(),
+        wait_replicas: None,
     };
     match (args.payload, args.file) {
         (Some(payload), None) => {

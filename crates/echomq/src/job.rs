@@ -104,6 +104,12 @@ pub struct NewJob {
     /// What kind of job it is, for a worker that routes by kind ([`crate::Job::KIND`]); absent for
     /// a raw job. 1 to [`KIND_MAX`] bytes of printable text.
     pub kind: Option<String>,
+    /// Redis: the enqueue returns only once this many replicas confirm they have the job, waiting
+    /// at most this long (`WAIT`), else fails with [`crate::Error::NotReplicated`]; the store's
+    /// own setting (`RedisStore::wait_replicas`, `?wait=N`) applies when larger. An enqueue call
+    /// waits for the most any of its jobs asks. The embedded store has no replicas: its commit is
+    /// the job's durability, and it ignores this.
+    pub wait_replicas: Option<(u32, Duration)>,
 }
 
 /// The longest job kind, in bytes.
@@ -127,6 +133,12 @@ impl NewJob {
     /// Sets a delay.
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// Sets the replicas the enqueue waits for ([`NewJob::wait_replicas`]).
+    pub fn with_wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = Some((replicas, timeout));
         self
     }
 

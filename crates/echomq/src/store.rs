@@ -763,6 +763,9 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
         if let Some(kind) = &job.kind {
             check_kind(kind)?;
         }
+        if let Some((_, timeout)) = job.wait_replicas {
+            positive("wait_replicas timeout", millis("wait_replicas timeout", timeout)?)?;
+        }
     }
     Ok(())
 }

@@ -277,7 +277,8 @@ impl RedisStore {
     /// asynchronously: without this, a write acknowledged just before its master dies can vanish
     /// in the failover (an enqueued job lost; a claim lost, so the new master hands out the same
     /// fencing token again). `replicas` 0 turns it off. Each write then costs the replicas' round
-    /// trip (see the README's durability table).
+    /// trip (see the README's durability table). A zero `timeout` is taken as 1 ms (the server's
+    /// `WAIT n 0` would wait for ever).
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.wait = (replicas > 0).then_some(WaitReplicas { replicas, timeout });
         self

@@ -240,6 +240,20 @@ pub async fn enqueue_refuses_max_attempts_zero_and_writes_nothing(ctx: &Ctx) {
     assert_eq!(ok[0].id().as_str(), "1");
 }
 
+pub async fn enqueue_refuses_a_zero_wait_for_replicas_and_writes_nothing(ctx: &Ctx) {
+    let batch = [NewJob::new("a"), NewJob::new("b").with_wait_replicas(1, Duration::ZERO)];
+    let err = ctx.store.enqueue(&ctx.q, &batch).await.unwrap_err();
+    assert_invalid_option(&err, "wait_replicas timeout", "0");
+    let err = ctx.store.genqueue(&ctx.q, &group("g"), &batch).await.unwrap_err();
+    assert_invalid_option(&err, "wait_replicas timeout", "0");
+    assert!(job_keys(ctx).await.is_empty(), "nothing written");
+    // a job asking for no replica at all waits for none, on every store (the embedded store has
+    // none to wait for, and a test server runs without any)
+    let none = NewJob::new("c").with_wait_replicas(0, Duration::from_millis(100));
+    let ok = ctx.store.enqueue(&ctx.q, &[none]).await.unwrap();
+    assert_eq!(ok[0].id().as_str(), "1");
+}
+
 pub async fn claim_refuses_n_zero_a_zero_lease_and_max_attempts_zero(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     let before = snapshot(ctx).await;
@@ -397,6 +411,7 @@ crate::conformance!(
     complete_refuses_an_oversized_output,
     update_data_refuses_an_oversized_payload,
     enqueue_refuses_max_attempts_zero_and_writes_nothing,
+    enqueue_refuses_a_zero_wait_for_replicas_and_writes_nothing,
     claim_refuses_n_zero_a_zero_lease_and_max_attempts_zero,
     extend_lock_refuses_a_zero_lease,
     retry_refuses_max_attempts_zero,

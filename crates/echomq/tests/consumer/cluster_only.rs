@@ -596,8 +596,9 @@ async fn a_cancel_sent_while_the_slots_master_fails_over_still_stops_its_job() {
     );
 }
 
-/// With `wait=1` an enqueue returns once the replica has it; with the queue's replica gone it
-/// fails typed ([`Error::NotReplicated`]) after the wait, and its job stands on the master.
+/// With `wait=1` (the store's, or one job's own `wait_replicas`) an enqueue returns once the
+/// replica has it; with the queue's replica gone it fails typed ([`Error::NotReplicated`]) after
+/// the wait, and its job stands on the master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed_without_one() {
     let cluster = Cluster::start(3, 1);
@@ -609,6 +610,13 @@ async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed
         .enqueue(&q, &[NewJob::new(b"a".to_vec())])
         .await
         .expect("confirmed by the replica");
+    // the same asked of one job, on a store that does not wait by itself
+    let plain = RedisStore::open(&cluster.url).await.unwrap();
+    let waited = |p: &[u8]| NewJob::new(p.to_vec()).with_wait_replicas(1, Duration::from_millis(300));
+    plain
+        .enqueue(&q, &[waited(b"c")])
+        .await
+        .expect("the job's own wait, confirmed");
     // the queue's master's replica: the node whose INFO replication names the master's port
     let master = cluster.master_of(&q).await;
     let mut replica = None;
@@ -634,11 +642,14 @@ async fn an_enqueue_waiting_for_a_replica_returns_once_it_has_it_and_fails_typed
         "{err}"
     );
     assert!(started.elapsed() >= Duration::from_millis(250), "the server waited");
-    let plain = RedisStore::open(&cluster.url).await.unwrap();
+    let err = plain.enqueue(&q, &[waited(b"d")]).await.unwrap_err();
+    assert!(matches!(err, Error::NotReplicated { .. }), "the job's own wait: {err}");
+    // a job that asks nothing is acknowledged as ever
+    plain.enqueue(&q, &[NewJob::new(b"e".to_vec())]).await.unwrap();
     assert_eq!(
         plain.counts(&q).await.unwrap().pending,
-        2,
-        "the unconfirmed job stands on the master"
+        5,
+        "the unconfirmed jobs stand on the master"
     );
 }
 

@@ -137,7 +137,7 @@ impl RedisStore {
             keys: keys.to_vec(),
             args,
         };
-        let mut sent = self.send(vec![call]).await?;
+        let mut sent = self.send(vec![call], None).await?;
         sent.pop().unwrap_or_else(|| Err(missing(script.name)))
     }
 
@@ -171,8 +171,18 @@ impl RedisStore {
     /// Runs script calls in one round trip ([`Self::send`]); each call's reply or error is its
     /// own, an error reply mapped to the store's error.
     pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>) -> Result<Vec<Result<Value>>> {
+        self.run_calls_waiting(calls, None).await
+    }
+
+    /// [`Self::run_calls`], the writes also waiting for the replicas `wait` asks (beside the
+    /// store's own setting: the larger count and the longer timeout of the two).
+    pub(super) async fn run_calls_waiting(
+        &self,
+        calls: Vec<Call<'_>>,
+        wait: Option<WaitReplicas>,
+    ) -> Result<Vec<Result<Value>>> {
         let names: Vec<&'static str> = calls.iter().map(|c| c.script.name).collect();
-        let sent = self.send(calls).await?;
+        let sent = self.send(calls, wait).await?;
         Ok(sent
             .into_iter()
             .zip(names)
@@ -210,7 +220,7 @@ impl RedisStore {
     /// trip failed after the server may have run it is never sent again: that is the caller's
     /// outage to see (a resent enqueue of generated ids would add its jobs twice; a resent claim
     /// would lease a second batch).
-    async fn send(&self, calls: Vec<Call<'_>>) -> Result<Vec<Sent>> {
+    async fn send(&self, calls: Vec<Call<'_>>, wait: Option<WaitReplicas>) -> Result<Vec<Sent>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
         let route = calls.first().and_then(|c| c.keys.first()).cloned().unwrap_or_default();
         let one_tag = tag(&route);
@@ -221,7 +231,14 @@ impl RedisStore {
             });
         }
         let cluster = matches!(self.topology().await?, Topology::Cluster(_));
-        let wait = self.wait.filter(|_| calls.iter().any(|c| c.script.writes));
+        let wait = match (self.wait, wait) {
+            (Some(a), Some(b)) => Some(WaitReplicas {
+                replicas: a.replicas.max(b.replicas),
+                timeout: a.timeout.max(b.timeout),
+            }),
+            (a, b) => a.or(b),
+        }
+        .filter(|w| w.replicas > 0 && calls.iter().any(|c| c.script.writes));
         // each call's arguments moved into its command, once (a bulk enqueue's are megabytes: every
         // copy made before the first byte is sent is time the server waits)
         let entries = calls
@@ -260,7 +277,9 @@ impl RedisStore {
         }
         let wait_cmd = wait.map(|w| {
             let mut c = redis::cmd("WAIT");
-            c.arg(w.replicas).arg(w.timeout.as_millis() as u64);
+            // at least 1 ms: `WAIT n 0` would wait for ever
+            c.arg(w.replicas)
+                .arg(u64::try_from(w.timeout.as_millis()).unwrap_or(u64::MAX).max(1));
             c
         });
         if let Some(c) = &wait_cmd {

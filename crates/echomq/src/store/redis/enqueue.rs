@@ -78,7 +78,13 @@ pub(super) async fn new_jobs(
         });
         batches.push(batch);
     }
-    let replies = store.run_calls(calls).await?;
+    // the most any job asks of the replicas (the store's own setting is added in the send)
+    let wait = jobs
+        .iter()
+        .filter_map(|j| j.wait_replicas)
+        .reduce(|(n, t), (m, u)| (n.max(m), t.max(u)))
+        .map(|(replicas, timeout)| super::WaitReplicas { replicas, timeout });
+    let replies = store.run_calls_waiting(calls, wait).await?;
     let verb = script.name;
     let mut out = Vec::with_capacity(jobs.len());
     let mut owed: Vec<String> = Vec::new();
