@@ -764,7 +764,16 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
             check_kind(kind)?;
         }
         if let Some((_, timeout)) = job.wait_replicas {
-            positive("wait_replicas timeout", millis("wait_replicas timeout", timeout)?)?;
+            let ms = millis("wait_replicas timeout", timeout)?;
+            positive("wait_replicas timeout", ms)?;
+            // the longest WAIT a Redis store sends (it holds up the connection it rides)
+            if ms > 5_000 {
+                return Err(Error::InvalidOption {
+                    field: "wait_replicas timeout",
+                    value: format!("{ms}ms"),
+                    reason: "at most 5000 ms",
+                });
+            }
         }
     }
     Ok(())

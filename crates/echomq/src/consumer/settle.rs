@@ -118,7 +118,15 @@ async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) ->
         .complete_then_claim(q, &jobs, settle, shared.claim_request(want))
         .await
     {
-        Ok(r) => (r.completed, claimed(r.claimed)),
+        // a resend's round trip (after a cluster's redirect, or a script reload) failed: the
+        // completions go again as after a failed call (the claim landed: its jobs are kept)
+        Ok(r) => match r.completed {
+            Err(e) if e.is_unreachable() => (
+                replayed(shared, || complete_all(shared, done)).await,
+                claimed(r.claimed),
+            ),
+            completed => (completed, claimed(r.claimed)),
+        },
         // nothing known of the round trip: the completions are sent again on their own (fenced:
         // one whose first try landed answers stale) and nothing is claimed
         Err(e) if e.is_unreachable() => (replayed(shared, || complete_all(shared, done)).await, Vec::new()),
@@ -128,6 +136,13 @@ async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) ->
         Ok(replies) => {
             for (f, r) in done.iter().zip(replies) {
                 report(shared, f, Ok(r));
+            }
+        }
+        // the settles landed, and the replicas asked for did not confirm them in time: settling
+        // them again would only be refused (they are finished), so each is reported as it is
+        Err(e @ crate::Error::NotReplicated { .. }) => {
+            for f in done {
+                report(shared, f, Err(e.to_string()));
             }
         }
         // one entry refused the whole call before it wrote (an output over the store's limit,

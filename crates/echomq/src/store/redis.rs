@@ -125,6 +125,11 @@ pub struct WaitReplicas {
 /// The `WAIT` timeout when a URL's `?wait=N` gives none (`&wait_timeout=MS`).
 pub const WAIT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
 
+/// The longest `WAIT` timeout: half the shared connection's [`RESPONSE_TIMEOUT`]. A `WAIT` holds
+/// up the connection it rides (every caller of that master queues behind it), so a longer one
+/// would end the writes behind it as timeouts instead of [`Error::NotReplicated`].
+pub const WAIT_TIMEOUT_MAX: Duration = Duration::from_secs(5);
+
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
@@ -277,9 +282,13 @@ impl RedisStore {
     /// asynchronously: without this, a write acknowledged just before its master dies can vanish
     /// in the failover (an enqueued job lost; a claim lost, so the new master hands out the same
     /// fencing token again). `replicas` 0 turns it off. Each write then costs the replicas' round
-    /// trip (see the README's durability table). A zero `timeout` is taken as 1 ms (the server's
-    /// `WAIT n 0` would wait for ever).
+    /// trip (see the README's durability table), and the `WAIT` holds up that master's shared
+    /// connection while it waits. `timeout` is kept from 1 ms (the server's `WAIT n 0` would wait
+    /// for ever) to [`WAIT_TIMEOUT_MAX`]. A failover keeps an acknowledged write when the replica
+    /// promoted is one that confirmed it: with one replica per master, always; with more, wait
+    /// for as many as may be promoted.
     pub fn wait_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        let timeout = timeout.clamp(Duration::from_millis(1), WAIT_TIMEOUT_MAX);
         self.wait = (replicas > 0).then_some(WaitReplicas { replicas, timeout });
         self
     }

@@ -666,17 +666,20 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .split(',')
         .map(|hp| hp.rsplit(':').next().unwrap().parse().unwrap())
         .collect();
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    // each master's EVALSHAs and the commands their scripts ran (` lua]`), in the master's order:
+    // a script runs whole, so its commands follow its EVALSHA before anything else
+    let seen: Arc<Mutex<Vec<(u16, String)>>> = Arc::default();
     let mut watchers = Vec::new();
     for port in &seeds {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
         let monitor = client.get_async_monitor().await.unwrap();
-        let seen = seen.clone();
+        let (seen, port) = (seen.clone(), *port);
         watchers.push(tokio::spawn(async move {
             let mut lines = monitor.into_on_message::<String>();
             while let Some(line) = lines.next().await {
-                if line.contains("\"EVALSHA\"") || line.contains("\"evalsha\"") {
-                    seen.lock().unwrap().push(line);
+                let evalsha = line.contains("\"EVALSHA\"") || line.contains("\"evalsha\"");
+                if evalsha || line.contains(" lua]") {
+                    seen.lock().unwrap().push((port, line));
                 }
             }
         }));
@@ -750,30 +753,68 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         w.abort();
     }
 
-    // `<time> [<db> <client>] "EVALSHA" "<sha>" "<numkeys>" "<key>"… "<arg>"…`
+    // `<time> [<db> <client>] "EVALSHA" "<sha>" "<numkeys>" "<key>"… "<arg>"…`, and a script's
+    // own `<time> [<db> lua] "<command>" "<arg>"…`: every key it names (`emq:…`) has its
+    // EVALSHA's tag
+    let tag = |k: &str| -> String {
+        k.find('{')
+            .and_then(|o| k[o + 1..].find('}').map(|c| k[o + 1..o + 1 + c].to_string()))
+            .unwrap_or_else(|| k.to_string())
+    };
     let seen = seen.lock().unwrap();
     let mut shas = std::collections::BTreeSet::new();
-    for line in seen.iter() {
-        let quoted: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
-        let at = quoted.iter().position(|w| w.eq_ignore_ascii_case("evalsha")).unwrap();
-        let sha = quoted[at + 1];
-        let n: usize = quoted[at + 2].parse().unwrap();
-        let keys = &quoted[at + 3..at + 3 + n];
-        let tags: std::collections::BTreeSet<&str> = keys
-            .iter()
-            .map(|k| {
-                k.find('{')
-                    .and_then(|o| k[o + 1..].find('}').map(|c| &k[o + 1..o + 1 + c]))
-                    .unwrap_or(k)
-            })
-            .collect();
-        assert_eq!(tags.len(), 1, "one script call names keys of several slots: {line}");
-        shas.insert(sha.to_string());
+    let mut inner = 0;
+    for port in &seeds {
+        let mut current: Option<String> = None;
+        for (_, line) in seen.iter().filter(|(p, _)| p == port) {
+            let quoted = monitor_args(line);
+            if let Some(at) = quoted.iter().position(|w| w.eq_ignore_ascii_case("evalsha")) {
+                let n: usize = quoted[at + 2].parse().unwrap();
+                let tags: std::collections::BTreeSet<String> =
+                    quoted[at + 3..at + 3 + n].iter().map(|k| tag(k)).collect();
+                assert_eq!(tags.len(), 1, "one script call names keys of several slots: {line}");
+                shas.insert(quoted[at + 1].clone());
+                current = tags.into_iter().next();
+            } else if let Some(script_tag) = &current {
+                for key in quoted.iter().filter(|a| a.starts_with("emq:")) {
+                    inner += 1;
+                    assert_eq!(&tag(key), script_tag, "a script touched a key of another slot: {line}");
+                }
+            }
+        }
     }
+    assert!(inner > 100, "the scripts' own commands were watched: {inner} keys");
     assert!(
         shas.len() >= echomq::store::redis::VERBS.len(),
         "{} scripts seen, {} verbs",
         shas.len(),
         echomq::store::redis::VERBS.len()
     );
+}
+
+/// The quoted arguments of a `MONITOR` line (an escaped quote inside one does not end it; the
+/// escapes are kept).
+fn monitor_args(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut arg = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(e) = chars.next() {
+                        arg.push('\\');
+                        arg.push(e);
+                    }
+                }
+                '"' => break,
+                c => arg.push(c),
+            }
+        }
+        out.push(arg);
+    }
+    out
 }

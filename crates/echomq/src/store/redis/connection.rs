@@ -267,6 +267,7 @@ impl RedisStore {
         let name = |i: usize| scripts[i].map_or(verb, |s| s.name);
         let mut out: Vec<Option<Sent>> = scripts.iter().map(|_| None).collect();
         let mut noscripts = vec![0usize; scripts.len()];
+        let mut moves = vec![0usize; scripts.len()];
         // the pipeline: a load of each of `loads`, then the entries `sending` (index in `out`),
         // then the WAIT when one is due
         let mut loads: Vec<&Script> = Vec::new();
@@ -333,7 +334,9 @@ impl RedisStore {
                 let e = match reply {
                     Ok(v) => {
                         out[i] = Some(Ok(Ok(v)));
-                        ran.push(i);
+                        if scripts[i].is_some_and(|s| s.writes) {
+                            ran.push(i);
+                        }
                         continue;
                     }
                     Err(e) => e,
@@ -361,6 +364,10 @@ impl RedisStore {
                         if let Some(c) = cluster {
                             c.moved(moved_slot, &addr);
                         }
+                        // sent on at once the first time; a second MOVED (two nodes that
+                        // disagree for a moment, in a failover) waits as a TRYAGAIN does
+                        moves[i] += 1;
+                        put_off |= moves[i] > 1;
                         resend.push((i, cmd.clone()));
                     }
                     (Verdict::Later { refresh }, _) if in_time => {
@@ -520,7 +527,21 @@ impl RedisStore {
     /// slot away): the caller subscribes again, and reads again what it may have missed.
     pub(super) async fn subscribed(&self, channel: String, verb: &'static str) -> Result<BoxStream<'static, Vec<u8>>> {
         let node = self.node_for(&channel).await?;
-        if !self.is_cluster() {
+        let cluster = match self.topology().await? {
+            Topology::Cluster(c) => Some(c),
+            Topology::Single(_) => None,
+        };
+        // a subscription refused or broken on a cluster may mean the slot moved: the map is
+        // corrected (a MOVED) or read again (anything else) before the caller subscribes again
+        let moved_or_stale = |e: &RedisError| {
+            if let Some(c) = cluster {
+                match verdict(e) {
+                    Verdict::Moved(slot, addr) => c.moved(slot, &addr),
+                    _ => c.mark_stale(),
+                }
+            }
+        };
+        if cluster.is_none() {
             let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT, node.client.get_async_pubsub())
                 .await
                 .map_err(|_| Error::Unreachable {
@@ -568,23 +589,39 @@ impl RedisStore {
         // the confirmation is a push; the command's own reply is empty
         let confirmed = sub_conn.send_packed_command(&subscribe).await;
         if let Err(e) = confirmed {
+            moved_or_stale(&e);
             return Err(unreachable_or(&node.addr, verb, e));
         }
-        let stream = futures::stream::unfold((pushes, conn), |(mut pushes, conn)| async move {
+        // the stream's end (the slot moved away, the connection dropped) marks the map stale
+        let store = self.clone();
+        let stream = futures::stream::unfold((pushes, conn, store), |(mut pushes, conn, store)| async move {
             loop {
-                let push = pushes.recv().await?;
+                let Some(push) = pushes.recv().await else {
+                    store.mark_stale();
+                    return None;
+                };
                 match push.kind {
                     PushKind::SMessage => {
                         if let Some(Value::BulkString(payload)) = push.data.into_iter().nth(1) {
-                            return Some((payload, (pushes, conn)));
+                            return Some((payload, (pushes, conn, store)));
                         }
                     }
-                    PushKind::SUnsubscribe | PushKind::Disconnection => return None,
+                    PushKind::SUnsubscribe | PushKind::Disconnection => {
+                        store.mark_stale();
+                        return None;
+                    }
                     _ => {}
                 }
             }
         });
         Ok(stream.boxed())
+    }
+
+    /// On a cluster, the next call reads the slot map again first.
+    fn mark_stale(&self) {
+        if let Some(Topology::Cluster(c)) = self.topology.get() {
+            c.mark_stale();
+        }
     }
 
     /// The queue's cancel requests, from a subscription of their own to its channel

@@ -398,6 +398,8 @@ fn parse_slots(reply: Value, asked_host: &str) -> Result<Vec<(u16, u16, Arc<str>
         let host = match master.first() {
             Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
             Some(Value::SimpleString(s)) => s.clone(),
+            // NULL: the node does not know its endpoint (the host asked, as for "")
+            Some(Value::Nil) => String::new(),
             _ => return Err(bad("a master has no host")),
         };
         let host = if host.is_empty() || host == "?" {

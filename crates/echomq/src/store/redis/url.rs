@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{WaitReplicas, WAIT_TIMEOUT_DEFAULT};
+use super::{WaitReplicas, WAIT_TIMEOUT_DEFAULT, WAIT_TIMEOUT_MAX};
 
 /// What a URL names.
 #[derive(Debug, PartialEq, Eq)]
@@ -25,6 +25,15 @@ pub(super) fn parse(url: &str) -> Result<Target, String> {
         .split_once("://")
         .ok_or("not a URL: expected redis://, rediss://, redis+cluster:// or rediss+cluster://")?;
     let (base, cluster) = match scheme {
+        // a Unix socket: one server, the URL the client's own
+        "unix" | "redis+unix" => {
+            return Ok(Target {
+                seeds: vec![url.to_string()],
+                cluster: false,
+                tls: false,
+                wait: None,
+            })
+        }
         "redis" | "rediss" => (scheme, false),
         "redis+cluster" => ("redis", true),
         "rediss+cluster" => ("rediss", true),
@@ -45,6 +54,8 @@ pub(super) fn parse(url: &str) -> Result<Target, String> {
     let mut timeout = None;
     for pair in query.into_iter().flat_map(|q| q.split('&')).filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
+            Some(("wait", _)) if replicas.is_some() => return Err("wait given twice".into()),
+            Some(("wait_timeout", _)) if timeout.is_some() => return Err("wait_timeout given twice".into()),
             Some(("wait", n)) => {
                 replicas = Some(
                     n.parse::<u32>()
@@ -55,8 +66,13 @@ pub(super) fn parse(url: &str) -> Result<Target, String> {
                 timeout = Some(Duration::from_millis(
                     ms.parse::<u64>()
                         .ok()
-                        .filter(|ms| *ms > 0)
-                        .ok_or_else(|| format!("wait_timeout={ms}: expected milliseconds above 0"))?,
+                        .filter(|ms| *ms > 0 && *ms <= WAIT_TIMEOUT_MAX.as_millis() as u64)
+                        .ok_or_else(|| {
+                            format!(
+                                "wait_timeout={ms}: expected milliseconds from 1 to {}",
+                                WAIT_TIMEOUT_MAX.as_millis()
+                            )
+                        })?,
                 ))
             }
             _ => kept.push(pair),
@@ -132,6 +148,8 @@ mod tests {
             })
         );
         assert_eq!(parse("redis://h:6379?wait=0").unwrap().wait, None);
+        let unix = parse("redis+unix:///run/redis.sock?db=1").unwrap();
+        assert_eq!(unix.seeds, vec!["redis+unix:///run/redis.sock?db=1"]);
     }
 
     #[test]
@@ -143,6 +161,8 @@ mod tests {
             ("redis://h?wait=x", "wait=x"),
             ("redis://h?wait=1&wait_timeout=0", "wait_timeout=0"),
             ("redis://h?wait_timeout=5", "without wait"),
+            ("redis://h?wait_timeout=6000&wait=1", "from 1 to 5000"),
+            ("redis://h?wait=2&wait=1", "wait given twice"),
             ("memcached://h", "unknown scheme"),
         ] {
             let err = parse(url).unwrap_err();
