@@ -8,7 +8,7 @@
 # each with `--cluster-enabled yes --cluster-node-timeout 2000`, no persistence, its files under DIR;
 # joins them with `redis-cli --cluster create`, waits for `cluster_state:ok` on every node and for
 # every replica's `master_link_status:up` (a replica that never synced is not promoted); then
-# prints one line, the seed URL `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`, and returns.
+# prints one line, the cluster's URL `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`, and returns.
 #
 # The nodes are stopped by their own PIDs (listed in DIR/pids, one `PID PORT` per line: the PID of
 # the `timeout` bounding each node, which stops its server with it) by a watchdog: when OWNER_PID

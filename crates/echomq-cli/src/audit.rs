@@ -871,41 +871,8 @@ impl RedisServer {
                     self.program.display()
                 )
             })?;
-        self.child = Some(child);
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?;
-        let deadline = Instant::now() + RESTART_MAX;
-        let own = self.child.as_ref().and_then(Child::id);
-        loop {
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    bail!("redis-server exited at start ({status}); see {}", log.display());
-                }
-            }
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if let Ok(info) = redis::cmd("INFO").arg("server").query_async::<String>(&mut c).await {
-                    // the server answering must be ours, not another that took the port first
-                    let pid = info
-                        .lines()
-                        .find_map(|l| l.strip_prefix("process_id:"))
-                        .and_then(|p| p.trim().parse::<u32>().ok());
-                    if pid.is_some() && pid == own {
-                        return Ok(());
-                    }
-                    bail!(
-                        "port {} is served by another process (pid {pid:?}), not the audit's redis-server; run again",
-                        self.port
-                    );
-                }
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "redis-server did not answer within {}s; see {}",
-                    RESTART_MAX.as_secs(),
-                    log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let child = self.child.insert(child);
+        until_own_server(child, self.port, &log, RESTART_MAX, "redis-server").await
     }
 
     async fn kill_and_restart(&mut self, down: Duration) -> anyhow::Result<()> {
@@ -919,6 +886,48 @@ impl RedisServer {
             let _ = c.start_kill();
             let _ = c.wait().await;
         }
+    }
+}
+
+/// Waits (`within` at most) until the server `child` started answers on `port` as itself (`INFO
+/// server` names its `process_id`): fails when it exited (its log, `log`, says why), did not
+/// answer in time, or another process answers there (one that took the port first). `what` names
+/// the server in the errors.
+async fn until_own_server(
+    child: &mut Child,
+    port: u16,
+    log: &Path,
+    within: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let deadline = Instant::now() + within;
+    let own = child.id();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("{what} exited at start ({status}); see {}", log.display());
+        }
+        let conn = tokio::time::timeout(Duration::from_secs(2), client.get_multiplexed_async_connection()).await;
+        if let Ok(Ok(mut c)) = conn {
+            if let Ok(info) = redis::cmd("INFO").arg("server").query_async::<String>(&mut c).await {
+                let pid = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("process_id:"))
+                    .and_then(|p| p.trim().parse::<u32>().ok());
+                if pid.is_some() && pid == own {
+                    return Ok(());
+                }
+                bail!("port {port} is served by another process (pid {pid:?}), not the audit's {what}; run again");
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{what} did not answer within {}s; see {}",
+                within.as_secs(),
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -133,31 +133,8 @@ impl ClusterServers {
                     program.display()
                 )
             })?;
-        let own = child.id();
-        node.child = Some(child);
-        let deadline = Instant::now() + SETTLE_MAX;
-        loop {
-            if let Some(Ok(Some(status))) = node.child.as_mut().map(Child::try_wait) {
-                bail!("a cluster node exited at start ({status}); see {}", log.display());
-            }
-            if let Some(text) = info(node.port, "server").await {
-                let pid = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("process_id:"))
-                    .and_then(|p| p.trim().parse::<u32>().ok());
-                if pid.is_some() && pid == own {
-                    return Ok(());
-                }
-                bail!(
-                    "port {} is served by another process, not the audit's node; run again",
-                    node.port
-                );
-            }
-            if Instant::now() > deadline {
-                bail!("a cluster node did not answer; see {}", log.display());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let child = node.child.insert(child);
+        super::until_own_server(child, node.port, &log, SETTLE_MAX, "cluster node").await
     }
 
     /// Waits until every node on `ports` says `cluster_state:ok` and every replica among them is

@@ -246,7 +246,7 @@ impl RedisStore {
     async fn node_for(&self, key: &str) -> Result<Node> {
         match self.topology().await? {
             Topology::Single(node) => Ok(node.clone()),
-            Topology::Cluster(c) => c.node_for(topology::slot(key.as_bytes())).await,
+            Topology::Cluster(c) => c.node_for(topology::slot(key)).await,
         }
     }
 

@@ -251,45 +251,35 @@ async fn dump(port: u16, q: &QueueName) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// Moves `slot` from the master on `from` to the one on `to` as `redis-cli --cluster reshard`
-/// does (importing and migrating marks, `MIGRATE` in batches, then the slot's new owner named on
-/// every master), stopping after `batches` batches of `per` keys when given (the slot left split
-/// between the two nodes).
-async fn migrate(slot: u16, from: u16, to: u16, per: usize, batches: Option<usize>, masters: &[u16]) {
+/// The node id of the master on `port`.
+async fn node_id(port: u16) -> String {
+    let mut c = Cluster::conn(port).await;
+    redis::cmd("CLUSTER").arg("MYID").query_async(&mut c).await.unwrap()
+}
+
+/// Starts moving `slot` from the master on `from` to the one on `to` as `redis-cli --cluster
+/// reshard` does: the importing and migrating marks; then [`move_keys`] and [`finish_migration`].
+async fn begin_migration(slot: u16, from: u16, to: u16) {
+    let (from_id, to_id) = (node_id(from).await, node_id(to).await);
+    for (port, how, node) in [(to, "IMPORTING", from_id), (from, "MIGRATING", to_id)] {
+        let mut c = Cluster::conn(port).await;
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(&node)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("SETSLOT {how}: {e}"));
+    }
+}
+
+/// `MIGRATE`s the keys of `slot` from `from` to `to`, `per` at a time: `batches` batches when
+/// given (the slot left split between the two nodes), else until none is left on `from`.
+async fn move_keys(slot: u16, from: u16, to: u16, per: usize, batches: Option<usize>) {
     let mut src = Cluster::conn(from).await;
-    let mut dst = Cluster::conn(to).await;
-    let id = |c: &mut MultiplexedConnection| {
-        let mut c = c.clone();
-        async move {
-            redis::cmd("CLUSTER")
-                .arg("MYID")
-                .query_async::<String>(&mut c)
-                .await
-                .unwrap()
-        }
-    };
-    let (src_id, dst_id) = (id(&mut src).await, id(&mut dst).await);
-    let setslot = |conn: &mut MultiplexedConnection, how: &str, node: &str| {
-        let mut conn = conn.clone();
-        let (how, node) = (how.to_string(), node.to_string());
-        async move {
-            redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(&how)
-                .arg(&node)
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap_or_else(|e| panic!("SETSLOT {how}: {e}"))
-        }
-    };
-    setslot(&mut dst, "IMPORTING", &src_id).await;
-    setslot(&mut src, "MIGRATING", &dst_id).await;
     let mut done = 0;
-    loop {
-        if batches.is_some_and(|b| done >= b) {
-            return;
-        }
+    while batches.is_none_or(|b| done < b) {
         let keys: Vec<String> = redis::cmd("CLUSTER")
             .arg("GETKEYSINSLOT")
             .arg(slot)
@@ -298,7 +288,7 @@ async fn migrate(slot: u16, from: u16, to: u16, per: usize, batches: Option<usiz
             .await
             .unwrap();
         if keys.is_empty() {
-            break;
+            return;
         }
         let mut m = redis::cmd("MIGRATE");
         m.arg("127.0.0.1")
@@ -311,7 +301,6 @@ async fn migrate(slot: u16, from: u16, to: u16, per: usize, batches: Option<usiz
         m.query_async::<()>(&mut src).await.unwrap();
         done += 1;
     }
-    finish_migration(slot, to, &dst_id, masters).await;
 }
 
 /// Names the master on `to` (id `to_id`) the owner of `slot` on every master.
@@ -473,7 +462,8 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
     let to = *masters.iter().find(|p| **p != from).unwrap();
     let slot = slot_of(from, &q).await;
     // three batches of ten keys moved: rows on both sides, the queue's sets maybe on either
-    migrate(slot, from, to, 10, Some(3), &masters).await;
+    begin_migration(slot, from, to).await;
+    move_keys(slot, from, to, 10, Some(3)).await;
     let before = (dump(from, &q).await, dump(to, &q).await);
     assert!(!before.0.is_empty() && !before.1.is_empty(), "the slot is split");
 
@@ -499,10 +489,8 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
     );
 
     // the rest of the keys move, and the slot is the new master's
-    let mut dst = Cluster::conn(to).await;
-    let to_id: String = redis::cmd("CLUSTER").arg("MYID").query_async(&mut dst).await.unwrap();
-    migrate_rest(slot, from, to).await;
-    finish_migration(slot, to, &to_id, &masters).await;
+    move_keys(slot, from, to, 100, None).await;
+    finish_migration(slot, to, &node_id(to).await, &masters).await;
     let claimed = claiming.await.unwrap().expect("the claim runs after the move");
     assert_eq!(claimed.len(), 50);
     let counts = store.counts(&q).await.unwrap();
@@ -511,32 +499,6 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
         dump(from, &q).await.is_empty(),
         "nothing of the queue is left on the old master"
     );
-}
-
-/// The keys still on `from` in `slot`, migrated to `to` (the marks already set).
-async fn migrate_rest(slot: u16, from: u16, to: u16) {
-    let mut src = Cluster::conn(from).await;
-    loop {
-        let keys: Vec<String> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(100)
-            .query_async(&mut src)
-            .await
-            .unwrap();
-        if keys.is_empty() {
-            return;
-        }
-        let mut m = redis::cmd("MIGRATE");
-        m.arg("127.0.0.1")
-            .arg(to)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys);
-        m.query_async::<()>(&mut src).await.unwrap();
-    }
 }
 
 /// A job runs until cancelled; its master is SIGKILLed and the cancel is sent while the replica

@@ -81,16 +81,6 @@ fn verdict(e: &RedisError) -> Verdict {
     }
 }
 
-/// The `{tag}` a key hashes by on a cluster (the whole key when it has none).
-fn tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.find('}').filter(|&close| close > 0).map(|close| &rest[..close])
-        })
-        .unwrap_or(key)
-}
-
 /// The guard key of a queue's script call: `emq:{q}:guard`, in the slot of its keys, which no
 /// script or command ever writes. Every script declares it last: while a cluster migrates the
 /// queue's slot, a command whose declared keys are not all on the node is refused before it runs
@@ -223,8 +213,12 @@ impl RedisStore {
     async fn send(&self, calls: Vec<Call<'_>>, wait: Option<WaitReplicas>) -> Result<Vec<Sent>> {
         let verb = calls.first().map_or("pipeline", |c| c.script.name);
         let route = calls.first().and_then(|c| c.keys.first()).cloned().unwrap_or_default();
-        let one_tag = tag(&route);
-        if let Some(stray) = calls.iter().flat_map(|c| &c.keys).find(|k| tag(k) != one_tag) {
+        let one_tag = topology::hash_tag(&route);
+        if let Some(stray) = calls
+            .iter()
+            .flat_map(|c| &c.keys)
+            .find(|k| topology::hash_tag(k) != one_tag)
+        {
             return Err(Error::Store {
                 verb,
                 reason: format!("keys of two hash slots in one call ({route} and {stray}): a cluster refuses it"),
@@ -262,7 +256,7 @@ impl RedisStore {
             Topology::Cluster(c) => (Some(c), true),
             Topology::Single(_) => (None, false),
         };
-        let slot = topology::slot(route.as_bytes());
+        let slot = topology::slot(route);
         let scripts: Vec<Option<&Script>> = entries.iter().map(|(s, _)| *s).collect();
         let name = |i: usize| scripts[i].map_or(verb, |s| s.name);
         let mut out: Vec<Option<Sent>> = scripts.iter().map(|_| None).collect();
@@ -508,16 +502,7 @@ impl RedisStore {
     /// A connection of its own to `node` (not the shared one), for `verb`.
     async fn dedicated(&self, node: &Node, verb: &'static str) -> Result<MultiplexedConnection> {
         let config = AsyncConnectionConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
-        tokio::time::timeout(
-            CONNECT_TIMEOUT + Duration::from_secs(1),
-            node.client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| Error::Unreachable {
-            addr: node.addr.to_string(),
-            reason: format!("no connection for {verb} within the connect timeout"),
-        })?
-        .map_err(|e| unreachable_or(&node.addr, verb, e))
+        connect_own(&node.client, &node.addr, &config, verb).await
     }
 
     /// The messages of `channel` (their payloads), from a subscription of its own that the server
@@ -573,16 +558,7 @@ impl RedisStore {
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_push_sender(tx);
-        let conn = tokio::time::timeout(
-            CONNECT_TIMEOUT + Duration::from_secs(1),
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| Error::Unreachable {
-            addr: node.addr.to_string(),
-            reason: "no pub/sub connection within the connect timeout".into(),
-        })?
-        .map_err(|e| unreachable_or(&node.addr, verb, e))?;
+        let conn = connect_own(&client, &node.addr, &config, verb).await?;
         let mut subscribe = redis::cmd("SSUBSCRIBE");
         subscribe.arg(&channel);
         let mut sub_conn = conn.clone();
@@ -641,6 +617,26 @@ impl RedisStore {
         });
         Ok(stream.boxed())
     }
+}
+
+/// A connection of its own made by `client` with `config` (within the connect timeout), for
+/// `verb`; `addr` names the server in errors.
+async fn connect_own(
+    client: &redis::Client,
+    addr: &str,
+    config: &AsyncConnectionConfig,
+    verb: &'static str,
+) -> Result<MultiplexedConnection> {
+    tokio::time::timeout(
+        CONNECT_TIMEOUT + Duration::from_secs(1),
+        client.get_multiplexed_async_connection_with_config(config),
+    )
+    .await
+    .map_err(|_| Error::Unreachable {
+        addr: addr.to_string(),
+        reason: format!("no connection for {verb} within the connect timeout"),
+    })?
+    .map_err(|e| unreachable_or(addr, verb, e))
 }
 
 /// TCP keepalive for every connection: a peer gone silent (a failover, a partition) is found
@@ -834,7 +830,8 @@ mod tests {
 
     #[test]
     fn a_queues_calls_declare_its_guard_key_and_share_its_tag() {
-        use super::{guard, tag};
+        use super::guard;
+        use crate::store::redis::topology::hash_tag as tag;
         assert_eq!(guard("emq:{q}:pending").as_deref(), Some("emq:{q}:guard"));
         assert_eq!(guard("emq:{a.b-c}:job:7").as_deref(), Some("emq:{a.b-c}:guard"));
         assert_eq!(guard("emq:queues"), None, "the key outside any queue has none");
@@ -842,8 +839,8 @@ mod tests {
         assert_eq!(tag("emq:{q}:guard"), tag("emq:{q}:job:1"));
         assert_eq!(tag("emq:queues"), "emq:queues");
         assert_eq!(
-            crate::store::redis::topology::slot(b"emq:{q}:guard"),
-            crate::store::redis::topology::slot(b"emq:{q}:wake")
+            crate::store::redis::topology::slot("emq:{q}:guard"),
+            crate::store::redis::topology::slot("emq:{q}:wake")
         );
     }
 

@@ -25,17 +25,20 @@ const SLOTS: u16 = 16384;
 /// How long one node may take to answer `CLUSTER SLOTS` before the next is asked.
 const SLOTS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag — the bytes between the first `{` and
-/// the first `}` after it, when that is not empty — else of the whole key, modulo 16384.
-pub(crate) fn slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        rest.iter()
-            .position(|&b| b == b'}')
-            .filter(|&close| close > 0)
-            .map(|close| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % SLOTS
+/// The hash tag of `key`: the text between its first `{` and the first `}` after it, when that is
+/// not empty; else the whole key. Keys that share a tag share a slot.
+pub(super) fn hash_tag(key: &str) -> &str {
+    key.find('{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.find('}').filter(|&close| close > 0).map(|close| &rest[..close])
+        })
+        .unwrap_or(key)
+}
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its [`hash_tag`], modulo 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    crc16(hash_tag(key).as_bytes()) % SLOTS
 }
 
 fn crc16(bytes: &[u8]) -> u16 {
@@ -73,7 +76,7 @@ pub(super) enum Topology {
     Cluster(Cluster),
 }
 
-/// What a store knows of a cluster: how to reach a node, the seed nodes, the slot map and the
+/// What a store knows of a cluster: how to reach a node, the nodes its URL named, the slot map and the
 /// connections made so far.
 pub(super) struct Cluster {
     /// The settings of every node's connection (credentials, TLS, TCP), the address aside.
@@ -165,7 +168,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// The addresses named in errors: the seeds.
+    /// The addresses named in errors: those its URL gave.
     pub(super) fn shown(&self) -> String {
         self.seeds.join(",")
     }
@@ -292,7 +295,8 @@ impl Cluster {
         }
     }
 
-    /// Reads the slot map from the first node that answers: the known masters, then the seeds.
+    /// Reads the slot map from the first node that answers: the known masters, then the nodes its
+    /// URL named.
     async fn refresh(&self) -> Result<()> {
         let _one = self.refreshing.lock().await;
         if !self.stale.load(Ordering::Acquire) {
@@ -428,13 +432,13 @@ mod tests {
     #[test]
     fn a_key_hashes_by_its_tag_as_redis_does() {
         // CLUSTER KEYSLOT of each, asked of Redis 7.0
-        assert_eq!(slot(b"{q}"), 11958);
-        assert_eq!(slot(b"emq:{q}:pending"), 11958);
-        assert_eq!(slot(b"x"), 16287);
-        assert_eq!(slot(b"123456789"), 12739);
+        assert_eq!(slot("{q}"), 11958);
+        assert_eq!(slot("emq:{q}:pending"), 11958);
+        assert_eq!(slot("x"), 16287);
+        assert_eq!(slot("123456789"), 12739);
         // an empty tag is no tag: the whole key hashes
-        assert_eq!(slot(b"a{}b"), crc16(b"a{}b") % SLOTS);
-        assert_eq!(slot(b"a{b"), crc16(b"a{b") % SLOTS);
+        assert_eq!(slot("a{}b"), crc16(b"a{}b") % SLOTS);
+        assert_eq!(slot("a{b"), crc16(b"a{b") % SLOTS);
     }
 
     fn cluster_of(ranges: &[(u16, u16, &str)]) -> Cluster {
