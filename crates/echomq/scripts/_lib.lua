@@ -80,6 +80,64 @@ local function emq_wake(base, n, paused)
   end
 end
 
+-- the length of g's lane (a sorted set ranked as `pending` is: emq_rank). A lane an earlier
+-- version wrote as a list (FIFO, no priorities) is turned into that sorted set here, its order
+-- kept: its jobs ranked 1, 2, … — after recovered jobs (0) and before every job ranked since
+-- (emq_rank's ranks are far larger). The conversion is the one write a script may make before its
+-- reads end: it leaves the same jobs waiting in the same order, so a script refused after it
+-- still leaves a sound queue, and later calls find the lane converted.
+local function emq_lane_len(base, g)
+  local lane = base .. 'lane:' .. g
+  local n = redis.pcall('ZCARD', lane)
+  if type(n) == 'number' then return n end
+  if string.sub(n['err'], 1, 9) ~= 'WRONGTYPE' then error(n) end
+  local ids = redis.call('LRANGE', lane, 0, -1)
+  local ranked = {}
+  for i, id in ipairs(ids) do
+    ranked[2 * i - 1] = i
+    ranked[2 * i] = id
+  end
+  redis.call('DEL', lane)
+  emq_bulk('ZADD', lane, ranked)
+  return #ids
+end
+
+-- how the queue ranks the jobs it makes ready (emq:{q}:order: `clock`, the last rank's clock
+-- part; `aging`, the priority aging in ms, absent = 60000, 0 = strict), read before the first
+-- write with the store's time `now` (ms). emq_rank ranks with it; emq_order_write keeps its clock.
+local function emq_order_read(base, now)
+  local f = redis.call('HMGET', base .. 'order', 'clock', 'aging')
+  return {
+    clock = tonumber(f[1]) or 0,
+    aging = tonumber(f[2]) or 60000,
+    tick = (now - 1767225600000) * 256,
+    moved = false,
+  }
+end
+
+-- the rank (score in `pending` or a lane; the least is claimed first) of a job of priority p (0
+-- the most urgent .. 9) made ready now: its clock part is the store's time in 1/256 ms since
+-- 2026-01-01, or one past the last rank's when that is later, so ranks never repeat and jobs of
+-- one priority keep their order (FIFO); a priority p adds p × aging (in the same unit), so a job
+-- of priority p goes before every priority-0 job made ready more than p × aging after it; under
+-- strict aging (0) it adds p × 9e14, past every clock part, so a lower priority never runs while
+-- a higher one waits. Every rank stays below 2^53 (exact in a Lua number and a Redis score).
+-- Recovered jobs take rank 0, ahead of all.
+local function emq_rank(o, p)
+  local c = o.clock + 1
+  if c < o.tick then c = o.tick end
+  o.clock = c
+  o.moved = true
+  if p == 0 then return c end
+  if o.aging == 0 then return c + p * 900000000000000 end
+  return c + p * o.aging * 256
+end
+
+-- the clock emq_rank moved, written back (`order` reached by emq_order_read)
+local function emq_order_write(base, o)
+  if o.moved then redis.call('HSET', base .. 'order', 'clock', o.clock) end
+end
+
 -- what a lane job of g leaving `active`, or ready jobs joining g's lane, need of g, read once per
 -- script before its first write (lanes[g] keeps it, and the writes keep it up to date): its active
 -- count a:<g>, whether it is on the ring (r:<g>), its limit (its own, else the queue default l:~,
@@ -92,7 +150,7 @@ local function emq_lane_read(lanes, base, g)
     a = tonumber(f[1]) or 0,
     ringed = f[2] and true or false,
     limit = tonumber(f[3]) or tonumber(f[4]) or 1,
-    len = redis.call('LLEN', base .. 'lane:' .. g),
+    len = emq_lane_len(base, g),
   }
   lanes[g] = s
   return s
@@ -144,7 +202,7 @@ end
 -- a job back at the front of g's lane (s: g's state from emq_lane_read), its row pending
 local function emq_lane_front(base, g, s, id)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
-  redis.call('LPUSH', base .. 'lane:' .. g, id)
+  redis.call('ZADD', base .. 'lane:' .. g, 0, id)
   s.len = s.len + 1
 end
 
@@ -330,14 +388,16 @@ local function emq_count(base, event, n)
   if n > 0 then redis.call('HINCRBY', base .. 'metrics:' .. event, 'count', n) end
 end
 
--- a job made ready again: the flat set at a fresh sequence (`id` reached before the first write),
--- or its lane's tail; its state pending; s (emq_lane_read's for g, else emq_flat_read's) counts it
-local function emq_ready(base, id, g, s)
+-- a job made ready again, in the flat set or its lane at a fresh rank of its priority `p` (the
+-- row's `priority`, 0 when absent; o: emq_order_read's, written back by the caller with
+-- emq_order_write); its state pending; s (emq_lane_read's for g, else emq_flat_read's) counts it
+local function emq_ready(base, id, g, s, o, p)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  local rank = emq_rank(o, tonumber(p) or 0)
   if g then
-    redis.call('RPUSH', base .. 'lane:' .. g, id)
+    redis.call('ZADD', base .. 'lane:' .. g, rank, id)
   else
-    redis.call('ZADD', base .. 'pending', redis.call('INCR', base .. 'id'), id)
+    redis.call('ZADD', base .. 'pending', rank, id)
   end
   s.len = s.len + 1
 end
@@ -417,29 +477,31 @@ local function emq_bad_args(verb, what)
   return redis.error_reply('EMQARGS ' .. verb .. ': ' .. what)
 end
 
--- ready new jobs published: to the flat set (`ready` = score/member pairs) or g's lane (`ready` =
--- ids), then the ring step and one wake per job made claimable. s: the flat set's or g's state
--- (emq_flat_read, emq_lane_read) and `paused`, read before the first write.
-local function emq_publish_ready(base, g, s, ready, paused)
+-- ready new jobs published: to the flat set or g's lane (`ready` = rank/id pairs, emq_rank's),
+-- then the ring step and one wake per job made claimable. s: the flat set's or g's state
+-- (emq_flat_read, emq_lane_read), `paused` and the ranking `o` (its clock written back), read
+-- before the first write.
+local function emq_publish_ready(base, g, s, ready, paused, o)
   if #ready == 0 then return end
+  local added = #ready / 2
+  emq_order_write(base, o)
   if g then
-    emq_bulk('RPUSH', base .. 'lane:' .. g, ready)
-    s.len = s.len + #ready
-    emq_wake(base, emq_lane_step(base, g, s, #ready), paused)
+    emq_bulk('ZADD', base .. 'lane:' .. g, ready)
+    s.len = s.len + added
+    emq_wake(base, emq_lane_step(base, g, s, added), paused)
   else
     emq_bulk('ZADD', base .. 'pending', ready)
-    s.len = s.len + #ready / 2
+    s.len = s.len + added
     emq_flat_step(base, s)
-    emq_wake(base, #ready / 2, paused)
+    emq_wake(base, added, paused)
   end
 end
 
 -- the decimal texts of the n sequence values after seq, in order — the prefix of each run of ten
--- formatted once (docs/performance.md: the bulk enqueue's id texts) — into `into`, each once, or
--- twice in a row when `copies` is 2 (the score/member pairs of a ZADD)
-local function emq_seq_texts(seq, n, into, copies)
+-- formatted once (docs/performance.md: the bulk enqueue's id texts)
+local function emq_seq_texts(seq, n)
   local digits = { [0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9' }
-  local tens, prefix, k = -1, '', 0
+  local tens, prefix, into = -1, '', {}
   for v = seq + 1, seq + n do
     local d = v % 10
     local t = (v - d) / 10
@@ -447,24 +509,21 @@ local function emq_seq_texts(seq, n, into, copies)
       tens = t
       if t == 0 then prefix = '' else prefix = tostring(t) end
     end
-    local text = prefix .. digits[d]
-    into[k + 1] = text
-    if copies == 2 then into[k + 2] = text end
-    k = k + copies
+    into[#into + 1] = prefix .. digits[d]
   end
   return into
 end
 
 -- what publishing `nready` ready new jobs needs (emq_publish_ready), read before the first write:
--- the state of the set they join (g's lane, else the flat set) and whether the queue is paused;
--- `touch` gains the keys only written
+-- the state of the set they join (g's lane, else the flat set), whether the queue is paused and
+-- how it ranks them (emq_order_read); `touch` gains the keys only written
 local function emq_publish_read(base, g, nready, touch)
-  if nready == 0 then return nil, false end
+  if nready == 0 then return nil, false, nil end
   touch[#touch + 1] = 'ring'
   touch[#touch + 1] = 'wake'
   local s
   if g then s = emq_lane_read({}, base, g) else s = emq_flat_read(base) end
-  return s, emq_paused_read(base)
+  return s, emq_paused_read(base), emq_order_read(base, emq_now())
 end
 
 -- the queue's registration in emq:queues (`registered`: one member, the token of the queue's life,
@@ -491,21 +550,25 @@ end
 
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
--- budget of their own — one argument per job instead of four, the bulk path) or per job: id
--- ('' = generated), delay_ms, max_attempts ('' = none), payload.
+-- budget, priority or retry policy of their own — one argument per job instead of seven, the bulk
+-- path) or per job: id ('' = generated), delay_ms, max_attempts ('' = none), kind ('' = none),
+-- priority ('' = 0, else 1..9), retry policy ('' = none), payload.
 -- Returns {first sequence, registration owed, index of each duplicate, …}: the new jobs take the
 -- sequences from the first on, in batch order, and a generated id is its sequence; the registration
 -- owed is the token of the queue's life while its name's SADD to emq:queues is owed (the client
 -- then SADDs it and marks the token paid: ZADD XX 1), else nil. Or an error reply, nothing written
 -- (the registration neither: a refused enqueue never makes the client SADD).
+-- A ready job joins the flat set (or g's lane) at a rank of its priority (emq_rank); a row holds
+-- `priority` and `retry` only when they are set.
 -- Reads first: the mark, the registration, the caller ids (duplicates), the id counter, the ready
--- set's state, then the rows of generated ids and the keys only written (emq_touch), then the
--- writes. The sequences come from the counter as read (GET); its INCRBY is the first write, so a
--- counter that holds no integer fails it with nothing written. The registration is the last write.
+-- set's state and ranking, then the rows of generated ids and the keys only written (emq_touch),
+-- then the writes. The sequences come from the counter as read (GET); its INCRBY is the first
+-- write, so a counter that holds no integer fails it with nothing written. The registration is the
+-- last write.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n
-  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 5 * n) then
+  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 7 * n) then
     return emq_bad_args(verb, 'batch shape')
   end
   if redis.call('EXISTS', base .. 'obliterating') == 1 then
@@ -514,38 +577,41 @@ local function emq_new_jobs(verb, base, o, g)
   local owed, fresh_life = emq_registration_read(base)
   if plain then
     local seq = tonumber(redis.call('GET', base .. 'id')) or 0
-    -- one text per job, reused for key, score and member: a lane's ids, or the flat set's pairs
-    local copies = g and 1 or 2
-    local ready = emq_seq_texts(seq, n, {}, copies)
+    local ids = emq_seq_texts(seq, n)
     local rows = {}
-    for i = 1, n do rows[i] = 'job:' .. ready[copies * i] end
-    local s, paused = emq_publish_read(base, g, n, rows)
+    for i = 1, n do rows[i] = 'job:' .. ids[i] end
+    local s, paused, order = emq_publish_read(base, g, n, rows)
     emq_touch(base, rows)
     redis.call('INCRBY', base .. 'id', n)
-    local call, jobs = redis.call, base .. 'job:'
+    local call, jobs, ready = redis.call, base .. 'job:', {}
     for i = 1, n do
-      local id = ready[copies * i]
+      local id = ids[i]
       if g then
         call('HSET', jobs .. id, 'data', ARGV[o + i], 'state', 'pending', 'group', g)
       else
         -- exactly the two fields of a waiting flat row
         call('HSET', jobs .. id, 'data', ARGV[o + i], 'state', 'pending')
       end
+      ready[2 * i - 1] = emq_rank(order, 0)
+      ready[2 * i] = id
     end
-    emq_publish_ready(base, g, s, ready, paused)
+    emq_publish_ready(base, g, s, ready, paused, order)
     emq_registration_write(base, owed, fresh_life)
     return { seq + 1, owed }
   end
   -- read and validate everything first
   local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
   for i = 1, n do
-    local a = o + 5 * (i - 1)
-    local id, delay, maxa = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+    local a = o + 7 * (i - 1)
+    local id, delay, maxa, prio = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 5]
     if not delay or delay < 0 or delay ~= math.floor(delay) then
       return emq_bad_args(verb, 'delay of job ' .. i)
     end
     if maxa ~= '' and not (tonumber(maxa) and tonumber(maxa) >= 1) then
       return emq_bad_args(verb, 'max_attempts of job ' .. i)
+    end
+    if prio ~= '' and not (emq_whole(tonumber(prio), 1) and tonumber(prio) <= 9) then
+      return emq_bad_args(verb, 'priority of job ' .. i)
     end
     if id ~= '' then
       if seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
@@ -564,15 +630,15 @@ local function emq_new_jobs(verb, base, o, g)
   -- a caller id's by the EXISTS above)
   local seq = 0
   if fresh > 0 then seq = tonumber(redis.call('GET', base .. 'id')) or 0 end
-  local texts, touch, k = emq_seq_texts(seq, fresh, {}, 1), {}, 0
+  local texts, touch, k = emq_seq_texts(seq, fresh), {}, 0
   for i = 1, n do
     if not dup[i] then
       k = k + 1
-      if ARGV[o + 5 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
+      if ARGV[o + 7 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
     end
   end
   if nsched > 0 then touch[#touch + 1] = 'scheduled' end
-  local s, paused = emq_publish_read(base, g, nready, touch)
+  local s, paused, order = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
   -- then write
   local reply, ready, sched = { seq + 1, owed }, {}, {}
@@ -584,18 +650,20 @@ local function emq_new_jobs(verb, base, o, g)
       reply[#reply + 1] = i
     else
       k = k + 1
-      local seqtext = texts[k]
-      local a = o + 5 * (i - 1)
+      local a = o + 7 * (i - 1)
       local id, delay, maxa, kind = ARGV[a + 1], delays[i], ARGV[a + 3], ARGV[a + 4]
-      if id == '' then id = seqtext end
-      if delay == 0 and not g and maxa == '' and kind == '' then
+      local prio, retry = ARGV[a + 5], ARGV[a + 6]
+      if id == '' then id = texts[k] end
+      if delay == 0 and not g and maxa == '' and kind == '' and prio == '' and retry == '' then
         -- the common case, kept to exactly the two fields of a waiting flat row
-        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 5], 'state', 'pending')
+        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 7], 'state', 'pending')
       else
-        local row = { 'data', ARGV[a + 5], 'state', 'pending' }
+        local row = { 'data', ARGV[a + 7], 'state', 'pending' }
         if g then row[#row + 1] = 'group'; row[#row + 1] = g end
         if maxa ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = maxa end
         if kind ~= '' then row[#row + 1] = 'kind'; row[#row + 1] = kind end
+        if prio ~= '' then row[#row + 1] = 'priority'; row[#row + 1] = prio end
+        if retry ~= '' then row[#row + 1] = 'retry'; row[#row + 1] = retry end
         if delay > 0 then
           if now == 0 then now = emq_now() end
           row[4] = 'scheduled'
@@ -606,16 +674,14 @@ local function emq_new_jobs(verb, base, o, g)
       if delay > 0 then
         sched[#sched + 1] = now + delay
         sched[#sched + 1] = id
-      elseif g then
-        ready[#ready + 1] = id
       else
-        ready[#ready + 1] = seqtext
+        ready[#ready + 1] = emq_rank(order, tonumber(prio) or 0)
         ready[#ready + 1] = id
       end
     end
   end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
-  emq_publish_ready(base, g, s, ready, paused)
+  emq_publish_ready(base, g, s, ready, paused, order)
   emq_registration_write(base, owed, fresh_life)
   return reply
 end
@@ -658,10 +724,11 @@ local function emq_lanes_read(base, budget, fields)
       if not seen[g] then
         seen[g] = true
         local lane = base .. 'lane:' .. g
-        local ids = redis.call('LRANGE', lane, 0, budget - removed - 1)
+        local len = emq_lane_len(base, g)
+        local ids = redis.call('ZRANGE', lane, 0, budget - removed - 1)
         cuts[#cuts + 1] = { lane = lane, ids = ids }
         removed = removed + #ids
-        if redis.call('LLEN', lane) > #ids then return cuts, removed, false end
+        if len > #ids then return cuts, removed, false end
       end
     end
   end
@@ -673,23 +740,25 @@ local function emq_lanes_cut(base, cuts)
   for _, c in ipairs(cuts) do
     if #c.ids > 0 then
       emq_del_rows(base, c.ids)
-      redis.call('LTRIM', c.lane, #c.ids, -1)
+      redis.call('ZREMRANGEBYRANK', c.lane, 0, #c.ids - 1)
     end
   end
 end
 
--- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in: to reach it
--- before the first write, and for emq_unwait
-local function emq_waits_in(state, g)
+-- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in, read before
+-- the first write (a lane by emq_lane_len, which converts one an earlier version wrote): for
+-- emq_touch and emq_unwait
+local function emq_waits_in_read(base, state, g)
   if state == 'scheduled' then return 'scheduled' end
-  if g then return 'lane:' .. g end
+  if g then
+    emq_lane_len(base, g)
+    return 'lane:' .. g
+  end
   return 'pending'
 end
 
--- a waiting job taken out of where it waits (emq_waits_in); false when the row says it waits but
--- it is not there. Lane membership costs an LREM (operator verbs only).
-local function emq_unwait(base, id, state, g)
-  local key = base .. emq_waits_in(state, g)
-  if state ~= 'scheduled' and g then return redis.call('LREM', key, 1, id) == 1 end
-  return redis.call('ZREM', key, id) == 1
+-- a waiting job taken out of where it waits (`key`: emq_waits_in_read's); false when the row says
+-- it waits but it is not there
+local function emq_unwait(base, id, key)
+  return redis.call('ZREM', base .. key, id) == 1
 end

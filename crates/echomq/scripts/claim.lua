@@ -1,6 +1,6 @@
 -- claim — up to n jobs off the ring, each leased until now + lease on the store's clock.
 -- The ring is walked round-robin: pop the head member; if it is eligible take one job from it — the
--- flat set '~' its lowest score, a group g its lane's head while a:<g> is below g's limit (its own
+-- flat set '~' its lowest rank, a group g its lane's lowest while a:<g> is below g's limit (its own
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
@@ -17,7 +17,7 @@
 --
 -- KEYS[1] emq:{q}:ring        (list of ring members)
 -- KEYS[2] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~ r:~)
--- KEYS[3] emq:{q}:pending     (zset, score = sequence)
+-- KEYS[3] emq:{q}:pending     (zset, score = rank)
 -- KEYS[4] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[5] emq:{q}:paused      (string)
 -- KEYS[6] emq:{q}:obliterating (string)
@@ -84,7 +84,7 @@ local function member(m)
   else
     local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~')
     local lane = base .. 'lane:' .. m
-    s = { key = lane, size = call('LLEN', lane), ids = {}, taken = 0, group = m,
+    s = { key = lane, size = emq_lane_len(base, m), ids = {}, taken = 0, group = m,
           a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0 }
   end
   members[m] = s
@@ -95,8 +95,8 @@ end
 -- the next job id of s; its next page holds `ahead` ids
 local function next_id(s, ahead)
   if s.taken == #s.ids then
-    local from, to, page = s.taken, s.taken + ahead - 1, nil
-    if s.group then page = call('LRANGE', s.key, from, to) else page = call('ZRANGE', s.key, from, to) end
+    local from, to = s.taken, s.taken + ahead - 1
+    local page = call('ZRANGE', s.key, from, to)
     for i = 1, #page do s.ids[from + i] = page[i] end
   end
   s.taken = s.taken + 1
@@ -232,7 +232,7 @@ if #rest > 0 then emq_bulk('RPUSH', ring, rest) end
 -- each member's jobs used leave its set
 for _, s in ipairs(order) do
   if s.taken > 0 then
-    if s.group then call('LTRIM', s.key, s.taken, -1) else call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1) end
+    call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1)
   end
 end
 -- the groups hash: the dropped members' flags first, then each group's active count (the hash never

@@ -27,7 +27,7 @@ for i = 1, #scan[2], 2 do
   local kind, g = string.sub(scan[2][i], 1, 2), string.sub(scan[2][i], 3)
   if (kind == 'a:' or kind == 'r:') and g ~= '~' then
     lanes[#lanes + 1] = g
-    lanes[#lanes + 1] = redis.call('LLEN', base .. 'lane:' .. g)
+    lanes[#lanes + 1] = emq_lane_len(base, g)
   end
 end
 reply[#reply + 1] = scan[1]

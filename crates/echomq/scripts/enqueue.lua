@@ -1,4 +1,5 @@
--- enqueue — new flat jobs: each to `pending` at its sequence (FIFO), or to `scheduled` when delayed.
+-- enqueue — new flat jobs: each to `pending` at a rank of its priority (emq_rank: FIFO within a
+-- priority), or to `scheduled` when delayed.
 -- A caller id is a duplicate while its row exists, and a later copy in the same batch is one too
 -- (the first wins). The first enqueue of the queue's life (none since its creation or obliterate)
 -- writes `registered` owed; while it is owed each reply carries its token, and the client then
@@ -8,7 +9,7 @@
 -- Reads first (emq_new_jobs): the rows of the new jobs are reached before the first write.
 --
 -- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
--- KEYS[2] emq:{q}:pending     (zset, score = sequence)
+-- KEYS[2] emq:{q}:pending     (zset, score = rank)
 -- KEYS[3] emq:{q}:scheduled   (zset, score = due ms)
 -- KEYS[4] emq:{q}:ring        (list of ring members)
 -- KEYS[5] emq:{q}:groups      (hash: r:~ the flat set's ring flag)
@@ -16,12 +17,15 @@
 -- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
 -- KEYS[8] emq:{q}:registered  (zset of one member: the token of the queue's life, score 0 = its
 --                              SADD to emq:queues owed, 1 = paid)
+-- KEYS[9] emq:{q}:order       (hash: the ranking's clock and aging)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] n, 1..1000
--- ARGV[3 + 5(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none), kind
---   ('' = none: a raw job), payload
+-- ARGV[3 + 7(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none),
+--   kind ('' = none: a raw job), priority ('' = 0, else 1..9), retry policy ('' = none: the
+--   consumer's; else its text, e.g. exp:1s,x2,max=10m,jitter=full), payload
 --   or, the plain layout: ARGV[2 + i] = the payload of job i alone (a generated id, no delay,
---   no max_attempts, no kind): one argument per job, chosen when ARGV holds exactly n of them
+--   no max_attempts, no kind, priority 0, no retry policy): one argument per job, chosen when
+--   ARGV holds exactly n of them
 --
 -- Replies: {first sequence, registration owed, index (1-based) of each duplicate, …}: the new jobs
 --          took the sequences from the first on, in batch order; a generated id is its sequence;

@@ -1,8 +1,9 @@
--- genqueue — new jobs of group g: each to its lane's tail, or to `scheduled` (row carries `group`)
+-- genqueue — new jobs of group g: each to its lane at a rank of its priority (as enqueue ranks), or
+-- to `scheduled` (row carries `group`)
 -- when delayed; then the ring step for g. Duplicates, validation and reads first as enqueue.
 --
 -- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
--- KEYS[2] emq:{q}:lane:<g>    (list, FIFO)
+-- KEYS[2] emq:{q}:lane:<g>    (zset, score = rank)
 -- KEYS[3] emq:{q}:scheduled   (zset, score = due ms)
 -- KEYS[4] emq:{q}:ring        (list of ring members)
 -- KEYS[5] emq:{q}:groups      (hash: a:<g> l:<g> r:<g> l:~)
@@ -10,13 +11,12 @@
 -- KEYS[7] emq:{q}:obliterating (string, present while obliterating)
 -- KEYS[8] emq:{q}:registered  (zset of one member: the token of the queue's life, score 0 = its
 --                              SADD to emq:queues owed, 1 = paid)
+-- KEYS[9] emq:{q}:order       (hash: the ranking's clock and aging)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] the group g
 -- ARGV[3] n, 1..1000
--- ARGV[4 + 5(i-1) ..] per job: id ('' = generated), delay ms, max_attempts ('' = none), kind ('' = none),
---   payload
---   or, the plain layout: ARGV[3 + i] = the payload of job i alone (a generated id, no delay,
---   no max_attempts, no kind): one argument per job, chosen when ARGV holds exactly n of them
+-- ARGV[4 + 7(i-1) ..] per job: as enqueue's
+--   or, the plain layout: ARGV[3 + i] = the payload of job i alone, as enqueue's
 --
 -- Replies: as enqueue.
 -- Wakes: one per new ready job the group's free slots let be claimed (at most 16).

@@ -41,11 +41,11 @@ if skip < 0 then skip = 0 end
 -- the page continues through lane g (skipping what the offset still skips)
 local function walk(g)
   local lane = base .. 'lane:' .. g
-  local len = redis.call('LLEN', lane)
+  local len = emq_lane_len(base, g)
   if skip >= len then
     skip = skip - len
   else
-    for _, id in ipairs(redis.call('LRANGE', lane, skip, skip + limit - #out - 1)) do out[#out + 1] = id end
+    for _, id in ipairs(redis.call('ZRANGE', lane, skip, skip + limit - #out - 1)) do out[#out + 1] = id end
     skip = 0
   end
 end

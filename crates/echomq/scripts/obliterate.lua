@@ -95,7 +95,7 @@ touch[#touch + 1] = 'obliterating'
 if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
-  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered' }
+  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end

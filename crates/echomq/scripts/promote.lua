@@ -1,5 +1,5 @@
--- promote — up to ARGV[2] due jobs (score <= now) from `scheduled` to ready: flat to `pending` at a
--- fresh sequence, a lane job to its lane's tail (the ring step). It answers, in the same step, how
+-- promote — up to ARGV[2] due jobs (score <= now) from `scheduled` to ready: to `pending` or its
+-- lane at a fresh rank of its priority (the ring step). It answers, in the same step, how
 -- long until the next scheduled job after them is due — the consumer bounds its park with it.
 -- A missing row is dropped; a row not in state scheduled goes dead naming the defect, as does a
 -- key of another type at the row's key.
@@ -7,8 +7,8 @@
 -- flat set they join, then the writes.
 --
 -- KEYS[1] emq:{q}:scheduled   (zset, score = due ms)
--- KEYS[2] emq:{q}:pending     (zset, score = sequence)
--- KEYS[3] emq:{q}:id          (string, INCR: sequences)
+-- KEYS[2] emq:{q}:pending     (zset, score = rank)
+-- KEYS[3] emq:{q}:order       (hash: the ranking's clock and aging)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] limit (>= 1, the consumer's pump_batch)
 --
@@ -34,13 +34,14 @@ if #due == 0 then return {0, next_ms} end
 local rows, lanes, order, flat, buried = {}, {}, {}, nil, false
 for i, id in ipairs(due) do
   local jk = base .. 'job:' .. id
-  local row = redis.pcall('HMGET', jk, 'state', 'group', 'waited')
+  local row = redis.pcall('HMGET', jk, 'state', 'group', 'waited', 'priority')
   if emq_foreign(row) then
     local defect, data = emq_foreign_read(base, id)
     row = { foreign = defect, data = data }
     buried = true
   else
     -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
+    row[5] = row[4]
     row[4] = row[3]
     row[3] = redis.call('HEXISTS', jk, 'data') == 1
     local state, g = row[1], row[2]
@@ -64,7 +65,8 @@ if flat or #order > 0 then
   touch[#touch + 1] = 'ring'
   touch[#touch + 1] = 'wake'
 end
-if flat then touch[#touch + 1] = 'id' end
+local ranks = nil
+if flat or #order > 0 then ranks = emq_order_read(base, now) end
 if buried then
   touch[#touch + 1] = 'dead'
   touch[#touch + 1] = 'metrics:failed'
@@ -80,7 +82,7 @@ for i, id in ipairs(due) do
     emq_bury_foreign(base, id, now, row.foreign, row.data)
     failed = failed + 1
   elseif state == 'scheduled' and row[3] then
-    emq_ready(base, id, g, g and lanes[g] or flat)
+    emq_ready(base, id, g, g and lanes[g] or flat, ranks, row[5])
     redis.call('HDEL', base .. 'job:' .. id, 'run_at')
     if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
     moved = moved + 1
@@ -90,6 +92,7 @@ for i, id in ipairs(due) do
     failed = failed + 1
   end
 end
+if ranks then emq_order_write(base, ranks) end
 local wakes = nflat
 if flat then emq_flat_step(base, flat) end
 for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end

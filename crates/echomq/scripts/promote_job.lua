@@ -1,5 +1,5 @@
--- promote_job — an operator makes one scheduled job ready now (flat: pending at a fresh sequence;
--- lane: its tail and the ring step).
+-- promote_job — an operator makes one scheduled job ready now (pending or its lane at a fresh rank
+-- of its priority; the ring step).
 --
 -- KEYS[1] emq:{q}:job:<id>    (hash, the row)
 -- KEYS[2] emq:{q}:scheduled   (zset)
@@ -11,7 +11,7 @@
 -- Reads first (_lib.lua): the row, its group or the flat set, then the writes.
 local jk = KEYS[1]
 local base, id = ARGV[1], ARGV[2]
-local r = redis.call('HMGET', jk, 'state', 'group')
+local r = redis.call('HMGET', jk, 'state', 'group', 'priority')
 if not r[1] then return -1 end
 if r[1] ~= 'scheduled' then return 0 end
 local g = r[2]
@@ -21,13 +21,14 @@ if g then
   emq_lane_read(lanes, base, g)
 else
   flat = emq_flat_read(base)
-  touch[#touch + 1] = 'id'
 end
 local paused = emq_paused_read(base)
+local ranks = emq_order_read(base, emq_now())
 emq_touch(base, touch)
 -- the membership test is the reply of the ZREM the move needs anyway (nothing written on 0)
 if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
-emq_ready(base, id, g, g and lanes[g] or flat)
+emq_ready(base, id, g, g and lanes[g] or flat, ranks, r[3])
+emq_order_write(base, ranks)
 redis.call('HDEL', jk, 'run_at')
 if g then
   emq_wake(base, emq_lane_step(base, g, lanes[g], 1), paused)

@@ -1,7 +1,7 @@
 -- reap — recovery without a token, guarded by the lease deadline: up to ARGV[2] active jobs whose
--- lease lapsed (score <= now) go back to ready at the front — flat to `pending` at score 0, a lane
--- job to its lane's head, recovered jobs of one lane in the order their leases lapsed (its slot
--- freed, the ring step); metrics reaped.
+-- lease lapsed (score <= now) go back to ready at the front — to `pending` or its lane at rank 0
+-- (recovered jobs ordered by id among themselves; a lane job's slot freed, the ring step); metrics
+-- reaped.
 -- The attempt: every claim uses one. Without ARGV[3] a lapsed lease has used the attempt its claim
 -- took, and claim buries a job with none left ("lease expired on the last attempt"): a job that
 -- kills its worker cannot loop for ever. With ARGV[3] = max_redeliveries, lapses have a budget of
@@ -14,7 +14,7 @@
 -- Reads first (_lib.lua): the lapsed ids, their rows, their groups and the flat set, then the writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
--- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
+-- KEYS[2] emq:{q}:pending     (zset, score = rank; recovered jobs 0)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] limit (>= 1)
 -- ARGV[3] max_redeliveries (>= 1), or '' / absent: none (a lapse keeps its attempt used)
@@ -64,8 +64,6 @@ end
 emq_touch(base, touch)
 
 emq_bulk('ZREM', active, lapsed)
--- walked backwards: each LPUSH puts a job ahead of the one lapsed after it, so recovered lane jobs
--- keep their order at the lane's front
 local back, freed, failed = 0, 0, 0
 for i = #lapsed, 1, -1 do
   local id = lapsed[i]

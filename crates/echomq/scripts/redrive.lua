@@ -1,4 +1,4 @@
--- redrive — a dead job back to ready (flat: pending at a fresh sequence; lane: its tail and the ring
+-- redrive — a dead job back to ready (pending or its lane at a fresh rank of its priority; the ring
 -- step), attempts kept (they never go down), its budget raised: max_attempts = the attempts it
 -- has used (attempts - free) + extra;
 -- its stall count and any cancel mark of an earlier run cleared. One id, or the oldest dead jobs in
@@ -30,7 +30,7 @@ else
 end
 local rows, lanes, order, flat = {}, {}, {}, nil
 for i, id in ipairs(ids) do
-  local row = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free')
+  local row = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free', 'priority')
   if row[1] == 'dead' then
     local g = row[3]
     if not g then
@@ -55,7 +55,8 @@ if flat or #order > 0 then
   touch[#touch + 1] = 'ring'
   touch[#touch + 1] = 'wake'
 end
-if flat then touch[#touch + 1] = 'id' end
+local ranks = nil
+if flat or #order > 0 then ranks = emq_order_read(base, emq_now()) end
 emq_touch(base, touch)
 
 -- every member looked at leaves `dead`; those whose row says dead go ready
@@ -67,11 +68,12 @@ for i, id in ipairs(ids) do
     redis.call('HSET', base .. 'job:' .. id, 'max_attempts', att + extra)
     -- a cancel asked of an earlier run is spent: the operator asked for this one
     redis.call('HDEL', base .. 'job:' .. id, 'stalled', 'cancel')
-    emq_ready(base, id, g, g and lanes[g] or flat)
+    emq_ready(base, id, g, g and lanes[g] or flat, ranks, rows[i][5])
     if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
     done = done + 1
   end
 end
+if ranks then emq_order_write(base, ranks) end
 local wakes = nflat
 if flat then emq_flat_step(base, flat) end
 for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end

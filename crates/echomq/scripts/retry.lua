@@ -1,7 +1,7 @@
 -- retry — fenced: the holder hands the job back after a failure. When the attempts it has used
 -- (attempts - free) reach its budget (its own max_attempts, else ARGV[5]) the job goes dead (metrics
--- failed); else it waits in `scheduled` until now + delay (delay 0: ready at once: pending at a
--- fresh sequence or its lane's tail), with the error as last_error (metrics retried). A lane job
+-- failed); else it waits in `scheduled` until now + delay (delay 0: ready at once: pending or its
+-- lane at a fresh rank of its priority), with the error as last_error (metrics retried). A lane job
 -- frees its slot either way; a waited job's id is published when it goes dead. Reads first (_lib.lua): the row, its group or the flat set, then the
 -- writes.
 --
@@ -23,7 +23,7 @@ local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
 if not emq_whole(tonumber(token), 0) then return emq_bad_args('retry', 'token') end
-local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts', 'waited')
+local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts', 'waited', 'priority')
 if refused then return refused end
 local used = emq_used(r[1], r[3])
 local dead = used >= (tonumber(r[4] or maxdef) or maxdef)
@@ -36,11 +36,12 @@ if dead then
   if recmax > 0 then touch[#touch + 1] = 'completions' end
 else
   touch[#touch + 1] = 'metrics:retried'
-  touch[#touch + 1] = 'id'
 end
+local now = emq_now()
+local ranks = nil
+if not dead and delay <= 0 then ranks = emq_order_read(base, now) end
 emq_touch(base, touch)
 if redis.call('ZREM', active, id) == 0 then return 0 end
-local now = emq_now()
 local reply, wakes = 1, 0
 if dead then
   emq_bury(base, id, now, err)
@@ -54,7 +55,8 @@ else
     redis.call('HSET', jk, 'state', 'scheduled', 'run_at', now + delay)
     redis.call('ZADD', scheduled, now + delay, id)
   else
-    emq_ready(base, id, g, g and lanes[g] or flat)
+    emq_ready(base, id, g, g and lanes[g] or flat, ranks, r[6])
+    emq_order_write(base, ranks)
     if not g then
       emq_flat_step(base, flat)
       wakes = 1

@@ -2,8 +2,8 @@
 -- with the KEYS, ARGV and reply below.
 -- Every active member whose lease lapsed (score <= now, server clock), at most ARGV[3]: its `stalled`
 -- count +1; at or above ARGV[2] it goes dead (last_error "stalled", metrics failed), else back to
--- ready (metrics stalled). A lane job frees its group's slot and goes to its lane's front,
--- recovered jobs of one lane in the order their leases lapsed (the ring step; a wake per recovered
+-- ready (metrics stalled): pending or its lane at rank 0, the front (recovered jobs ordered by id
+-- among themselves). A lane job frees its group's slot (the ring step; a wake per recovered
 -- job, and one when a dead-lettered lane job put its group back on the ring); a missing row is
 -- dropped from active and reported neither way; a key of another type at a row's key (only by
 -- hand) becomes a dead row naming the defect (a string's bytes kept as its data; its group, so its
@@ -16,7 +16,7 @@
 -- it only writes with one EXISTS, before its first write.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
--- KEYS[2] emq:{q}:pending     (zset, score = sequence; recovered jobs 0)
+-- KEYS[2] emq:{q}:pending     (zset, score = rank; recovered jobs 0)
 -- KEYS[3] emq:{q}:dead        (zset, score = time of death ms)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] max_stalled (>= 1; 1 = dead at the first stall)
@@ -37,6 +37,19 @@ local exp = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim)
 -- The reads. rows[i]: {state, group, stalled} (state false: a missing row, dropped), or for a key
 -- of another type {foreign = its defect, data = a string's bytes}; lanes[g]: g's active count, ring
 -- flag, limit and lane length, kept up to date by the writes below.
+-- the length of a lane (a sorted set, recovered jobs at rank 0, the front). One an earlier
+-- version wrote as a list is turned into the sorted set first, its order kept (ranks 1, 2, …):
+-- the one write before the reads end, which leaves the same jobs waiting in the same order.
+local function lane_len(lane)
+  local n = redis.pcall('ZCARD', lane)
+  if type(n) == 'number' then return n end
+  if string.sub(n['err'], 1, 9) ~= 'WRONGTYPE' then error(n) end
+  local ids = redis.call('LRANGE', lane, 0, -1)
+  redis.call('DEL', lane)
+  for i, id in ipairs(ids) do redis.call('ZADD', lane, i, id) end
+  return #ids
+end
+
 local rows, lanes = {}, {}
 local flat_ringed = nil -- the flat set's ring flag, read when a flat job may recover
 local dies, recovers, lane_jobs = false, false, false
@@ -61,7 +74,7 @@ for i, id in ipairs(exp) do
           a = tonumber(f[1]) or 0,
           ringed = f[2] and true or false,
           limit = tonumber(f[3]) or tonumber(f[4]) or 1,
-          len = redis.call('LLEN', p .. 'lane:' .. g),
+          len = lane_len(p .. 'lane:' .. g),
         }
       end
     elseif flat_ringed == nil then
@@ -87,9 +100,7 @@ if recovers or lane_jobs then
 end
 if #touch > 0 then redis.call('EXISTS', unpack(touch)) end
 
--- The writes, walked backwards (each LPUSH puts a job ahead of the one lapsed after it, so
--- recovered lane jobs keep their order at the lane's front); the reply lists are put back in lapse
--- order below
+-- The writes, walked backwards; the reply lists are put back in lapse order below
 local recovered, buried = {}, {}
 local flat = false
 local freed = 0 -- groups a dead-lettered lane job put back on the ring: each made a job claimable
@@ -130,7 +141,7 @@ for i = #exp, 1, -1 do
     else
       redis.call('HSET', jk, 'stalled', stalls, 'state', 'pending')
       if s then
-        redis.call('LPUSH', p .. 'lane:' .. g, id)
+        redis.call('ZADD', p .. 'lane:' .. g, 0, id)
         s.len = s.len + 1
       else
         redis.call('ZADD', pending, 0, id)

@@ -110,7 +110,26 @@ pub struct NewJob {
     /// waits for the most any of its jobs asks. The embedded store has no replicas: its commit is
     /// the job's durability, and it ignores this.
     pub wait_replicas: Option<(u32, Duration)>,
+    /// How urgent it is: 0 (the default, the most urgent) to [`PRIORITY_MAX`] (the least). A
+    /// ready job of priority p is claimed before every priority-0 job made ready more than
+    /// p × the queue's priority aging after it ([`PRIORITY_AGING_DEFAULT`]; aging 0 is strict:
+    /// no job runs while a more urgent one waits); within one priority, first in first out.
+    /// Stored on the row only when above 0.
+    pub priority: Option<u8>,
+    /// This job's own retry curve, used instead of the consumer's; stored on its row (a function
+    /// cannot be: [`RetryPolicy::is_storable`](crate::RetryPolicy::is_storable)).
+    pub retry: Option<crate::RetryPolicy>,
 }
+
+/// The least urgent priority (0 is the most urgent, and the default).
+pub const PRIORITY_MAX: u8 = 9;
+
+/// A queue's priority aging when none is set: a job of priority p waits at most p × 60 s behind
+/// priority-0 jobs that keep arriving.
+pub const PRIORITY_AGING_DEFAULT: Duration = Duration::from_secs(60);
+
+/// The longest priority aging a queue takes (365 days).
+pub const PRIORITY_AGING_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// The longest job kind, in bytes.
 pub const KIND_MAX: usize = 128;
@@ -145,6 +164,18 @@ impl NewJob {
     /// Sets the attempt budget.
     pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
         self.max_attempts = Some(max_attempts);
+        self
+    }
+
+    /// Sets the priority: 0 (the most urgent, the default) to [`PRIORITY_MAX`].
+    pub fn with_priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Sets this job's own retry curve.
+    pub fn with_retry(mut self, retry: crate::RetryPolicy) -> Self {
+        self.retry = Some(retry);
         self
     }
 
@@ -197,6 +228,10 @@ pub struct JobRow {
     pub group: Option<GroupName>,
     /// Its kind; `None` for a raw job.
     pub kind: Option<String>,
+    /// How urgent it is: 0 (the most urgent, the default) to 9.
+    pub priority: u8,
+    /// Its own retry policy, in the text form (`exp:1s,x2,max=10m,jitter=full`), if it has one.
+    pub retry: Option<String>,
     /// Due time (ms since the epoch, store clock) while scheduled.
     pub run_at: Option<u64>,
     /// Times recovery found its lease lapsed and counted it: the stalled sweep, and reap under a

@@ -40,6 +40,7 @@ pub const SUFFIXES: &[&str] = &[
     "retention",
     "finished",
     "registered",
+    "order",
 ];
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
@@ -205,7 +206,7 @@ impl QueueKeys {
     pub fn id(&self) -> String {
         self.key("id")
     }
-    /// `emq:{q}:pending` — flat ready jobs, score = sequence.
+    /// `emq:{q}:pending` — flat ready jobs, score = rank (priority and arrival; recovered jobs 0).
     pub fn pending(&self) -> String {
         self.key("pending")
     }
@@ -267,6 +268,11 @@ impl QueueKeys {
     /// `*`: look at every waited job again).
     pub fn finished(&self) -> String {
         self.key("finished")
+    }
+    /// `emq:{q}:order` — how ready jobs are ranked (hash: `clock`, the clock part of the last
+    /// rank given; `aging`, the priority aging in ms).
+    pub fn order(&self) -> String {
+        self.key("order")
     }
     /// `emq:{q}:job:<id>` — one job's row.
     pub fn job(&self, id: &JobId) -> String {

@@ -19,6 +19,7 @@ pub mod job;
 pub mod keyspace;
 pub mod outcome;
 pub mod queue;
+pub mod retry;
 pub mod store;
 pub mod worker;
 
@@ -29,6 +30,7 @@ pub use job::{ClaimedJob, Job, JobRow, JobState, NewJob};
 pub use keyspace::{GroupName, JobId, QueueName};
 pub use outcome::{Outcome, Output};
 pub use queue::{JobHandle, Push, Queue};
+pub use retry::{Jitter, RetryPolicy};
 pub use store::{Retention, Store};
 pub use worker::{JobError, JobHandler, Worker, WorkerHandle};
 

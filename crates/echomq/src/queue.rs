@@ -148,6 +148,8 @@ pub struct Push<'q> {
     id: Option<Result<JobId>>,
     delay: Option<Duration>,
     max_attempts: Option<u32>,
+    priority: Option<u8>,
+    retry: Option<crate::RetryPolicy>,
 }
 
 impl<'q> Push<'q> {
@@ -160,6 +162,8 @@ impl<'q> Push<'q> {
             id: None,
             delay: None,
             max_attempts: None,
+            priority: None,
+            retry: None,
         }
     }
 
@@ -182,6 +186,19 @@ impl<'q> Push<'q> {
         self
     }
 
+    /// How urgent the job is: 0 (the default, the most urgent) to 9 (the least). Lower
+    /// priorities wait behind higher ones only so long: see [`NewJob::priority`].
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// This job's own retry curve, instead of the worker's.
+    pub fn retry(mut self, retry: crate::RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
     /// A caller-given id (it must hold a non-digit): pushing it again while the job exists
     /// writes nothing and answers the existing job ([`JobHandle::is_duplicate`]).
     pub fn id(mut self, id: &str) -> Self {
@@ -195,6 +212,8 @@ impl<'q> Push<'q> {
         job.id = self.id.transpose()?;
         job.delay = self.delay;
         job.max_attempts = self.max_attempts;
+        job.priority = self.priority;
+        job.retry = self.retry;
         let store = &self.queue.store;
         let replies = match self.group.transpose()? {
             Some(g) => store.genqueue(&self.queue.name, &g, &[job]).await?,

@@ -763,6 +763,20 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
         if let Some(kind) = &job.kind {
             check_kind(kind)?;
         }
+        if let Some(p) = job.priority.filter(|p| *p > crate::job::PRIORITY_MAX) {
+            return Err(Error::InvalidOption {
+                field: "priority",
+                value: p.to_string(),
+                reason: "0 (the most urgent) to 9",
+            });
+        }
+        if let Some(r) = job.retry.as_ref().filter(|r| !r.is_storable()) {
+            return Err(Error::InvalidOption {
+                field: "retry",
+                value: r.to_string(),
+                reason: "a function cannot be stored on a job: give it to the worker",
+            });
+        }
         if let Some((_, timeout)) = job.wait_replicas {
             let ms = millis("wait_replicas timeout", timeout)?;
             positive("wait_replicas timeout", ms)?;

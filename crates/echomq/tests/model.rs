@@ -303,11 +303,14 @@ struct Metrics {
 struct Model {
     /// emq:{q}:id
     seq: u64,
+    /// The last rank given (emq:{q}:order's clock, as an order: every job made ready ranks after
+    /// every earlier one; recovered jobs rank 0)
+    rank: u64,
     rows: BTreeMap<String, Row>,
     /// Every id ever enqueued (their rows may be gone).
     known: BTreeSet<String>,
     pending: BTreeSet<(u64, String)>,
-    lanes: BTreeMap<String, VecDeque<String>>,
+    lanes: BTreeMap<String, BTreeSet<(u64, String)>>,
     ring: VecDeque<String>,
     flags: BTreeSet<String>,
     active_of: BTreeMap<String, u64>,
@@ -487,12 +490,18 @@ impl Model {
         }
     }
 
-    fn lane(&mut self, g: &str) -> &mut VecDeque<String> {
+    fn lane(&mut self, g: &str) -> &mut BTreeSet<(u64, String)> {
         self.lanes.entry(g.to_string()).or_default()
     }
 
     fn lane_len(&self, g: &str) -> usize {
-        self.lanes.get(g).map_or(0, VecDeque::len)
+        self.lanes.get(g).map_or(0, BTreeSet::len)
+    }
+
+    /// The next rank (every job in the model has priority 0).
+    fn next_rank(&mut self) -> u64 {
+        self.rank += 1;
+        self.rank
     }
 
     /// (active count, limit): its own, else the queue default, else 1.
@@ -537,19 +546,16 @@ impl Model {
         self.ring_step(g);
     }
 
-    /// emq_ready: flat at a fresh sequence, a lane at its tail; state pending.
+    /// emq_ready: flat or its lane at a fresh rank; state pending.
     fn ready(&mut self, id: &str) {
         let g = self.row(id).group.clone();
         self.row(id).place = Place::Pending;
+        let s = self.next_rank();
+        self.row(id).score = s;
         match g {
-            Some(g) => self.lane(&g).push_back(id.to_string()),
-            None => {
-                self.seq += 1;
-                let s = self.seq;
-                self.row(id).score = s;
-                self.pending.insert((s, id.to_string()));
-            }
-        }
+            Some(g) => self.lane(&g).insert((s, id.to_string())),
+            None => self.pending.insert((s, id.to_string())),
+        };
     }
 
     /// Scheduled until `due` (the order of due times).
@@ -560,13 +566,14 @@ impl Model {
         self.scheduled.insert((due, id.to_string()));
     }
 
-    /// Back at the front of its set, state pending: a lane job at its lane's head, a flat one in
-    /// pending at score 0 (no ring step). True for a flat job.
+    /// Back at the front of its set, state pending: its lane or pending at rank 0 (no ring step).
+    /// True for a flat job.
     fn front(&mut self, id: &str) -> bool {
         self.row(id).place = Place::Pending;
         match self.rows[id].group.clone() {
             Some(g) => {
-                self.lane(&g).push_front(id.to_string());
+                self.row(id).score = 0;
+                self.lane(&g).insert((0, id.to_string()));
                 false
             }
             None => {
@@ -597,11 +604,7 @@ impl Model {
         let r = self.rows[id].clone();
         match (r.place, r.group) {
             (Place::Scheduled, _) => assert!(self.scheduled.remove(&(r.due, id.to_string()))),
-            (Place::Pending, Some(g)) => {
-                let lane = self.lane(&g);
-                let at = lane.iter().position(|x| x == id).expect("model: in its lane");
-                lane.remove(at);
-            }
+            (Place::Pending, Some(g)) => assert!(self.lane(&g).remove(&(r.score, id.to_string()))),
             (Place::Pending, None) => assert!(self.pending.remove(&(r.score, id.to_string()))),
             _ => unreachable!("unwait of a job not waiting"),
         }
@@ -754,16 +757,18 @@ impl Model {
                 Some(d) => {
                     self.scheduled.insert((d, id.clone()));
                 }
-                None => ready.push((self.seq, id.clone())),
+                None => {
+                    let rank = self.next_rank();
+                    self.row(&id).score = rank;
+                    ready.push((rank, id.clone()));
+                }
             }
             reply.push(Enqueued::New(JobId::parse(id).unwrap()));
         }
         if !ready.is_empty() {
             match g {
                 Some(g) => {
-                    for (_, id) in ready {
-                        self.lane(g).push_back(id);
-                    }
+                    self.lane(g).extend(ready);
                     self.ring_step(g);
                 }
                 None => {
@@ -802,7 +807,7 @@ impl Model {
             } else {
                 let (mut a, limit) = self.slots(&m);
                 if a < limit {
-                    if let Some(id) = self.lane(&m).pop_front() {
+                    if let Some((_, id)) = self.lane(&m).pop_first() {
                         if self.take(&id, lease, maxdef, &mut out) {
                             a += 1;
                             self.active_of.insert(m.clone(), a);
@@ -1110,12 +1115,12 @@ impl Model {
         let mut out: Vec<String> = self.pending.iter().map(|(_, id)| id.clone()).collect();
         for m in &self.ring {
             if m != FLAT {
-                out.extend(self.lanes.get(m).into_iter().flatten().cloned());
+                out.extend(self.lanes.get(m).into_iter().flatten().map(|(_, id)| id.clone()));
             }
         }
         for g in self.active_of.keys() {
             if !self.flags.contains(g) {
-                out.extend(self.lanes.get(g).into_iter().flatten().cloned());
+                out.extend(self.lanes.get(g).into_iter().flatten().map(|(_, id)| id.clone()));
             }
         }
         out
@@ -1130,7 +1135,7 @@ impl Model {
     }
 
     fn ready_count(&self) -> u64 {
-        (self.pending.len() + self.lanes.values().map(VecDeque::len).sum::<usize>()) as u64
+        (self.pending.len() + self.lanes.values().map(BTreeSet::len).sum::<usize>()) as u64
     }
 
     /// The groups hash as the model holds it: a:<g>, l:<g>, l:~ with their values; r:<m> flags.
@@ -1160,7 +1165,7 @@ impl Model {
             places.entry(id).or_default().push("pending");
         }
         for (g, lane) in &self.lanes {
-            for id in lane {
+            for (_, id) in lane {
                 places.entry(id).or_default().push(g);
             }
         }

@@ -112,7 +112,7 @@ impl Walk<'_, '_> {
         let cap = 2 * s.counted_to.max(s.taken as i64);
         let size = match &s.group {
             None => self.db.zcard_upto("pending", cap)?,
-            Some(g) => self.db.llen_upto(&lane(g), cap)?,
+            Some(g) => self.db.zcard_upto(&lane(g), cap)?,
         };
         let s = &mut self.order[i];
         s.size = size;
@@ -140,7 +140,7 @@ impl Walk<'_, '_> {
             let (a, limit) = slots(self.db, m)?;
             Member {
                 group: Some(m.to_string()),
-                size: self.db.llen_upto(&lane(m), self.first_count)?,
+                size: self.db.zcard_upto(&lane(m), self.first_count)?,
                 counted_to: self.first_count,
                 ids: Vec::new(),
                 taken: 0,
@@ -160,7 +160,7 @@ impl Walk<'_, '_> {
         if s.taken == s.ids.len() {
             let from = s.taken as i64;
             let page = match &s.group {
-                Some(g) => self.db.lrange(&lane(g), from, ahead)?,
+                Some(g) => self.db.zrange(&lane(g), from, ahead, false)?,
                 None => self.db.zrange("pending", from, ahead, false)?,
             };
             s.ids.extend(page);
@@ -327,7 +327,7 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
     let handed: HashSet<&str> = w.out.iter().map(|j| j.id.as_str()).collect();
     for s in &w.order {
         match &s.group {
-            Some(g) if s.taken > 0 => db.ltrim_head(&lane(g), s.taken as i64)?,
+            Some(g) if s.taken > 0 => db.zrem_head(&lane(g), s.taken as i64)?,
             None => {
                 for id in s.ids[..s.taken].iter().filter(|id| !handed.contains(id.as_str())) {
                     db.zrem("pending", id)?;

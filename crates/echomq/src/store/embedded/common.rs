@@ -36,7 +36,7 @@ pub(crate) struct Lane {
 
 /// How far a twin counts a lane for [`Lane::len`]: `Whole` for the claimable arithmetic of jobs
 /// joining it; `Any` (0 or 1: whether it holds a job) for a leave's ring step, which asks no more.
-/// LLEN is O(1) in Redis, a count of the lane's rows here is not.
+/// ZCARD is O(1) in Redis, a count of the lane's rows here is not.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Count {
     Whole,
@@ -62,8 +62,8 @@ pub(crate) fn lane_read(db: &Db, g: &str, count: Count) -> Result<Lane> {
         })
         .map_err(|e| db.err(e))?;
     let len = match count {
-        Count::Whole => db.llen(&lane(g))?,
-        Count::Any => i64::from(db.lnonempty(&lane(g))?),
+        Count::Whole => db.zcard(&lane(g))?,
+        Count::Any => i64::from(db.znonempty(&lane(g))?),
     };
     Ok(Lane {
         a: num(a).unwrap_or(0),
@@ -160,7 +160,7 @@ pub(crate) fn lane_step(db: &Db, g: &str, s: &mut Lane, added: i64) -> Result<i6
 /// A job back at the front of g's lane, its row pending (the twin of `emq_lane_front`).
 pub(crate) fn lane_front(db: &Db, g: &str, s: &mut Lane, id: &str) -> Result<()> {
     db.hset(id, &[Field::State("pending")])?;
-    db.lpush(&lane(g), id)?;
+    db.zadd(&lane(g), 0, id)?;
     s.len += 1;
     Ok(())
 }
@@ -464,19 +464,88 @@ pub(crate) fn bury(db: &Db, id: &str, err: &str) -> Result<()> {
     db.zadd("dead", db.now(), id)
 }
 
-/// A job made ready again: the flat set at a fresh sequence, or its lane's tail; state pending;
-/// `len`, the length of the set it joins ([`Lane::len`] of g, else [`Flat::len`]), counts it.
-pub(crate) fn ready(db: &Db, id: &str, g: Option<&str>, len: &mut i64) -> Result<()> {
+/// A job made ready again, in the flat set or its lane at a fresh rank of its priority (`priority`:
+/// the row's field, 0 when absent; `order` from [`Order::read`], written back by the caller);
+/// state pending; `len`, the length of the set it joins ([`Lane::len`] of g, else
+/// [`Flat::len`]), counts it (the twin of `emq_ready`).
+pub(crate) fn ready(
+    db: &Db,
+    id: &str,
+    g: Option<&str>,
+    len: &mut i64,
+    order: &mut Order,
+    priority: Option<&str>,
+) -> Result<()> {
     db.hset(id, &[Field::State("pending")])?;
+    let rank = order.rank(priority_of(priority));
     match g {
-        Some(g) => db.rpush(&lane(g), id)?,
-        None => {
-            let seq = db.kv_incr("id", 1)?;
-            db.zadd("pending", seq, id)?;
-        }
+        Some(g) => db.zadd(&lane(g), rank, id)?,
+        None => db.zadd("pending", rank, id)?,
     }
     *len += 1;
     Ok(())
+}
+
+/// A row's priority field as a number, 0 when absent or not one of 0..=9 (enqueue writes only
+/// those).
+pub(crate) fn priority_of(field: Option<&str>) -> i64 {
+    field
+        .and_then(|p| p.parse::<i64>().ok())
+        .filter(|p| (0..=i64::from(crate::job::PRIORITY_MAX)).contains(p))
+        .unwrap_or(0)
+}
+
+/// The start of the ranks' clock: 2026-01-01T00:00:00Z, in ms since the Unix epoch.
+const RANK_EPOCH_MS: i64 = 1_767_225_600_000;
+/// Rank units per ms of the clock.
+const RANK_PER_MS: i64 = 256;
+/// What strict aging adds per priority step: more than any clock part until 2137.
+const RANK_STRICT_STEP: i64 = 900_000_000_000_000;
+
+/// How the queue ranks the jobs it makes ready (the twin of `emq_order_read` / `emq_rank`): the
+/// rank of a job of priority p made ready now is its clock part — the store's time in 1/256 ms
+/// since 2026-01-01, or one past the last rank's when that is later, so ranks never repeat and
+/// one priority stays first in first out — plus p × aging (strict aging 0: p × 9e14, past every
+/// clock part). The least rank is claimed first; recovered jobs take 0.
+pub(crate) struct Order {
+    clock: i64,
+    aging: i64,
+    tick: i64,
+    moved: bool,
+}
+
+impl Order {
+    /// The queue's ranking state (kv `clock` and `aging`, absent aging = the default), read
+    /// before the first write.
+    pub(crate) fn read(db: &Db) -> Result<Order> {
+        Ok(Order {
+            clock: db.kv_get("clock")?.unwrap_or(0),
+            aging: db
+                .kv_get("aging")?
+                .unwrap_or(crate::job::PRIORITY_AGING_DEFAULT.as_millis() as i64),
+            tick: (db.now() - RANK_EPOCH_MS) * RANK_PER_MS,
+            moved: false,
+        })
+    }
+
+    /// The next rank of priority `p`.
+    pub(crate) fn rank(&mut self, p: i64) -> i64 {
+        self.clock = (self.clock + 1).max(self.tick);
+        self.moved = true;
+        match (p, self.aging) {
+            (0, _) => self.clock,
+            (p, 0) => self.clock + p * RANK_STRICT_STEP,
+            (p, aging) => self.clock + p * aging * RANK_PER_MS,
+        }
+    }
+
+    /// The clock written back when a rank was given (the twin of `emq_order_write`).
+    pub(crate) fn write(&self, db: &Db) -> Result<()> {
+        if self.moved {
+            db.kv_set("clock", self.clock)?;
+        }
+        Ok(())
+    }
 }
 
 /// A waiting job taken out of wherever it waits; false when not there.
@@ -485,12 +554,12 @@ pub(crate) fn unwait(db: &Db, id: &str, state: &str, g: Option<&str>) -> Result<
         return db.zrem("scheduled", id);
     }
     match g {
-        Some(g) => db.lrem(&lane(g), id),
+        Some(g) => db.zrem(&lane(g), id),
         None => db.zrem("pending", id),
     }
 }
 
-/// The list name of g's lane.
+/// The sorted set name of g's lane.
 pub(crate) fn lane(g: &str) -> String {
     format!("lane:{g}")
 }
@@ -610,7 +679,9 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     };
     // the set the ready jobs join (`emq_publish_read`); jobs handed over join none
     let (mut lane_state, mut flat_state) = (None, None);
+    let mut order = None;
     if ready > 0 {
+        order = Some(Order::read(db)?);
         match g {
             Some(g) => lane_state = Some(lane_read(db, g, Count::Whole)?),
             None => flat_state = Some(flat_read(db)?),
@@ -646,6 +717,8 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         seq += 1;
         let id = job.id.as_ref().map_or_else(|| seq.to_string(), |i| i.to_string());
         let max_attempts = job.max_attempts.map(|m| m.to_string());
+        let priority = job.priority.filter(|p| *p > 0).map(|p| p.to_string());
+        let retry = job.retry.as_ref().map(|r| r.to_string());
         let delay = job.delay.map_or(0, |d| d.as_millis() as i64);
         if delay > 0 {
             let due = db.now() + delay;
@@ -655,6 +728,8 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 state: "scheduled",
                 max_attempts,
                 kind: job.kind.as_deref(),
+                priority,
+                retry,
                 run_at: Some(due.to_string()),
                 pending: None,
                 lease: None,
@@ -680,25 +755,33 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 state: "active",
                 max_attempts,
                 kind: job.kind.as_deref(),
+                priority,
+                retry,
                 run_at: None,
                 pending: None,
                 lease: Some(taken.deadline),
             });
         } else {
             // a ready flat job's place in `pending` is written with its row
+            let rank = match order.as_mut() {
+                Some(o) => o.rank(i64::from(job.priority.unwrap_or(0))),
+                None => 0,
+            };
             rows.push(NewRow {
                 id: id.clone(),
                 data: &job.payload,
                 state: "pending",
                 max_attempts,
                 kind: job.kind.as_deref(),
+                priority,
+                retry,
                 run_at: None,
-                pending: g.is_none().then_some(seq),
+                pending: g.is_none().then_some(rank),
                 lease: None,
             });
             match g {
                 Some(_) => {
-                    tails.push(id.clone());
+                    tails.push((rank, id.clone()));
                     lane_ready += 1;
                 }
                 None => flat_ready += 1,
@@ -713,9 +796,12 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     }
     db.zadd_many(&members)?;
     if let Some(g) = g {
-        for id in &tails {
-            db.rpush(&lane(g), id)?;
-        }
+        let lane = lane(g);
+        let ranked: Vec<(&str, i64, String)> = tails.into_iter().map(|(rank, id)| (lane.as_str(), rank, id)).collect();
+        db.zadd_many(&ranked)?;
+    }
+    if let Some(o) = &order {
+        o.write(db)?;
     }
     // emq_publish_ready
     match (g, lane_state.as_mut(), flat_state.as_mut()) {

@@ -31,6 +31,10 @@ pub(crate) struct Row {
     pub(crate) output: Option<Vec<u8>>,
     pub(crate) finished_at: Option<String>,
     pub(crate) kind: Option<String>,
+    /// How urgent it is (1..9; absent = 0).
+    pub(crate) priority: Option<String>,
+    /// The job's own retry policy, as its text.
+    pub(crate) retry: Option<String>,
     /// The mark of a job a caller waits on (mark_waited).
     pub(crate) waited: Option<String>,
     /// The size of an output the queue's retention did not keep.
@@ -44,8 +48,10 @@ pub(crate) struct NewRow<'a> {
     pub(crate) state: &'static str,
     pub(crate) max_attempts: Option<String>,
     pub(crate) kind: Option<&'a str>,
+    pub(crate) priority: Option<String>,
+    pub(crate) retry: Option<String>,
     pub(crate) run_at: Option<String>,
-    /// Its score in `pending` (a ready flat job's sequence), or none.
+    /// Its score in `pending` (a ready flat job's rank), or none.
     pub(crate) pending: Option<i64>,
     /// Its lease deadline in `active`, for a row written claimed (a hand-off's): at attempt 1.
     pub(crate) lease: Option<i64>,
@@ -66,7 +72,7 @@ pub(crate) const ACTIVE: &str = "active";
 macro_rules! fields {
     () => {
         "coalesce(data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, finished_at, free, kind, \
-         waited, output_dropped)"
+         waited, output_dropped, priority, retry)"
     };
 }
 pub(crate) use fields;
@@ -79,6 +85,7 @@ macro_rules! new_row_conflict {
     () => {
         " ON CONFLICT (id, queue) DO UPDATE SET data = excluded.data, state = excluded.state, \
          grp = excluded.grp, max_attempts = excluded.max_attempts, kind = excluded.kind, run_at = excluded.run_at, \
+         priority = excluded.priority, retry = excluded.retry, \
          attempts = excluded.attempts, free = NULL, stalled = NULL, last_error = NULL, cancel = NULL, output = NULL, \
          finished_at = NULL, waited = NULL, output_dropped = NULL, \
          pending = CASE WHEN excluded.lease IS NULL THEN coalesce(excluded.pending, emq_jobs.pending) END, \
@@ -96,8 +103,8 @@ fn multi_sql(head: &str, per: usize, first: usize, row: impl Fn(usize) -> String
     format!("{head} {}{tail}", rows.join(", "))
 }
 
-/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel, kind, waited), from
-/// column `at` on.
+/// The fields a claim reads (data, state, attempts, free, max_attempts, cancel, kind, waited, retry),
+/// from column `at` on.
 fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
     Ok(Row {
         data: bytes(r, at)?,
@@ -108,6 +115,7 @@ fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
         cancel: text(r, at + 5)?,
         kind: text(r, at + 6)?,
         waited: text(r, at + 7)?,
+        retry: text(r, at + 8)?,
         ..Row::default()
     })
 }
@@ -376,7 +384,7 @@ impl<'a> Db<'a> {
         self.tx
             .prepare_cached(concat!(
                 "SELECT data, state, attempts, grp, max_attempts, run_at, stalled, last_error, cancel, output, \
-                     finished_at, free, kind, waited, output_dropped FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                     finished_at, free, kind, waited, output_dropped, priority, retry FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -398,6 +406,8 @@ impl<'a> Db<'a> {
                         kind: text(r, 12)?,
                         waited: text(r, 13)?,
                         output_dropped: text(r, 14)?,
+                        priority: text(r, 15)?,
+                        retry: text(r, 16)?,
                     })
                 })
                 .optional()
@@ -406,11 +416,11 @@ impl<'a> Db<'a> {
     }
 
     /// The fields a claim reads (HGETALL, of which it uses data state attempts free max_attempts
-    /// cancel kind waited).
+    /// cancel kind waited retry).
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
         self.tx
             .prepare_cached(concat!(
-                "SELECT data, state, attempts, free, max_attempts, cancel, kind, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                "SELECT data, state, attempts, free, max_attempts, cancel, kind, waited, retry FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -474,12 +484,12 @@ impl<'a> Db<'a> {
         let sql = SQL.get_or_init(|| {
             multi_sql(
                 "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, lease, \
-                 kind) VALUES",
-                9,
+                 kind, priority, retry) VALUES",
+                11,
                 3,
                 |p| {
                     format!(
-                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+                        "(?1, ?{}, ?{}, ?{}, ?2, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
                         p,
                         p + 1,
                         p + 2,
@@ -488,7 +498,9 @@ impl<'a> Db<'a> {
                         p + 5,
                         p + 6,
                         p + 7,
-                        p + 8
+                        p + 8,
+                        p + 9,
+                        p + 10
                     )
                 },
                 new_row_conflict!(),
@@ -500,7 +512,7 @@ impl<'a> Db<'a> {
             stmt.raw_bind_parameter(1, self.q).map_err(|e| self.e(e))?;
             stmt.raw_bind_parameter(2, group).map_err(|e| self.e(e))?;
             for (i, r) in chunk.iter().enumerate() {
-                let p = 3 + i * 9;
+                let p = 3 + i * 11;
                 stmt.raw_bind_parameter(p, &r.id).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 1, r.data).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 2, r.state).map_err(|e| self.e(e))?;
@@ -510,6 +522,8 @@ impl<'a> Db<'a> {
                 stmt.raw_bind_parameter(p + 6, r.attempts()).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 7, r.lease).map_err(|e| self.e(e))?;
                 stmt.raw_bind_parameter(p + 8, r.kind).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 9, &r.priority).map_err(|e| self.e(e))?;
+                stmt.raw_bind_parameter(p + 10, &r.retry).map_err(|e| self.e(e))?;
             }
             stmt.raw_execute().map_err(|e| self.e(e))?;
         }
@@ -517,7 +531,7 @@ impl<'a> Db<'a> {
             self.tx
                 .prepare_cached(concat!(
                     "INSERT INTO emq_jobs (queue, id, data, state, grp, max_attempts, run_at, pending, attempts, \
-                         lease, kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                         lease, kind, priority, retry) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                     new_row_conflict!()
                 ))
                 .and_then(|mut s| {
@@ -532,7 +546,9 @@ impl<'a> Db<'a> {
                         r.pending,
                         r.attempts(),
                         r.lease,
-                        r.kind
+                        r.kind,
+                        r.priority,
+                        r.retry
                     ])
                 })
                 .map_err(|e| self.e(e))?;
@@ -740,6 +756,18 @@ impl<'a> Db<'a> {
         )
     }
 
+    /// ZREMRANGEBYRANK z 0 count-1 of a set kept in emq_zsets: its `count` lowest members gone.
+    pub(crate) fn zrem_head(&self, z: &str, count: i64) -> R<()> {
+        self.tx
+            .prepare_cached(
+                "DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND member IN \
+                 (SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT ?3)",
+            )
+            .and_then(|mut s| s.execute(params![self.q, z, count]))
+            .map(drop)
+            .map_err(|e| self.e(e))
+    }
+
     // ---- lists (emq_lists)
 
     fn list_end(&self, list: &str, last: bool) -> R<Option<i64>> {
@@ -767,31 +795,10 @@ impl<'a> Db<'a> {
         self.list_put(list, pos, member)
     }
 
-    pub(crate) fn lpush(&self, list: &str, member: &str) -> R<()> {
-        let pos = self.list_end(list, false)?.map_or(0, |p| p - 1);
-        self.list_put(list, pos, member)
-    }
-
     pub(crate) fn llen(&self, list: &str) -> R<i64> {
         self.tx
             .prepare_cached("SELECT count(*) FROM emq_lists WHERE queue = ?1 AND list = ?2")
             .and_then(|mut s| s.query_row(params![self.q, list], |r| r.get(0)))
-            .map_err(|e| self.e(e))
-    }
-
-    /// LLEN counted no further than `cap`: O(min(n, cap)) where a full count is O(n).
-    pub(crate) fn llen_upto(&self, list: &str, cap: i64) -> R<i64> {
-        self.tx
-            .prepare_cached("SELECT count(*) FROM (SELECT 1 FROM emq_lists WHERE queue = ?1 AND list = ?2 LIMIT ?3)")
-            .and_then(|mut s| s.query_row(params![self.q, list, cap], |r| r.get(0)))
-            .map_err(|e| self.e(e))
-    }
-
-    /// LLEN > 0, without counting.
-    pub(crate) fn lnonempty(&self, list: &str) -> R<bool> {
-        self.tx
-            .prepare_cached("SELECT 1 FROM emq_lists WHERE queue = ?1 AND list = ?2 LIMIT 1")
-            .and_then(|mut s| s.exists(params![self.q, list]))
             .map_err(|e| self.e(e))
     }
 
@@ -812,18 +819,6 @@ impl<'a> Db<'a> {
             )
             .and_then(|mut s| s.execute(params![self.q, list, count]))
             .map(drop)
-            .map_err(|e| self.e(e))
-    }
-
-    /// LREM list 1 member: the first occurrence. True when found.
-    pub(crate) fn lrem(&self, list: &str, member: &str) -> R<bool> {
-        self.tx
-            .prepare_cached(
-                "DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos = \
-                 (SELECT pos FROM emq_lists WHERE queue = ?1 AND list = ?2 AND member = ?3 ORDER BY pos LIMIT 1)",
-            )
-            .and_then(|mut s| s.execute(params![self.q, list, member]))
-            .map(|n| n > 0)
             .map_err(|e| self.e(e))
     }
 

@@ -5,8 +5,6 @@
 //!
 //! Also holds the twins of the purge helpers of `_lib.lua` (obliterate uses them too).
 
-use rusqlite::params;
-
 use super::common;
 use super::db::Db;
 use crate::error::Result;
@@ -69,7 +67,7 @@ pub(crate) fn lanes_read(db: &Db, budget: i64, groups: &[String]) -> Result<(Vec
             return Ok((cuts, removed, false));
         }
         // one past the budget: whether the lane keeps jobs once its head goes
-        let mut ids = db.lrange(&lane, 0, budget - removed + 1)?;
+        let mut ids = db.zrange(&lane, 0, budget - removed + 1, false)?;
         let keeps = ids.len() as i64 > budget - removed;
         ids.truncate((budget - removed) as usize);
         removed += ids.len() as i64;
@@ -87,14 +85,8 @@ pub(crate) fn lanes_cut(db: &Db, cuts: &[Cut]) -> Result<()> {
         for id in ids {
             db.del_row(id)?;
         }
-        // LTRIM lane #ids -1: the head entries go
-        db.sql()
-            .prepare_cached(
-                "DELETE FROM emq_lists WHERE queue = ?1 AND list = ?2 AND pos IN \
-                 (SELECT pos FROM emq_lists WHERE queue = ?1 AND list = ?2 ORDER BY pos LIMIT ?3)",
-            )
-            .and_then(|mut s| s.execute(params![db.queue(), lane, ids.len() as i64]))
-            .map_err(|e| db.err(e))?;
+        // ZREMRANGEBYRANK lane 0 #ids-1: the head entries go
+        db.zrem_head(lane, ids.len() as i64)?;
     }
     Ok(())
 }
@@ -103,7 +95,7 @@ pub(crate) fn lanes_cut(db: &Db, cuts: &[Cut]) -> Result<()> {
 pub(crate) fn lanes_len(db: &Db) -> Result<i64> {
     let mut n = 0;
     for g in common::lane_groups(db)? {
-        n += db.llen(&common::lane(&g))?;
+        n += db.zcard(&common::lane(&g))?;
     }
     Ok(n)
 }

@@ -48,6 +48,13 @@ pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<JobRow>> {
             .transpose()?,
         group: row.group.map(GroupName::new).transpose()?,
         kind: row.kind,
+        priority: row
+            .priority
+            .as_deref()
+            .map(|v| v.parse::<u8>().map_err(|_| bad("priority")))
+            .transpose()?
+            .unwrap_or(0),
+        retry: row.retry,
         run_at: row.run_at.as_deref().map(|v| int("run_at", v)).transpose()?,
         stalled: row
             .stalled

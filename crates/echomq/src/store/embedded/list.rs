@@ -57,11 +57,11 @@ fn pending(db: &Db, offset: i64, limit: i64) -> Result<Vec<String>> {
     // the page continues through lane g (skipping what the offset still skips)
     let mut walk = |out: &mut Vec<String>, g: &str| -> Result<()> {
         let lane = common::lane(g);
-        let len = db.llen(&lane)?;
+        let len = db.zcard(&lane)?;
         if skip >= len {
             skip -= len;
         } else {
-            out.extend(db.lrange(&lane, skip, limit - out.len() as i64)?);
+            out.extend(db.zrange(&lane, skip, limit - out.len() as i64, false)?);
             skip = 0;
         }
         Ok(())

@@ -60,24 +60,29 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
         rows.push(row);
     }
     let paused = paused_read(db)?;
+    let mut order = match flat.is_some() || !lanes.is_empty() {
+        true => Some(super::common::Order::read(db)?),
+        false => None,
+    };
 
     for id in &due {
         db.zrem("scheduled", id)?;
     }
     let (mut moved, mut failed, mut nflat) = (0u64, 0i64, 0i64);
     let mut added: HashMap<String, i64> = HashMap::new();
-    for (id, (state, g, has_data, waited)) in due.iter().zip(rows) {
-        match state.as_deref() {
-            Some("scheduled") if has_data => {
+    for (id, (state, g, has_data, waited, priority)) in due.iter().zip(rows) {
+        match (state.as_deref(), order.as_mut()) {
+            (Some("scheduled"), Some(order)) if has_data => {
+                let priority = priority.as_deref();
                 match (g.as_deref(), flat.as_mut()) {
                     (Some(g), _) => {
                         if let Some(s) = lanes.get(g) {
-                            ready(db, id, Some(g), &mut s.len)?;
+                            ready(db, id, Some(g), &mut s.len, order, priority)?;
                         }
                         *added.entry(g.to_string()).or_default() += 1;
                     }
                     (None, Some(s)) => {
-                        ready(db, id, None, &mut s.len)?;
+                        ready(db, id, None, &mut s.len, order, priority)?;
                         nflat += 1;
                     }
                     (None, None) => {}
@@ -85,15 +90,18 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
                 db.hdel(id, &[Col::RunAt])?;
                 moved += 1;
             }
-            Some(state) => {
+            (Some(state), _) => {
                 let defect = if has_data { "" } else { ", no data" };
                 bury(db, id, &format!("malformed row: state {state}{defect} in scheduled"))?;
                 db.notify(waited.as_deref(), id);
                 failed += 1;
             }
             // a missing row: only dropped from scheduled
-            None => {}
+            (None, _) => {}
         }
+    }
+    if let Some(o) = &order {
+        o.write(db)?;
     }
     let mut wakes = nflat;
     if let Some(s) = flat.as_mut() {
@@ -109,14 +117,16 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
 }
 
 /// HMGET job:<id> state group data waited — the payload only tested for presence, never read.
-type Look = (Option<String>, Option<String>, bool, Option<String>);
+type Look = (Option<String>, Option<String>, bool, Option<String>, Option<String>);
 
 fn state_group_data(db: &Db, id: &str) -> Result<Look> {
     db.sql()
-        .prepare_cached("SELECT state, grp, data IS NOT NULL, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .prepare_cached(
+            "SELECT state, grp, data IS NOT NULL, waited, priority FROM emq_jobs WHERE queue = ?1 AND id = ?2",
+        )
         .and_then(|mut s| {
             s.query_row(params![db.queue(), id], |r| {
-                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, text(r, 3)?))
+                Ok((text(r, 0)?, text(r, 1)?, r.get(2)?, text(r, 3)?, text(r, 4)?))
             })
             .optional()
         })

@@ -23,23 +23,26 @@ pub(crate) fn promote_job(db: &Db, id: &str) -> Result<PromotedJob> {
         None => flat = Some(flat_read(db)?),
     }
     let paused = paused_read(db)?;
+    let mut order = common::Order::read(db)?;
+    let priority = row.priority.as_deref();
     if !db.zrem("scheduled", id)? {
         return Ok(PromotedJob::NotScheduled);
     }
     match (g, lane.as_mut(), flat.as_mut()) {
         (Some(g), Some(s), _) => {
-            common::ready(db, id, Some(g), &mut s.len)?;
+            common::ready(db, id, Some(g), &mut s.len, &mut order, priority)?;
             db.hdel(id, &[Col::RunAt])?;
             let claimable = lane_step(db, g, s, 1)?;
             wake(db, claimable, paused)?;
         }
         (None, _, Some(s)) => {
-            common::ready(db, id, None, &mut s.len)?;
+            common::ready(db, id, None, &mut s.len, &mut order, priority)?;
             db.hdel(id, &[Col::RunAt])?;
             flat_step(db, s)?;
             wake(db, 1, paused)?;
         }
         _ => {}
     }
+    order.write(db)?;
     Ok(PromotedJob::Promoted)
 }

@@ -44,6 +44,7 @@ struct Plan {
     lanes: Lanes,
     flat: Option<Flat>,
     paused: bool,
+    order: common::Order,
 }
 
 fn plan(db: &Db, rows: &[(String, Option<Row>)]) -> Result<Plan> {
@@ -61,7 +62,13 @@ fn plan(db: &Db, rows: &[(String, Option<Row>)]) -> Result<Plan> {
         }
     }
     let paused = paused_read(db)?;
-    Ok(Plan { lanes, flat, paused })
+    let order = common::Order::read(db)?;
+    Ok(Plan {
+        lanes,
+        flat,
+        paused,
+        order,
+    })
 }
 
 /// The writes of both modes: every member leaves `dead`; those whose row says dead go ready.
@@ -86,12 +93,12 @@ fn drive(db: &Db, rows: &[(String, Option<Row>)], extra: i64, mut plan: Plan) ->
         match (g, plan.flat.as_mut()) {
             (Some(g), _) => {
                 if let Some(s) = plan.lanes.get(g) {
-                    common::ready(db, id, Some(g), &mut s.len)?;
+                    common::ready(db, id, Some(g), &mut s.len, &mut plan.order, row.priority.as_deref())?;
                 }
                 *added.entry(g).or_default() += 1;
             }
             (None, Some(s)) => {
-                common::ready(db, id, None, &mut s.len)?;
+                common::ready(db, id, None, &mut s.len, &mut plan.order, row.priority.as_deref())?;
                 nflat += 1;
             }
             (None, None) => {}
@@ -106,6 +113,7 @@ fn drive(db: &Db, rows: &[(String, Option<Row>)], extra: i64, mut plan: Plan) ->
         let n = added.get(g).copied().unwrap_or(0);
         wakes += lane_step(db, g, s, n)?;
     }
+    plan.order.write(db)?;
     wake(db, wakes, plan.paused)?;
     Ok(done)
 }

@@ -35,9 +35,8 @@ pub(crate) fn retry(
     };
     let g = held.group.as_deref();
     // tonumber(HGET max_attempts or default) or default
-    let maxa = hget_max_attempts(db, id)?
-        .and_then(|m| lua_number(&m))
-        .unwrap_or(max_attempts as f64);
+    let (maxa, priority) = hget_max_attempts(db, id)?;
+    let maxa = maxa.and_then(|m| lua_number(&m)).unwrap_or(max_attempts as f64);
     let dead = held.used as f64 >= maxa;
     let mut lane = match g {
         Some(g) => Some(lane_read(db, g, Count::Any)?),
@@ -48,6 +47,10 @@ pub(crate) fn retry(
         _ => None,
     };
     let paused = paused_read(db)?;
+    let mut order = match dead || delay_ms > 0 {
+        true => None,
+        false => Some(super::common::Order::read(db)?),
+    };
     if !db.zrem("active", id)? {
         return Ok(Retried::Stale);
     }
@@ -71,10 +74,12 @@ pub(crate) fn retry(
         if delay_ms > 0 {
             db.hset(id, &[Field::State("scheduled"), Field::RunAt(now + delay_ms)])?;
             db.zadd("scheduled", now + delay_ms, id)?;
-        } else if let Some(s) = lane.as_mut() {
-            ready(db, id, g, &mut s.len)?;
-        } else if let Some(s) = flat.as_mut() {
-            ready(db, id, None, &mut s.len)?;
+        } else if let (Some(s), Some(o)) = (lane.as_mut(), order.as_mut()) {
+            ready(db, id, g, &mut s.len, o, priority.as_deref())?;
+            o.write(db)?;
+        } else if let (Some(s), Some(o)) = (flat.as_mut(), order.as_mut()) {
+            ready(db, id, None, &mut s.len, o, priority.as_deref())?;
+            o.write(db)?;
             flat_step(db, s)?;
             wakes = 1;
         }
@@ -90,10 +95,14 @@ pub(crate) fn retry(
 }
 
 /// HGET job:<id> max_attempts — without reading the payload.
-fn hget_max_attempts(db: &Db, id: &str) -> Result<Option<String>> {
+/// HMGET max_attempts priority.
+fn hget_max_attempts(db: &Db, id: &str) -> Result<(Option<String>, Option<String>)> {
     db.sql()
-        .prepare_cached("SELECT max_attempts FROM emq_jobs WHERE queue = ?1 AND id = ?2")
-        .and_then(|mut s| s.query_row(params![db.queue(), id], |r| text(r, 0)).optional())
-        .map(Option::flatten)
+        .prepare_cached("SELECT max_attempts, priority FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+        .and_then(|mut s| {
+            s.query_row(params![db.queue(), id], |r| Ok((text(r, 0)?, text(r, 1)?)))
+                .optional()
+        })
+        .map(Option::unwrap_or_default)
         .map_err(|e| db.err(e))
 }

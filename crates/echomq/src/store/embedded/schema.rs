@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -99,6 +99,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     -- size of an output the queue's retention did not keep
     ALTER TABLE emq_jobs ADD COLUMN waited TEXT;
     ALTER TABLE emq_jobs ADD COLUMN output_dropped TEXT;
+    ",
+    "
+    -- priority (1..9, absent = 0) and retry (a job's own retry policy, as text), written only when
+    -- set; the lanes become sorted sets ranked as `pending` is, each keeping its order (ranks 1,
+    -- 2, …: after recovered jobs at 0, before every rank given since, which are far larger)
+    ALTER TABLE emq_jobs ADD COLUMN priority TEXT;
+    ALTER TABLE emq_jobs ADD COLUMN retry TEXT;
+    INSERT INTO emq_zsets (queue, zset, member, score)
+      SELECT queue, list, member, row_number() OVER (PARTITION BY queue, list ORDER BY pos)
+      FROM emq_lists WHERE list LIKE 'lane:%'
+      ON CONFLICT (member, zset, queue) DO NOTHING;
+    DELETE FROM emq_lists WHERE list LIKE 'lane:%';
     ",
 ];
 

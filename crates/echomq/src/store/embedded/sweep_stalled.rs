@@ -86,7 +86,7 @@ pub(crate) fn sweep_stalled(db: &Db, max_stalled: i64, limit: i64) -> Result<Swe
             db.hset(id, &[Field::Stalled(stalls), Field::State("pending")])?;
             match lane_state.as_mut() {
                 Some((g, s)) => {
-                    db.lpush(&lane(g), id)?;
+                    db.zadd(&lane(g), 0, id)?;
                     s.len += 1;
                 }
                 None => {

@@ -43,19 +43,25 @@ pub(super) async fn new_jobs(
         k.wake(),
         k.obliterating(),
         k.registered(),
+        k.order(),
     ];
     let mut calls = Vec::new();
     let mut batches = Vec::new();
     for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
-        let mut args = Vec::with_capacity(3 + 5 * batch.len());
+        let mut args = Vec::with_capacity(3 + 7 * batch.len());
         args.push(k.base().as_bytes().to_vec());
         if let Some(g) = group {
             args.push(g.as_str().as_bytes().to_vec());
         }
         args.push(num(batch.len()));
-        // the plain layout (payloads alone) when no job has an option: a fifth of the arguments
+        // the plain layout (payloads alone) when no job has an option: a seventh of the arguments
         let plain = batch.iter().all(|j| {
-            j.id.is_none() && j.max_attempts.is_none() && j.kind.is_none() && j.delay.is_none_or(|d| d.as_millis() == 0)
+            j.id.is_none()
+                && j.max_attempts.is_none()
+                && j.kind.is_none()
+                && j.priority.is_none_or(|p| p == 0)
+                && j.retry.is_none()
+                && j.delay.is_none_or(|d| d.as_millis() == 0)
         });
         for job in batch {
             if !plain {
@@ -68,6 +74,13 @@ pub(super) async fn new_jobs(
                 args.push(num(job.delay.map(|d| d.as_millis()).unwrap_or(0)));
                 args.push(job.max_attempts.map(num).unwrap_or_default());
                 args.push(job.kind.as_deref().unwrap_or_default().as_bytes().to_vec());
+                args.push(job.priority.filter(|p| *p > 0).map(num).unwrap_or_default());
+                args.push(
+                    job.retry
+                        .as_ref()
+                        .map(|r| r.to_string().into_bytes())
+                        .unwrap_or_default(),
+                );
             }
             args.push(job.payload.clone());
         }

@@ -22,7 +22,7 @@ pub(super) async fn promote(store: &RedisStore, queue: &QueueName, limit: u32) -
 pub(super) fn promote_call<'a>(store: &'a RedisStore, k: &QueueKeys, limit: u32) -> Call<'a> {
     Call {
         script: &store.scripts.promote,
-        keys: vec![k.scheduled(), k.pending(), k.id()],
+        keys: vec![k.scheduled(), k.pending(), k.order()],
         args: vec![k.base().as_bytes().to_vec(), num(limit)],
     }
 }
