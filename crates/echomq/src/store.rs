@@ -562,6 +562,16 @@ pub trait Store: Send + Sync {
     /// retention: the queue's retention as the finishing verbs read it (the default when unset).
     async fn retention(&self, queue: &QueueName) -> Result<Retention>;
 
+    /// set_priority_aging: how long a lower priority waits behind a higher one — a ready job of
+    /// priority p is claimed before every priority-0 job made ready more than p × `aging` after
+    /// it; zero is strict (no job runs while a more urgent one waits). Jobs already ready keep
+    /// their place. At most [`PRIORITY_AGING_MAX`](crate::job::PRIORITY_AGING_MAX).
+    async fn set_priority_aging(&self, queue: &QueueName, aging: Duration) -> Result<()>;
+
+    /// priority_aging: the queue's priority aging (the default,
+    /// [`PRIORITY_AGING_DEFAULT`](crate::job::PRIORITY_AGING_DEFAULT), when unset).
+    async fn priority_aging(&self, queue: &QueueName) -> Result<Duration>;
+
     /// mark_waited: a finished job's row; else the job marked as waited on, so that the verb that
     /// finishes it (completes, cancels or buries it, or removes it) tells the streams of
     /// [`Store::finished_waits`] — only a marked job costs that verb anything. Open the stream first:
@@ -791,6 +801,20 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses a priority aging over [`PRIORITY_AGING_MAX`](crate::job::PRIORITY_AGING_MAX) or with a
+/// part below a millisecond; its milliseconds.
+pub(crate) fn check_priority_aging(aging: Duration) -> Result<u64> {
+    let ms = millis("priority_aging", aging)?;
+    if aging > crate::job::PRIORITY_AGING_MAX || Duration::from_millis(ms) != aging {
+        return Err(Error::InvalidOption {
+            field: "priority_aging",
+            value: format!("{aging:?}"),
+            reason: "whole milliseconds, at most 365 days (0 = strict)",
+        });
+    }
+    Ok(ms)
 }
 
 /// Refuses a job kind that is empty, longer than [`crate::job::KIND_MAX`] bytes, or holds a

@@ -74,6 +74,7 @@ redis_cases!(
     claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member,
     retry_refuses_a_token_that_is_no_number_and_writes_nothing,
     an_enqueue_reply_owes_the_registration_until_the_client_pays_it,
+    a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new_jobs,
 );
 
 owned_server_cases!(
@@ -1411,4 +1412,59 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
         Obliterated::Done { .. }
     ));
     drop(server);
+}
+
+/// A queue written by a version whose lanes were lists (FIFO, no priorities) keeps working: the
+/// first script to meet such a lane turns it into the sorted set, its order kept, and every verb
+/// after that finds it converted — genqueue, counts, list, cancel and claim alike.
+async fn a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new_jobs(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    let g = group("legacy");
+    ctx.store
+        .set_group_limit(&ctx.q, &echomq::store::LimitTarget::Group(g.clone()), 10)
+        .await
+        .unwrap();
+    let named: Vec<NewJob> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| NewJob::new(p.as_bytes().to_vec()).with_id(JobId::new(format!("old-{p}")).unwrap()))
+        .collect();
+    ctx.store.genqueue(&ctx.q, &g, &named).await.unwrap();
+    // the lane as the earlier version kept it: a list, FIFO
+    let lane = format!("{base}lane:legacy");
+    let _: () = conn.del(&lane).await.unwrap();
+    let _: () = conn.rpush(&lane, &["old-a", "old-b", "old-c", "old-d"]).await.unwrap();
+    assert_eq!(counts(ctx).await.pending, 4, "counts reads the list lane");
+    let listed = ctx.store.list(&ctx.q, JobState::Pending, 0, 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(JobId::as_str).collect::<Vec<_>>(),
+        ["old-a", "old-b", "old-c", "old-d"]
+    );
+    let kind: String = redis::cmd("TYPE").arg(&lane).query_async(&mut conn).await.unwrap();
+    assert_eq!(kind, "zset", "the first script to meet the lane converted it");
+    ctx.store
+        .cancel(&ctx.q, &id("old-b"), None, SettleOptions::default())
+        .await
+        .unwrap();
+    ctx.store
+        .genqueue(
+            &ctx.q,
+            &g,
+            &[
+                NewJob::new(b"new-urgent".to_vec()).with_priority(0),
+                NewJob::new(b"new-late".to_vec()).with_priority(5),
+            ],
+        )
+        .await
+        .unwrap();
+    let got: Vec<String> = claim(ctx, 10, LEASE)
+        .await
+        .iter()
+        .map(|j| String::from_utf8(j.payload.clone()).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        ["a", "c", "d", "new-urgent", "new-late"],
+        "the old jobs first, in their order"
+    );
+    assert_slot_invariant(ctx).await;
 }

@@ -55,6 +55,7 @@ mod list;
 mod mark_waited;
 mod obliterate;
 mod pause;
+mod priority_aging;
 mod promote;
 mod promote_job;
 mod queues;
@@ -66,6 +67,7 @@ mod resume;
 mod retention;
 mod retry;
 mod set_group_limit;
+mod set_priority_aging;
 mod set_retention;
 mod sweep_stalled;
 mod update_data;
@@ -1155,6 +1157,24 @@ impl Store for EmbeddedStore {
     async fn retention(&self, queue: &QueueName) -> Result<Retention> {
         self.run(queue.as_str(), "retention", On::CallerFirst, retention::retention)
             .await
+    }
+
+    async fn set_priority_aging(&self, queue: &QueueName, aging: Duration) -> Result<()> {
+        let ms = crate::store::check_priority_aging(aging)? as i64;
+        self.run(queue.as_str(), "set_priority_aging", On::CallerFirst, move |db| {
+            set_priority_aging::set_priority_aging(db, ms)
+        })
+        .await
+    }
+
+    async fn priority_aging(&self, queue: &QueueName) -> Result<Duration> {
+        self.run(
+            queue.as_str(),
+            "priority_aging",
+            On::CallerFirst,
+            priority_aging::priority_aging,
+        )
+        .await
     }
 
     async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {

@@ -60,6 +60,7 @@ mod get;
 mod list;
 mod obliterate;
 mod pause;
+mod priority_aging;
 mod promote;
 mod promote_job;
 mod queues;
@@ -527,6 +528,14 @@ impl Store for RedisStore {
 
     async fn retention(&self, queue: &QueueName) -> Result<Retention> {
         retention::retention(self, queue).await
+    }
+
+    async fn set_priority_aging(&self, queue: &QueueName, aging: Duration) -> Result<()> {
+        priority_aging::set_priority_aging(self, queue, aging).await
+    }
+
+    async fn priority_aging(&self, queue: &QueueName) -> Result<Duration> {
+        priority_aging::priority_aging(self, queue).await
     }
 
     async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {

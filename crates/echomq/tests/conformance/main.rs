@@ -9,6 +9,7 @@ mod admin;
 mod claim;
 mod enqueue;
 mod inputs;
+mod priority;
 mod promote;
 mod recovery;
 mod release;
@@ -22,6 +23,7 @@ fn every_verb_has_a_case() {
         enqueue::CASES,
         claim::CASES,
         promote::CASES,
+        priority::CASES,
         settle::CASES,
         recovery::CASES,
         release::CASES,

@@ -43,6 +43,8 @@ fn column(field: &str) -> &'static str {
         "cancel" => "cancel",
         "output" => "output",
         "finished_at" => "finished_at",
+        "priority" => "priority",
+        "retry" => "retry",
         other => panic!("{other:?} is not a field of a job row"),
     }
 }

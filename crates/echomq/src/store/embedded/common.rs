@@ -528,6 +528,11 @@ impl Order {
         })
     }
 
+    /// The aging in ms (0 = strict).
+    pub(crate) fn aging(&self) -> i64 {
+        self.aging
+    }
+
     /// The next rank of priority `p`.
     pub(crate) fn rank(&mut self, p: i64) -> i64 {
         self.clock = (self.clock + 1).max(self.tick);

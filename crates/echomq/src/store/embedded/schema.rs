@@ -243,4 +243,62 @@ mod tests {
             .unwrap();
         assert_eq!(left, 0, "active and pending live on the rows now");
     }
+
+    #[tokio::test]
+    async fn a_schema_5_file_is_migrated_its_list_lanes_sorted_in_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v5.db");
+        let path = path.to_str().unwrap();
+        // a file as a schema-5 build left it: group g's lane a list (positions below 0 from a
+        // recovery's LPUSH), on the ring
+        let conn = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        for (pos, id) in [(-1, "back"), (0, "first"), (1, "second")] {
+            conn.execute(
+                "INSERT INTO emq_jobs (queue, id, data, state, grp) VALUES ('q', ?1, x'7b7d', 'pending', 'g')",
+                params![id],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO emq_lists (queue, list, pos, member) VALUES ('q', 'lane:g', ?1, ?2)",
+                params![pos, id],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO emq_lists (queue, list, pos, member) VALUES ('q', 'ring', 0, 'g');
+             INSERT INTO emq_groups (queue, field, value) VALUES ('q', 'r:g', '1'), ('q', 'l:g', '10');",
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = EmbeddedStore::open(path).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        let g = crate::keyspace::GroupName::new("g").unwrap();
+        let urgent = crate::NewJob::new(b"{}".to_vec())
+            .with_id(JobId::new("urgent").unwrap())
+            .with_priority(0);
+        store.genqueue(&q, &g, &[urgent]).await.unwrap();
+        let claimed = store
+            .claim(&q, 10, Duration::from_secs(5), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        let ids: Vec<&str> = claimed.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["back", "first", "second", "urgent"],
+            "the lane's order kept, new jobs after it"
+        );
+        drop(store);
+        let conn = Connection::open(path).unwrap();
+        let lists: i64 = conn
+            .query_row("SELECT count(*) FROM emq_lists WHERE list LIKE 'lane:%'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(lists, 0, "no lane left a list");
+    }
 }

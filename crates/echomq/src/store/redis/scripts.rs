@@ -20,7 +20,7 @@ pub(crate) struct Script {
 }
 
 /// The verbs whose scripts only read.
-const READS: &[&str] = &["get", "counts", "list", "queues", "retention"];
+const READS: &[&str] = &["get", "counts", "list", "queues", "retention", "priority_aging"];
 
 /// How a script publishes, and how it publishes on a cluster.
 const PUBLISH: &str = "redis.call('PUBLISH',";
@@ -185,6 +185,8 @@ scripts! {
     set_group_limit: true,
     set_retention: true,
     retention: true,
+    set_priority_aging: true,
+    priority_aging: true,
     mark_waited: true,
     counts: true,
     list: true,
