@@ -119,7 +119,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     };
     let opts = ConsumerOptions::default()
         .with_concurrency(args.concurrency)
-        .with_retry_delay(Duration::from_millis(200))
+        .with_retry(echomq::RetryPolicy::fixed(Duration::from_millis(200)))
         .with_beat(Duration::from_millis(250));
     let t1 = Instant::now();
     let consumer = Consumer::start(store.clone(), q.clone(), handler, opts)?;

@@ -45,6 +45,15 @@ pub struct Args {
     /// This job's attempt budget (default: the consumer's).
     #[arg(long, value_name = "N")]
     pub max_attempts: Option<u32>,
+    /// How urgent the job is (with --file: every job): 0, the default, is the most urgent, 9 the
+    /// least. A job of priority P still runs before priority-0 jobs that arrive more than
+    /// P × the queue's priority aging after it (`emq priority-aging`; 60s unless set).
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u8).range(0..=9))]
+    pub priority: Option<u8>,
+    /// This job's own retry curve, instead of the worker's: `fixed:1s`, or
+    /// `exp:BASE,xFACTOR,max=D,jitter=none|full|equal` (e.g. `exp:1s,x2,max=10m,jitter=full`).
+    #[arg(long, value_name = "POLICY", value_parser = crate::retry_policy)]
+    pub retry: Option<echomq::RetryPolicy>,
     /// The job's kind, for a worker that routes by kind (the payload is then its JSON).
     #[arg(long, value_name = "K")]
     pub kind: Option<String>,
@@ -110,6 +119,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         max_attempts: args.max_attempts,
         kind: args.kind.clone(),
         wait_replicas: None,
+        priority: args.priority,
+        retry: args.retry.clone(),
     };
     match (args.payload, args.file) {
         (Some(payload), None) => {
@@ -145,6 +156,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
                 delay: args.delay,
                 max_attempts: args.max_attempts,
                 kind: args.kind.clone(),
+                priority: args.priority,
+                retry: args.retry.clone(),
             };
             if file.as_os_str() == "-" {
                 lines(&target, &template, tokio::io::stdin(), "stdin", None, skip, &resume).await
@@ -355,6 +368,8 @@ struct Resume {
     delay: Option<Duration>,
     max_attempts: Option<u32>,
     kind: Option<String>,
+    priority: Option<u8>,
+    retry: Option<echomq::RetryPolicy>,
 }
 
 impl Resume {
@@ -378,6 +393,12 @@ impl Resume {
         }
         if let Some(k) = &self.kind {
             words.extend(["--kind".into(), quote(k)]);
+        }
+        if let Some(p) = self.priority {
+            words.extend(["--priority".into(), p.to_string()]);
+        }
+        if let Some(r) = &self.retry {
+            words.extend(["--retry".into(), quote(&r.to_string())]);
         }
         words.extend(["--skip".into(), skip.to_string()]);
         words.join(" ")
@@ -475,11 +496,13 @@ mod tests {
             delay: Some(Duration::from_millis(1500)),
             max_attempts: Some(3),
             kind: Some("k".into()),
+            priority: Some(7),
+            retry: Some("exp:1s,x2,max=10m,jitter=full".parse().unwrap()),
         };
         assert_eq!(
             resume.command(42),
             "emq --url 'redis://…@h:6379' enqueue q --file 'a b.txt' --group g --delay 1500ms \
-             --max-attempts 3 --kind k --skip 42"
+             --max-attempts 3 --kind k --priority 7 --retry exp:1s,x2,max=10m,jitter=full --skip 42"
         );
     }
 }

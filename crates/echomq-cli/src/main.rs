@@ -25,6 +25,7 @@ mod job;
 mod list;
 mod obliterate;
 mod pause;
+mod priority_aging;
 mod promote;
 mod remove;
 mod resume;
@@ -94,6 +95,8 @@ enum Command {
     GroupLimit(group_limit::Args),
     /// Show or set what a queue keeps of its finished jobs.
     Retention(retention::Args),
+    /// Show or set how long a queue's lower priorities wait behind higher ones (0 = strict).
+    PriorityAging(priority_aging::Args),
     /// The crash audit: N jobs through K workers while it kills workers (and redis-server) and
     /// pauses one past its lease, then accounts for every job (lost and double settles must be 0).
     Audit(audit::Args),
@@ -105,6 +108,11 @@ enum Command {
 /// Parses a humantime duration (`500ms`, `2s`, `1m`).
 pub fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Parses a retry policy (`fixed:1s`, `exp:200ms,x2,max=10m,jitter=full`).
+pub fn retry_policy(s: &str) -> Result<echomq::RetryPolicy, String> {
+    s.parse().map_err(|e: echomq::Error| e.to_string())
 }
 
 /// `n` with its noun: "1 job", "3 jobs" (`what` is the singular; "dead job" gives "dead jobs").
@@ -166,6 +174,7 @@ fn main() {
             Command::Cancel(a) => cancel::run(&cli.url, a).await,
             Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
             Command::Retention(a) => retention::run(&cli.url, a).await,
+            Command::PriorityAging(a) => priority_aging::run(&cli.url, a).await,
             Command::Audit(a) => audit::run(&cli.url, a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }

@@ -13,6 +13,7 @@ use tokio::signal::unix::{signal, SignalKind};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Only this queue (default: every queue the store knows). A queue never used prints zeros.
+    /// The table of one queue is followed by its settings: `priority_aging=60s` (`strict` at 0).
     pub queue: Option<String>,
     /// One JSON object per line per queue (NDJSON): queue, pending, scheduled, active, dead,
     /// completed, cancelled (counters since the queue was created or obliterated), paused.
@@ -38,6 +39,10 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         print_json(&rows);
     } else {
         print_table(&rows);
+        if let Some(q) = &named {
+            let aging = store.priority_aging(q).await?;
+            out!("priority_aging={}", crate::priority_aging::shown(aging));
+        }
     }
     Ok(0)
 }

@@ -23,8 +23,11 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// The exit status that completes a job is 0; these are the other verdicts a command can choose.
 pub const EXIT_DISCARD: i32 = 65;
-/// Exit status: run again later (after the duration on stdout's last line, else `--retry-delay`).
+/// Exit status: run again later (after the duration on stdout's last line, else `--retry`'s).
 pub const EXIT_RETRY_AFTER: i32 = 75;
+/// Exit status: not now — run again after the duration on stdout's last line (else `--retry`'s)
+/// without using an attempt (a rate limit of the command's own, an HTTP 429).
+pub const EXIT_SNOOZE: i32 = 76;
 /// Exit status: the job ends cancelled.
 pub const EXIT_CANCEL: i32 = 79;
 
@@ -52,12 +55,16 @@ Exit status of the command -> what becomes of the job:
   65         discard: dead now, no further attempts (EX_DATAERR: retrying cannot help);
              the last 4 KiB of stderr is the reason
   75         retry later (EX_TEMPFAIL): after the duration on the last line of stdout
-             (`30s`, `500ms`; a bare number is seconds), else after --retry-delay;
+             (`30s`, `500ms`; a bare number is seconds), else after --retry's delay;
              counts as an attempt
+  76         snooze: not now (a 429, a limit of its own): run again after the duration on
+             the last line of stdout (as for 75; its Retry-After, say), else after --retry's
+             delay; uses no attempt
   79         cancel: the job ends cancelled, the last 4 KiB of stderr is the reason
   any other  error: the last 4 KiB of stderr is the job's last_error (`exit status N`
-  or signal  or `killed by signal N` when stderr is empty); retried after --retry-delay
-             until its attempts reach --max-attempts (or the job's own), then dead
+  or signal  or `killed by signal N` when stderr is empty); retried after --retry's delay
+             (the job's own policy, if it has one) until its attempts reach --max-attempts (or
+             the job's own), then dead
 
 --timeout: SIGTERM to the command's process group, SIGKILL 5 s later; the job errs.
 A cancel request (`emq cancel`) or a lost lease stops the command the same way.
@@ -114,9 +121,12 @@ pub struct Args {
     /// its worker died or stalled each time"). At least 1.
     #[arg(long, value_name = "N")]
     pub max_redeliveries: Option<u32>,
-    /// Wait before a failed job runs again.
-    #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
-    pub retry_delay: Duration,
+    /// How long a failed job waits before it runs again (jobs with a policy of their own keep
+    /// theirs): `fixed:D`, or `exp:BASE,xFACTOR,max=D,jitter=none|full|equal`, e.g.
+    /// `exp:200ms,x2,max=10m,jitter=full` (BASE × FACTOR^(attempt−1), at most max; full jitter
+    /// spreads each delay over 0..delay, equal over delay/2..delay).
+    #[arg(long, value_name = "POLICY", value_parser = crate::retry_policy, default_value = "fixed:1s", overrides_with = "retry")]
+    pub retry: echomq::RetryPolicy,
     /// Attempt budget of jobs that have none of their own.
     #[arg(long, value_name = "N", default_value_t = MAX_ATTEMPTS_DEFAULT)]
     pub max_attempts: u32,
@@ -166,7 +176,7 @@ struct Exec {
     cmd: String,
     queue: String,
     timeout: Option<Duration>,
-    retry_delay: Duration,
+    retry: echomq::RetryPolicy,
     groups: Groups,
 }
 
@@ -200,7 +210,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         .with_lease(args.lease)
         .with_beat(args.beat)
         .with_recovery(recovery)
-        .with_retry_delay(args.retry_delay)
+        .with_retry(args.retry.clone())
         .with_max_attempts(args.max_attempts)
         .with_ttl(args.ttl)
         .with_record(args.record)
@@ -227,7 +237,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             cmd: args.exec.clone(),
             queue: queue.to_string(),
             timeout: args.timeout,
-            retry_delay: args.retry_delay,
+            retry: args.retry.clone(),
             groups: groups.clone(),
         });
         let handler = move |job: JobContext| {
@@ -438,8 +448,11 @@ impl Exec {
                 (Some(Ended::Exit(0)), _) if stdout.is_empty() => Verdict::Done,
                 (Some(Ended::Exit(0)), _) => Verdict::DoneWith(stdout),
                 (Some(Ended::Exit(EXIT_DISCARD)), _) => Verdict::Discard(reason(format!("exit status {EXIT_DISCARD}"))),
-                (Some(Ended::Exit(EXIT_RETRY_AFTER)), _) => {
-                    Verdict::RetryAfter(retry_delay(&stdout).unwrap_or(self.retry_delay))
+                (Some(Ended::Exit(EXIT_RETRY_AFTER)), _) => Verdict::RetryAfter(
+                    retry_delay(&stdout).unwrap_or_else(|| self.retry.delay(job.attempt(), "retry requested")),
+                ),
+                (Some(Ended::Exit(EXIT_SNOOZE)), _) => {
+                    Verdict::Release(retry_delay(&stdout).unwrap_or_else(|| self.retry.delay(job.attempt(), "snoozed")))
                 }
                 (Some(Ended::Exit(EXIT_CANCEL)), _) => Verdict::Cancel(reason(format!("exit status {EXIT_CANCEL}"))),
                 (Some(Ended::Exit(code)), _) => Verdict::Error(reason(format!("exit status {code}"))),
@@ -527,7 +540,7 @@ fn tail_text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(tail).trim_end().to_string()
 }
 
-/// The delay a command asked for with exit 75: the last non-empty line of its stdout, a humantime
+/// The delay a command asked for with exit 75 or 76: the last non-empty line of its stdout, a humantime
 /// duration or a number of seconds.
 fn retry_delay(stdout: &[u8]) -> Option<Duration> {
     let text = String::from_utf8_lossy(stdout);
@@ -558,7 +571,7 @@ mod tests {
         let w = W::try_parse_from(["work", "q", "--exec", "true"]).unwrap();
         assert_eq!(w.args.lease, echomq::consumer::LEASE_DEFAULT);
         assert_eq!(w.args.beat, echomq::consumer::BEAT_DEFAULT);
-        assert_eq!(w.args.retry_delay, echomq::consumer::RETRY_DELAY_DEFAULT);
+        assert_eq!(w.args.retry, echomq::RetryPolicy::default());
     }
 
     #[test]

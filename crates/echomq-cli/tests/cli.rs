@@ -853,7 +853,7 @@ fn exit_statuses_choose_the_verdict() {
 }
 
 #[test]
-fn retry_after_without_a_delay_on_stdout_uses_the_retry_delay() {
+fn retry_after_without_a_delay_on_stdout_uses_the_retry_policy() {
     let q = queue("work-75");
     let id = enqueue(&q, "x", &["--max-attempts", "3"]);
     let w = work(&q, "exit 75", &[]);
@@ -863,6 +863,81 @@ fn retry_after_without_a_delay_on_stdout_uses_the_retry_delay() {
     });
     w.stop();
     assert_eq!(l.job(&q, &id).unwrap().attempts, 3);
+}
+
+#[test]
+fn exit_76_snoozes_the_job_without_using_an_attempt() {
+    let q = queue("work-76");
+    let dir = scratch("work-76");
+    let id = enqueue(&q, "x", &["--max-attempts", "1"]);
+    // snoozes twice (the delay on stdout's last line), then completes: its one attempt is enough
+    let exec = format!(
+        "n=$(cat {0}/runs 2>/dev/null || echo 0); n=$((n+1)); echo $n > {0}/runs; \
+         if [ $n -le 2 ]; then echo 20ms; exit 76; fi; exit 0",
+        dir.display()
+    );
+    let w = work(&q, &exec, &[]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "completed after two snoozes", || {
+        l.counts(&q).completed == 1
+    });
+    w.stop();
+    assert_eq!(std::fs::read_to_string(dir.join("runs")).unwrap().trim(), "3");
+    assert!(l.job(&q, &id).is_none_or(|j| j.state == JobState::Completed));
+}
+
+#[test]
+fn work_retries_on_the_retry_policy_it_is_given_and_a_job_keeps_its_own() {
+    let q = queue("work-retry-policy");
+    let l = lib();
+    // the worker's curve: 10 ms, 20 ms, … — dead after 3 attempts quickly
+    let own = enqueue(&q, "own", &["--max-attempts", "2", "--retry", "fixed:1h"]);
+    let plain = enqueue(&q, "plain", &["--max-attempts", "3"]);
+    assert_eq!(l.job(&q, &own).unwrap().retry.as_deref(), Some("fixed:1h"));
+    let w = work(&q, "exit 1", &["--retry", "exp:10ms,x2,max=1s,jitter=equal"]);
+    wait_until(
+        Duration::from_secs(10),
+        "the plain job dead after its 3 attempts",
+        || l.job(&q, &plain).is_some_and(|j| j.state == JobState::Dead),
+    );
+    w.stop();
+    let own = l.job(&q, &own).unwrap();
+    assert_eq!(
+        (own.state, own.attempts),
+        (JobState::Scheduled, 1),
+        "its own policy: an hour's wait"
+    );
+    let bad = emq(&["work", &q, "--exec", "true", "--retry", "exp:1s,x0.5"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("retry"), "{}", stderr(&bad));
+}
+
+#[test]
+fn enqueue_priority_orders_the_queue_and_priority_aging_shows_and_sets_its_aging() {
+    let q = queue("priority");
+    let dir = scratch("priority");
+    for (p, prio) in [("low", "9"), ("mid", "5"), ("high", "0")] {
+        enqueue(&q, p, &["--priority", prio]);
+    }
+    enqueue(&q, "plain", &[]);
+    let bad = emq(&["enqueue", &q, "x", "--priority", "10"]);
+    assert!(!bad.status.success(), "priority 10 is refused");
+    let shown = emq(&["priority-aging", &q]);
+    assert_eq!(stdout(&shown).trim(), "priority_aging=1m");
+    let set = emq(&["priority-aging", &q, "0"]);
+    assert_eq!(stdout(&set).trim(), "priority_aging=strict");
+    let stats = emq(&["stats", &q]);
+    assert!(stdout(&stats).contains("priority_aging=strict"), "{}", stdout(&stats));
+    let w = work(
+        &q,
+        &format!("cat >> {}/order; echo >> {}/order", dir.display(), dir.display()),
+        &[],
+    );
+    let l = lib();
+    wait_until(Duration::from_secs(10), "all four ran", || l.counts(&q).completed == 4);
+    w.stop();
+    let order = std::fs::read_to_string(dir.join("order")).unwrap();
+    assert_eq!(order.lines().collect::<Vec<_>>(), ["high", "plain", "mid", "low"]);
 }
 
 on_both_stores!(sigterm_lets_a_running_job_finish_then_exits_0);

@@ -73,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = ConsumerOptions::default()
         .with_concurrency(4)
         .with_beat(Duration::from_millis(100))
-        .with_retry_delay(Duration::from_millis(50))
+        .with_retry(echomq::RetryPolicy::fixed(Duration::from_millis(50)))
         .with_max_attempts(3);
     let consumer = Consumer::start(store.clone(), queue.clone(), handler, opts)?;
     let deadline = Instant::now() + Duration::from_secs(10);

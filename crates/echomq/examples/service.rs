@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .state(Mailer::default())
         // retry after 50 ms (the queue keeps finished results by default, for `wait` and `get`)
-        .options(ConsumerOptions::default().with_retry_delay(Duration::from_millis(50)))
+        .options(ConsumerOptions::default().with_retry(echomq::RetryPolicy::fixed(Duration::from_millis(50))))
         .concurrency(4)
         .start()?;
 

@@ -29,10 +29,11 @@
 -- ARGV[6] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
 --
--- Replies: {id, payload, token, attempt, group, kind, max_attempts, …}: seven elements per job
--- handed out (at most n), in claim order — token: the row's attempts after this claim; attempt: the
--- attempts the job has used with this one (token - free); group: '' for a flat job; kind: '' for a
--- raw job; max_attempts: its budget (its own, else ARGV[4]). {} when none. Error EMQARGS.
+-- Replies: {id, payload, token, attempt, group, kind, max_attempts, retry, …}: eight elements per
+-- job handed out (at most n), in claim order — token: the row's attempts after this claim;
+-- attempt: the attempts the job has used with this one (token - free); group: '' for a flat job;
+-- kind: '' for a raw job; max_attempts: its budget (its own, else ARGV[4]); retry: its own retry
+-- policy's text, '' for none. {} when none. Error EMQARGS.
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -125,7 +126,7 @@ local function judge(id, g)
     return false
   end
   if #all == 0 then return false end -- a missing row: dropped
-  local data, state, attempts, free, maxattempts, cancel, kind, waited
+  local data, state, attempts, free, maxattempts, cancel, kind, waited, retry
   for i = 1, #all, 2 do
     local k = all[i]
     if k == 'data' then data = all[i + 1]
@@ -136,6 +137,7 @@ local function judge(id, g)
     elseif k == 'cancel' then cancel = all[i + 1]
     elseif k == 'kind' then kind = all[i + 1]
     elseif k == 'waited' then waited = all[i + 1]
+    elseif k == 'retry' then retry = all[i + 1]
     end
   end
   local att, fr, maxa = tonumber(attempts or '0'), tonumber(free or '0'), tonumber(maxattempts or maxdef)
@@ -169,7 +171,8 @@ local function judge(id, g)
   out[nout + 5] = g or ''
   out[nout + 6] = kind or ''
   out[nout + 7] = maxa
-  nout = nout + 7
+  out[nout + 8] = retry or ''
+  nout = nout + 8
   leases[#leases + 1] = deadline
   leases[#leases + 1] = id
   tokens[#tokens + 1] = jk

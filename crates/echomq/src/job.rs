@@ -205,6 +205,8 @@ pub struct ClaimedJob {
     pub kind: Option<String>,
     /// The job's attempt budget: its own, else the claim's default.
     pub max_attempts: u64,
+    /// The job's own retry policy, used instead of the consumer's when it fails.
+    pub retry: Option<crate::RetryPolicy>,
 }
 
 /// A job's row as an operator reads it (`get`).

@@ -69,19 +69,16 @@ fn refuse(value: impl fmt::Display, reason: &'static str) -> Error {
 }
 
 impl RetryPolicy {
-    /// The same wait after every failure (at most [`RETRY_DELAY_MAX`]).
-    pub fn fixed(delay: Duration) -> Result<Self> {
-        if delay > RETRY_DELAY_MAX {
-            return Err(refuse(format!("{delay:?}"), "a delay of at most 30 days"));
-        }
-        Ok(Self(Curve::Fixed(delay)))
+    /// The same wait after every failure (a delay over [`RETRY_DELAY_MAX`] waits that long).
+    pub fn fixed(delay: Duration) -> Self {
+        Self(Curve::Fixed(delay.min(RETRY_DELAY_MAX)))
     }
 
     /// `base × factor^(attempt−1)`, never more than `max`, spread by `jitter`. `factor` is at
     /// least 1 (a curve that shrinks is no back-off), `base` at most `max`, `max` at most
     /// [`RETRY_DELAY_MAX`].
     pub fn exponential(base: Duration, factor: f64, max: Duration, jitter: Jitter) -> Result<Self> {
-        if !(factor.is_finite() && factor >= 1.0 && factor <= 1000.0) {
+        if !(1.0..=1000.0).contains(&factor) {
             return Err(refuse(factor, "a factor from 1 to 1000"));
         }
         if max > RETRY_DELAY_MAX {
@@ -252,7 +249,11 @@ impl FromStr for RetryPolicy {
     fn from_str(text: &str) -> Result<Self> {
         let bad = |reason| refuse(text, reason);
         if let Some(d) = text.strip_prefix("fixed:") {
-            return Self::fixed(parse_duration(d).ok_or_else(|| bad("fixed:D, D such as 500ms, 1s, 10m"))?);
+            let d = parse_duration(d).ok_or_else(|| bad("fixed:D, D such as 500ms, 1s, 10m"))?;
+            if d > RETRY_DELAY_MAX {
+                return Err(bad("a delay of at most 30 days"));
+            }
+            return Ok(Self::fixed(d));
         }
         let Some(rest) = text.strip_prefix("exp:") else {
             return Err(bad("fixed:D or exp:BASE,xFACTOR,max=D,jitter=none|full|equal"));
@@ -280,6 +281,21 @@ impl FromStr for RetryPolicy {
             }
         }
         Self::exponential(base, factor, max, jitter)
+    }
+}
+
+/// A job's own policy as a claim reads it from its row (`''`: none). A text no policy reads (only a
+/// row edited by hand) is logged and left out: the consumer's policy retries the job.
+pub(crate) fn stored(id: &crate::JobId, text: &str) -> Option<RetryPolicy> {
+    if text.is_empty() {
+        return None;
+    }
+    match text.parse() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(%id, policy = text, error = %e, "a job's retry policy is malformed; the consumer's applies");
+            None
+        }
     }
 }
 

@@ -174,9 +174,12 @@ impl Worker {
         self
     }
 
-    /// The wait before a failed job runs again (1 s by default).
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.opts.retry_delay = delay;
+    /// How long a failed job waits before it runs again, for jobs without a policy of their own
+    /// (a fixed 1 s by default): [`RetryPolicy::fixed`](crate::RetryPolicy::fixed),
+    /// [`exponential`](crate::RetryPolicy::exponential) or a [`function`](crate::RetryPolicy::function)
+    /// of the attempt and the error.
+    pub fn retry(mut self, policy: crate::RetryPolicy) -> Self {
+        self.opts.retry = policy;
         self
     }
 

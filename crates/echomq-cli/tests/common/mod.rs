@@ -184,14 +184,14 @@ impl Backend {
         assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
     }
 
-    /// Starts `emq work QUEUE --exec EXEC --beat 100ms --retry-delay 10ms EXTRA`.
+    /// Starts `emq work QUEUE --exec EXEC --beat 100ms --retry fixed:10ms EXTRA`.
     pub fn work(&self, q: &str, exec: &str, extra: &[&str]) -> Worker {
         self.work_with_env(q, exec, extra, &[])
     }
 
     /// [`Backend::work`] with `env` added to emq's environment.
     pub fn work_with_env(&self, q: &str, exec: &str, extra: &[&str], env: &[(&str, &str)]) -> Worker {
-        let mut args = vec!["work", q, "--exec", exec, "--beat", "100ms", "--retry-delay", "10ms"];
+        let mut args = vec!["work", q, "--exec", exec, "--beat", "100ms", "--retry", "fixed:10ms"];
         args.extend_from_slice(extra);
         let mut cmd = self.cmd(&args);
         for (k, v) in env {

@@ -23,7 +23,8 @@ pub enum Verdict {
     DoneWith(Vec<u8>),
     /// Stopped on a cancel: the job ends cancelled.
     Cancel(String),
-    /// Failed: retried after the consumer's `retry_delay` until its budget is spent, then dead.
+    /// Failed: retried after the delay of the job's retry policy (its own, else the consumer's)
+    /// until its budget is spent, then dead.
     Error(String),
     /// Run again after this delay (counts as an attempt; dead at the budget).
     RetryAfter(Duration),

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::retry::RetryPolicy;
 
 /// Default beat: the longest park, and the longest a drain leg runs before recover and promote run
 /// again.
@@ -13,8 +14,7 @@ pub const LEASE_DEFAULT: Duration = Duration::from_millis(30_000);
 pub const PUMP_BATCH_DEFAULT: u32 = 100;
 /// Default attempt budget of a job without its own.
 pub const MAX_ATTEMPTS_DEFAULT: u32 = 3;
-/// Default fixed wait before a failed job runs again: no backoff curve.
-pub const RETRY_DELAY_DEFAULT: Duration = Duration::from_millis(1000);
+pub use crate::retry::RETRY_DELAY_DEFAULT;
 /// Default handlers at once (1: one job at a time).
 pub const CONCURRENCY_DEFAULT: usize = 1;
 /// Default timeout of [`Consumer::stop`](super::Consumer::stop) (5 000 ms).
@@ -48,8 +48,9 @@ pub struct ConsumerOptions {
     pub recovery: Recovery,
     /// Attempt budget for jobs without their own ([`MAX_ATTEMPTS_DEFAULT`]).
     pub max_attempts: u32,
-    /// Fixed wait before a failed job runs again ([`RETRY_DELAY_DEFAULT`]).
-    pub retry_delay: Duration,
+    /// How long a failed job waits before it runs again, for jobs without a policy of their own
+    /// (by default a fixed [`RETRY_DELAY_DEFAULT`]; a curve or a function: [`RetryPolicy`]).
+    pub retry: RetryPolicy,
     /// Handlers at once ([`CONCURRENCY_DEFAULT`]; at most [`CONCURRENCY_MAX`]).
     pub concurrency: usize,
     /// Exit cleanly at the first settle boundary after this long (none by default).
@@ -77,7 +78,7 @@ impl Default for ConsumerOptions {
             pump_batch: PUMP_BATCH_DEFAULT,
             recovery: Recovery::Reap,
             max_attempts: MAX_ATTEMPTS_DEFAULT,
-            retry_delay: RETRY_DELAY_DEFAULT,
+            retry: RetryPolicy::default(),
             concurrency: CONCURRENCY_DEFAULT,
             ttl: None,
             record: false,
@@ -110,8 +111,8 @@ setters! {
     with_recovery: recovery: Recovery;
     /// Sets the default attempt budget.
     with_max_attempts: max_attempts: u32;
-    /// Sets the retry delay.
-    with_retry_delay: retry_delay: Duration;
+    /// Sets the retry policy.
+    with_retry: retry: RetryPolicy;
     /// Sets the concurrency.
     with_concurrency: concurrency: usize;
     /// Sets the time to live.
@@ -156,7 +157,6 @@ impl ConsumerOptions {
                  and needs the rest to reach the store); turn renewal off for a shorter lease",
             ));
         }
-        crate::store::millis("retry_delay", self.retry_delay)?;
         if self.concurrency == 0 || self.concurrency > CONCURRENCY_MAX {
             return Err(refuse("concurrency", self.concurrency, "must be 1..=100000"));
         }
@@ -222,10 +222,6 @@ mod tests {
             (ConsumerOptions::default().with_beat(Duration::MAX), "beat"),
             (ConsumerOptions::default().with_lease(Duration::ZERO), "lease"),
             (ConsumerOptions::default().with_lease(Duration::MAX), "lease"),
-            (
-                ConsumerOptions::default().with_retry_delay(Duration::MAX),
-                "retry_delay",
-            ),
             (ConsumerOptions::default().with_concurrency(0), "concurrency"),
             (ConsumerOptions::default().with_concurrency(usize::MAX), "concurrency"),
         ] {

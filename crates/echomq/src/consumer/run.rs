@@ -370,6 +370,7 @@ impl Launcher {
             let (tx, aborted, dropping) = (settle_tx.clone(), shared.aborted.clone(), shared.dropping.clone());
             let timeout = shared.opts.timeout;
             let (id, token, queue) = (job.id, job.token, shared.queue.clone());
+            let (attempt, retry) = (job.attempts, job.retry.unwrap_or_else(|| shared.opts.retry.clone()));
             let tracked = shared.clone();
             self.tracker.spawn_on(
                 async move {
@@ -409,6 +410,8 @@ impl Launcher {
                         id,
                         token,
                         verdict,
+                        attempt,
+                        retry,
                         permit: Some(permit),
                     });
                 }

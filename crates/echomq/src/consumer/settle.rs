@@ -26,6 +26,10 @@ pub(crate) struct Finished {
     pub(crate) id: JobId,
     pub(crate) token: u64,
     pub(crate) verdict: Verdict,
+    /// The attempt that ran (1 for the first) and the policy that decides the wait after it
+    /// failed (the job's own, else the consumer's).
+    pub(crate) attempt: u64,
+    pub(crate) retry: crate::RetryPolicy,
     /// The slot the job ran on: held until its settle is sent, then filled by the claim behind it
     /// or freed.
     pub(crate) permit: Option<OwnedSemaphorePermit>,
@@ -229,6 +233,8 @@ async fn complete_alone(shared: &Shared, f: &Finished) -> Result<Settled> {
                 id: f.id.clone(),
                 token: f.token,
                 verdict: Verdict::Error(format!("completion refused: {e}")),
+                attempt: f.attempt,
+                retry: f.retry.clone(),
                 permit: None,
             };
             settle_one(shared, &failed).await
@@ -256,12 +262,18 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
                 .complete_cancelled(q, &f.id, f.token, Some(reason), settle)
                 .await?
         }
-        Verdict::Error(e) => retried(
-            store
-                .retry(q, &f.id, f.token, opts.retry_delay, opts.max_attempts, e, settle)
-                .await?,
-            e,
-        ),
+        Verdict::Error(e) => {
+            let delay = f
+                .retry
+                .delay(f.attempt, e)
+                .min(Duration::from_millis(DURATION_MAX_MS - 1));
+            retried(
+                store
+                    .retry(q, &f.id, f.token, delay, opts.max_attempts, e, settle)
+                    .await?,
+                e,
+            )
+        }
         Verdict::RetryAfter(delay) => {
             // the longest delay a store takes: a handler's "after forever" is as late as it goes
             let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));

@@ -176,6 +176,13 @@ pub async fn enqueue_writes_priority_and_retry_on_the_row_only_when_set(ctx: &Ct
     );
     let plain = ctx.store.get(&ctx.q, &ids[0]).await.unwrap().unwrap();
     assert_eq!((plain.priority, plain.retry), (0, None));
+    // a claim hands the job's own policy to its consumer
+    let claimed = claim(ctx, 3).await;
+    let retries: Vec<Option<String>> = claimed
+        .iter()
+        .map(|j| j.retry.as_ref().map(|r| r.to_string()))
+        .collect();
+    assert_eq!(retries, [None, None, Some(policy.to_string())]);
 }
 
 pub async fn enqueue_refuses_a_priority_above_9_and_writes_nothing(ctx: &Ctx) {

@@ -579,7 +579,7 @@ async fn wait_returns_dead_with_the_error_cancelled_with_the_reason_and_times_ou
             }
             Ok::<_, JobError>(())
         })
-        .options(fast().with_retry_delay(Duration::from_millis(10)))
+        .options(fast().with_retry(echomq::RetryPolicy::fixed(Duration::from_millis(10))))
         .start()
         .unwrap();
     match waiting.await.unwrap().unwrap() {

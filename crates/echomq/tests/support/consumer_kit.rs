@@ -11,7 +11,7 @@ use echomq::{ConsumerOptions, JobContext, QueueName, Store, Verdict};
 pub fn fast() -> ConsumerOptions {
     ConsumerOptions::default()
         .with_beat(Duration::from_millis(200))
-        .with_retry_delay(Duration::from_millis(10))
+        .with_retry(echomq::RetryPolicy::fixed(Duration::from_millis(10)))
 }
 
 /// Polls `f` every 5 ms until it is true; fails naming `what` after `within`.

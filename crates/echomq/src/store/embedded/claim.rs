@@ -227,8 +227,11 @@ impl Walk<'_, '_> {
         }
         let payload = row.data.unwrap_or_default();
         self.bytes += payload.len();
+        let id = JobId::from_store(id);
+        let retry = crate::retry::stored(&id, row.retry.as_deref().unwrap_or(""));
         self.out.push(ClaimedJob {
-            id: JobId::from_store(id),
+            id,
+            retry,
             payload,
             token: (att + 1) as u64,
             attempts: (att + 1 - free) as u64,

@@ -753,6 +753,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 group: None,
                 kind: job.kind.clone(),
                 max_attempts: job.max_attempts.unwrap_or(taken.max_attempts) as u64,
+                retry: job.retry.clone(),
             });
             rows.push(NewRow {
                 id: id.clone(),

@@ -71,21 +71,22 @@ pub(super) fn claim_call<'a>(
 }
 
 /// Appends the claimed jobs of one claim reply to `out`; returns how many. The reply (claim.lua's
-/// header): (id, payload, token, attempt, group, kind, max_attempts) per job, group '' for a flat
-/// job, kind '' for a raw one.
+/// header): (id, payload, token, attempt, group, kind, max_attempts, retry) per job, group '' for a
+/// flat job, kind '' for a raw one, retry '' for a job without a retry policy of its own.
 pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
     let verb = "claim";
     let items = reply::array(verb, v)?;
-    if items.len() % 7 != 0 {
+    if items.len() % 8 != 0 {
         return Err(Error::Protocol {
             verb,
-            reply: format!("{} elements: not seven per job", items.len()),
+            reply: format!("{} elements: not eight per job", items.len()),
         });
     }
     let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
-    let got = items.len() / 7;
+    let got = items.len() / 8;
     let mut it = items.into_iter();
-    while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group), Some(kind), Some(max)) = (
+    while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group), Some(kind), Some(max), Some(retry)) = (
+        it.next(),
         it.next(),
         it.next(),
         it.next(),
@@ -96,8 +97,10 @@ pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize
     ) {
         let group = reply::string(verb, group)?;
         let kind = reply::string(verb, kind)?;
+        let id = JobId::from_store(reply::string(verb, id)?);
+        let retry = crate::retry::stored(&id, &reply::string(verb, retry)?);
         out.push(ClaimedJob {
-            id: JobId::from_store(reply::string(verb, id)?),
+            id,
             payload: reply::bytes(verb, payload)?,
             token: count(&token)?,
             attempts: count(&attempt)?,
@@ -107,6 +110,7 @@ pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize
             group: (!group.is_empty()).then(|| GroupName::new(group).ok()).flatten(),
             kind: (!kind.is_empty()).then_some(kind),
             max_attempts: count(&max)?,
+            retry,
         });
     }
     Ok(got)
