@@ -29,6 +29,7 @@ mod harness;
 mod cancel;
 mod cluster_only;
 mod embedded_only;
+mod priority;
 mod processing;
 mod recovery;
 mod redis_only;
