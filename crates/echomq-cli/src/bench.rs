@@ -45,6 +45,9 @@ enum Workload {
         /// `Consumer`.
         #[arg(long)]
         typed: bool,
+        /// Priorities in use: job i has priority i mod 10 (all ten levels mixed), instead of none.
+        #[arg(long, conflicts_with = "typed")]
+        priorities: bool,
     },
     /// c_latency: an idle consumer, 2000 enqueues at 200/s, enqueue → handler start (one clock).
     Latency {
@@ -258,7 +261,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             concurrency,
             jobs,
             typed,
-        } => process(&store, &q, &meter, jobs, concurrency, typed).await?,
+            priorities,
+        } => process(&store, &q, &meter, jobs, concurrency, typed, priorities).await?,
         Workload::Latency {
             concurrency,
             count,
@@ -307,8 +311,19 @@ async fn process(
     n: usize,
     concurrency: usize,
     typed: bool,
+    priorities: bool,
 ) -> anyhow::Result<()> {
-    push(store, q, n, typed).await?;
+    if priorities {
+        let mut jobs = payloads(n);
+        for (i, j) in jobs.iter_mut().enumerate() {
+            j.priority = Some((i % 10) as u8);
+        }
+        for chunk in jobs.chunks(1000) {
+            store.enqueue(q, chunk).await?;
+        }
+    } else {
+        push(store, q, n, typed).await?;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Arc::new(AtomicUsize::new(0));
     let s = started.clone();
@@ -355,7 +370,7 @@ async fn process(
     emit(
         "b_process",
         json!({
-            "concurrency": concurrency, "n": n, "typed": typed, "results_kept": store.retention(q).await?.keep > 0,
+            "concurrency": concurrency, "n": n, "typed": typed, "priorities": priorities, "results_kept": store.retention(q).await?.keep > 0,
             "secs": secs, "jobs_per_s": n as f64 / secs,
             "worker_cpu_s": cpu, "worker_cpu_pct": 100.0 * cpu / secs,
             "redis_cpu_s": d.as_ref().map(|d| d.cpu_s),
