@@ -1,4 +1,4 @@
-//! The twin of `scripts/genqueue.lua`: new jobs of group g to its lane's tail (or `scheduled`), then
+//! The twin of `scripts/genqueue.lua`: new jobs of group g to its lane at a rank of their priority (or `scheduled`), then
 //! the ring step and one wake per job the group's free slots let be claimed.
 
 use super::db::Db;

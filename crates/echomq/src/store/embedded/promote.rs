@@ -1,5 +1,5 @@
 //! The twin of `scripts/promote.lua`: up to `limit` due jobs (score ≤ now) from `scheduled` to ready
-//! (flat: `pending` at a fresh sequence; a lane job: its lane's tail, the ring step), one wake per
+//! (to `pending` or its lane at a fresh rank of its priority, the ring step), one wake per
 //! job made claimable; and, in the same step, the time until the next scheduled job after them is
 //! due. A missing row is dropped; a row not in state scheduled (or without data) goes dead naming
 //! the defect. Reads first, as the script: the due ids, the next one due after them, their rows,

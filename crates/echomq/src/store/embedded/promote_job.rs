@@ -1,5 +1,5 @@
 //! The twin of scripts/promote_job.lua: an operator makes one scheduled job ready now (flat:
-//! pending at a fresh sequence; lane: its tail and the ring step). One wake when the job is
+//! pending or its lane at a fresh rank of its priority; the ring step). One wake when the job is
 //! claimable now. Reads first, as the script: the row, its group or the flat set, then the writes.
 
 use super::common::{self, flat_read, flat_step, lane_read, lane_step, paused_read, wake, Count};

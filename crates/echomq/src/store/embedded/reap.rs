@@ -1,6 +1,6 @@
 //! The twin of `scripts/reap.lua`: recovery without a token, guarded by the lease deadline: up to
-//! `limit` lapsed leases go back to ready at the front (flat: `pending` at score 0; a lane job: its
-//! lane's head, in lapse order, its slot freed and the ring step), metrics reaped. Without
+//! `limit` lapsed leases go back to ready at the front (`pending` or its lane at rank 0; a lane job's
+//! slot freed and the ring step), metrics reaped. Without
 //! `max_redeliveries` a lapse has used the attempt its claim took (claim buries a job with none
 //! left: "lease expired on the last attempt"); with it, each lapse gives that attempt back (its
 //! `free` raised by one) and is counted (its `stalled` raised by one), and a job whose count passes

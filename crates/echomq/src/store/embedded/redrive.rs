@@ -1,4 +1,4 @@
-//! The twin of scripts/redrive.lua: a dead job back to ready (flat: pending at a fresh sequence;
+//! The twin of scripts/redrive.lua: a dead job back to ready (pending or its lane at a fresh rank of its priority;
 //! lane: its tail and the ring step), attempts kept (they never go down), its budget raised:
 //! `max_attempts` = the attempts it has used (attempts − free) + extra; its stall count cleared. One
 //! id, or the oldest dead jobs in a chunk (the store loops). One wake per job made claimable (at

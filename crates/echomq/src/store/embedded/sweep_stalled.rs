@@ -1,7 +1,7 @@
 //! The twin of `scripts/sweep_stalled.lua` (the count-thresholded stalled sweep): every lapsed
 //! lease, at most `limit`, has its `stalled` count raised; at `max_stalled` it goes dead (last_error
 //! "stalled", metrics failed), else back to ready at the front (metrics stalled). A lane job frees
-//! its slot and goes to its lane's head, in lapse order (the ring step); a missing row is dropped
+//! its slot and goes to its lane at rank 0, the front (the ring step); a missing row is dropped
 //! from `active` and reported neither way. Replies {recovered ids, dead ids}, in lapse order.
 //! Reads first, as the script: the lapsed ids, every row, each group's fields and lane, the flat
 //! set's ring flag and whether the queue is paused, then the writes.
