@@ -77,6 +77,8 @@ struct Spec {
     /// Delayed by an hour (plus a counter).
     later: bool,
     max_attempts: Option<u32>,
+    /// 0 (the default, the most urgent) to 9.
+    priority: u8,
     payload: u8,
 }
 
@@ -170,6 +172,7 @@ struct NewSpec {
     id: Option<String>,
     delay_ms: Option<u64>,
     max_attempts: Option<u32>,
+    priority: u8,
     payload: Vec<u8>,
 }
 
@@ -278,10 +281,11 @@ struct Row {
     free: u64,
     group: Option<String>,
     max_attempts: Option<u64>,
+    priority: u8,
     stalled: u64,
     last_error: Option<String>,
     cancel: Option<String>,
-    /// Its score in `pending` while a flat ready job.
+    /// Its score in `pending` (or its lane) while ready.
     score: u64,
     /// Its due order while scheduled.
     due: u64,
@@ -376,6 +380,7 @@ impl Model {
                         LATER_MS + *delays
                     }),
                     max_attempts: s.max_attempts,
+                    priority: s.priority,
                     payload: format!("p{}", s.payload).into_bytes(),
                 })
                 .collect()
@@ -498,10 +503,11 @@ impl Model {
         self.lanes.get(g).map_or(0, BTreeSet::len)
     }
 
-    /// The next rank (every job in the model has priority 0).
-    fn next_rank(&mut self) -> u64 {
+    /// The next rank of priority `p`: a sequence runs in well under the default aging (60 s), so
+    /// the store's ranks order as (priority, arrival) do.
+    fn next_rank(&mut self, p: u8) -> u64 {
         self.rank += 1;
-        self.rank
+        u64::from(p) * (1 << 40) + self.rank
     }
 
     /// (active count, limit): its own, else the queue default, else 1.
@@ -550,7 +556,7 @@ impl Model {
     fn ready(&mut self, id: &str) {
         let g = self.row(id).group.clone();
         self.row(id).place = Place::Pending;
-        let s = self.next_rank();
+        let s = self.next_rank(self.rows[id].priority);
         self.row(id).score = s;
         match g {
             Some(g) => self.lane(&g).insert((s, id.to_string())),
@@ -744,6 +750,7 @@ impl Model {
                     free: 0,
                     group: g.map(str::to_string),
                     max_attempts: s.max_attempts.map(u64::from),
+                    priority: s.priority,
                     stalled: 0,
                     last_error: None,
                     cancel: None,
@@ -758,7 +765,7 @@ impl Model {
                     self.scheduled.insert((d, id.clone()));
                 }
                 None => {
-                    let rank = self.next_rank();
+                    let rank = self.next_rank(s.priority);
                     self.row(&id).score = rank;
                     ready.push((rank, id.clone()));
                 }
@@ -1259,6 +1266,9 @@ fn new_jobs(specs: &[NewSpec]) -> Vec<NewJob> {
             }
             if let Some(m) = s.max_attempts {
                 j = j.with_max_attempts(m);
+            }
+            if s.priority > 0 {
+                j = j.with_priority(s.priority);
             }
             j
         })
@@ -1771,12 +1781,14 @@ fn spec() -> impl Strategy<Value = Spec> {
         prop::option::weighted(0.35, 0u8..4),
         prop::bool::weighted(0.12),
         prop::option::weighted(0.3, 1u32..=3),
+        prop::option::weighted(0.3, 1u8..=9),
         0u8..10,
     )
-        .prop_map(|(id, later, max_attempts, payload)| Spec {
+        .prop_map(|(id, later, max_attempts, priority, payload)| Spec {
             id,
             later,
             max_attempts,
+            priority: priority.unwrap_or(0),
             payload,
         })
 }
@@ -1868,6 +1880,7 @@ fn plain(n: u8) -> Vec<Spec> {
             id: None,
             later: false,
             max_attempts: None,
+            priority: 0,
             payload,
         })
         .collect()
@@ -2077,6 +2090,7 @@ fn the_last_attempt_dies_at_claim_and_redrive_raises_the_budget() {
         id: Some(1),
         later: false,
         max_attempts: Some(1),
+        priority: 0,
         payload: 7,
     };
     let replies = run(&[
@@ -2132,6 +2146,7 @@ fn a_released_job_keeps_its_attempt_and_goes_back_to_the_front() {
         id: None,
         later: false,
         max_attempts: Some(1),
+        priority: 0,
         payload: 1,
     };
     // the released holder's token, once its job is scheduled

@@ -1496,6 +1496,5 @@ async fn a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes(ctx: &Ctx) 
         ctx.store.enqueue(&q, chunk).await.unwrap();
     }
     let per_job = (used(&mut conn).await - before) as f64 / n as f64;
-    println!("{per_job:.1} bytes per waiting job");
     assert!(per_job <= 250.0, "{per_job:.1} bytes per waiting job");
 }

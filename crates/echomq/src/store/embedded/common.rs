@@ -698,8 +698,25 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         db.register()?;
     }
     let mut handed = Vec::new();
-    // the claim's byte bound: no job taken once the payloads handed over reach it (the first always)
-    let mut handed_bytes = 0usize;
+    // the jobs handed over are those a claim would take first: the most urgent, then the earliest
+    // (the batch's ready jobs by priority, stably), no job taken once the payloads handed over
+    // reach the claim's byte bound (the first always)
+    let mut to_hand = vec![false; jobs.len()];
+    if let Some(t) = direct.as_ref() {
+        let mut ready_jobs: Vec<usize> = (0..jobs.len())
+            .filter(|&i| !dup[i] && jobs[i].delay.is_none_or(|d| d.as_millis() == 0))
+            .collect();
+        ready_jobs.sort_by_key(|&i| jobs[i].priority.unwrap_or(0));
+        let (mut n, mut bytes) = (0, 0usize);
+        for i in ready_jobs {
+            if n >= t.n || bytes >= crate::store::BATCH_BYTES_MAX {
+                break;
+            }
+            to_hand[i] = true;
+            n += 1;
+            bytes += jobs[i].payload.len();
+        }
+    }
     let mut seq = look.id;
     if fresh > 0 {
         db.kv_set("id", seq + fresh)?;
@@ -740,21 +757,20 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 lease: None,
             });
             members.push(("scheduled", due, id.clone()));
-        } else if let Some(taken) = direct
-            .as_ref()
-            .filter(|t| handed.len() < t.n && handed_bytes < crate::store::BATCH_BYTES_MAX)
-        {
-            handed_bytes += job.payload.len();
-            handed.push(ClaimedJob {
-                id: JobId::from_store(id.clone()),
-                payload: job.payload.clone(),
-                token: 1,
-                attempts: 1,
-                group: None,
-                kind: job.kind.clone(),
-                max_attempts: job.max_attempts.unwrap_or(taken.max_attempts) as u64,
-                retry: job.retry.clone(),
-            });
+        } else if let Some(taken) = direct.as_ref().filter(|_| to_hand[i]) {
+            handed.push((
+                job.priority.unwrap_or(0),
+                ClaimedJob {
+                    id: JobId::from_store(id.clone()),
+                    payload: job.payload.clone(),
+                    token: 1,
+                    attempts: 1,
+                    group: None,
+                    kind: job.kind.clone(),
+                    max_attempts: job.max_attempts.unwrap_or(taken.max_attempts) as u64,
+                    retry: job.retry.clone(),
+                },
+            ));
             rows.push(NewRow {
                 id: id.clone(),
                 data: &job.payload,
@@ -798,7 +814,9 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     db.insert_rows(g, &rows)?;
     if let Some(taken) = direct.take() {
         // claimed, not claimable: no wake and no ring step of their own (not in flat_ready)
-        super::handoff::served(db, taken, handed);
+        // in claim order: by priority, then as they came
+        handed.sort_by_key(|(priority, _)| *priority);
+        super::handoff::served(db, taken, handed.into_iter().map(|(_, job)| job).collect());
     }
     db.zadd_many(&members)?;
     if let Some(g) = g {
