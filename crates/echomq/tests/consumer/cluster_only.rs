@@ -667,6 +667,8 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .unwrap();
     store.set_retention(&q, &echomq::Retention::default()).await.unwrap();
     store.retention(&q).await.unwrap();
+    store.set_priority_aging(&q, Duration::from_secs(30)).await.unwrap();
+    store.priority_aging(&q).await.unwrap();
     let claimed = store.claim(&q, 6, lease, 1, settle).await.unwrap();
     assert_eq!(claimed.len(), 6);
     let [a, b, c, d, e, f] = &claimed[..] else {
