@@ -1545,6 +1545,15 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
         settle: plain(),
     };
     let batch = [entry(&a[0], first[0].token, Some("out")), entry(&b[0], 7, None)];
+    // complete_many's script loaded on the queue's server first: a pipeline whose first entry
+    // meets NOSCRIPT resends it after the entries behind it ran, so on a server that never ran
+    // complete_many the claim would go first and find a's slot still taken
+    let warm = ctx
+        .store
+        .complete_many(&ctx.q, &[entry(&b[0], 7, None)], plain())
+        .await
+        .unwrap();
+    assert_eq!(warm, [Settled::Stale]);
     let r = ctx
         .store
         .complete_then_claim(&ctx.q, &batch, plain(), claim_two)
