@@ -102,9 +102,10 @@ local function emq_lane_len(base, g)
   return #ids
 end
 
--- how the queue ranks the jobs it makes ready (emq:{q}:order: `clock`, the last rank's clock
--- part; `aging`, the priority aging in ms, absent = 60000, 0 = strict), read before the first
--- write with the store's time `now` (ms). emq_rank ranks with it; emq_order_write keeps its clock.
+-- how the queue ranks the jobs it makes ready (the hash emq:{q}:order, its fields `clock`, the
+-- last rank's clock part, and `aging`, the priority aging in ms, absent = 60000, 0 = strict),
+-- read before the first write with the store's time `now` (ms). emq_rank ranks with it;
+-- emq_order_write keeps its clock.
 local function emq_order_read(base, now)
   local f = redis.call('HMGET', base .. 'order', 'clock', 'aging')
   return {

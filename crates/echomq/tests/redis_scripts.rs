@@ -220,7 +220,7 @@ async fn eval_new_jobs(
         None => format!("{base}pending"),
     };
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script_body(verb)).arg(8);
+    cmd.arg(script_body(verb)).arg(9);
     for suffix in [
         "id",
         "",
@@ -230,6 +230,7 @@ async fn eval_new_jobs(
         "wake",
         "obliterating",
         "registered",
+        "order",
     ] {
         if suffix.is_empty() {
             cmd.arg(&second);
@@ -242,10 +243,10 @@ async fn eval_new_jobs(
         cmd.arg(g);
     }
     cmd.arg(n);
-    for job in jobs {
-        for a in job {
-            cmd.arg(*a);
-        }
+    // per job: id, delay, max_attempts, kind, then no priority and no retry policy, then the
+    // payload
+    for [id, delay, max, kind, payload] in jobs {
+        cmd.arg(*id).arg(*delay).arg(*max).arg(*kind).arg("").arg("").arg(*payload);
     }
     cmd.query_async(&mut conn).await
 }
