@@ -246,7 +246,13 @@ async fn eval_new_jobs(
     // per job: id, delay, max_attempts, kind, then no priority and no retry policy, then the
     // payload
     for [id, delay, max, kind, payload] in jobs {
-        cmd.arg(*id).arg(*delay).arg(*max).arg(*kind).arg("").arg("").arg(*payload);
+        cmd.arg(*id)
+            .arg(*delay)
+            .arg(*max)
+            .arg(*kind)
+            .arg("")
+            .arg("")
+            .arg(*payload);
     }
     cmd.query_async(&mut conn).await
 }
