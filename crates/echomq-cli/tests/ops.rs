@@ -57,6 +57,7 @@ impl Lib {
         self.rt
             .block_on(self.store.claim(&qn(q), n, lease, 25, SettleOptions::default()))
             .unwrap()
+            .jobs
     }
 
     fn claim_one(&self, q: &str, lease: Duration) -> ClaimedJob {

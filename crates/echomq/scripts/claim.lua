@@ -4,6 +4,13 @@
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
+-- Rate limits (GCRA on the store's clock, emq_rate_read in _lib.lua): the queue's own (rate) gates
+-- every start — the walk stops while it admits none, leaving the ring as it is; a group's (its own
+-- rate:<g>, else the default rate:~) gates its lane: a group it no longer admits leaves the ring for
+-- `throttled`, scored by its next admission, its r: flag kept (so no enqueue or settle puts it back),
+-- and each claim first takes the groups due again from the head of `throttled` onto the walk's tail
+-- (no scan of the groups still waiting). A group's TAT is its score in `tats` (members past are
+-- removed), the queue's the string `tat`.
 -- A job taken is handed out — state active, attempts + 1: its new fencing token — unless its row
 -- says otherwise: at its budget (attempts - free >= its max_attempts, else ARGV[4]) it goes dead,
 -- "lease expired on the last attempt" (a job that kills its worker would otherwise loop for ever);
@@ -21,6 +28,9 @@
 -- KEYS[4] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[5] emq:{q}:paused      (string)
 -- KEYS[6] emq:{q}:obliterating (string)
+-- KEYS[7] emq:{q}:throttled   (zset, score = next admission µs)
+-- KEYS[8] emq:{q}:tats        (zset, score = a group's TAT µs)
+-- KEYS[9] emq:{q}:tat         (string, the queue's TAT µs)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] n, 1..1000
 -- ARGV[3] lease ms (> 0)
@@ -33,8 +43,11 @@
 -- job handed out (at most n), in claim order — token: the row's attempts after this claim;
 -- attempt: the attempts the job has used with this one (token - free); group: '' for a flat job;
 -- kind: '' for a raw job; max_attempts: its budget (its own, else ARGV[4]); retry: its own retry
--- policy's text, '' for none. {} when none. Error EMQARGS.
+-- policy's text, '' for none — then one last element, wait: the µs until a rate limit admits a start
+-- again when one held work back (the queue's while it admits none, else the earliest group's in
+-- `throttled`), 0 when none does. {0} when no job is handed out and none waits. Error EMQARGS.
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local throttled, tats = KEYS[7], KEYS[8]
 local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local recmax, maxbytes = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -45,18 +58,26 @@ if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_ba
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
-if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {} end
--- the idle path (a parked consumer's beat) ends here: an empty ring has nothing to give
+if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {0} end
+-- the idle path (a parked consumer's beat) ends here: an empty ring and no throttled group
 local ring_len = redis.call('LLEN', ring)
-if ring_len == 0 then return {} end
-local now = emq_now()
+if ring_len == 0 and redis.call('ZCARD', throttled) == 0 then return {0} end
+local now_us = emq_now_us()
+local now = math.floor(now_us / 1000)
 local call, jobs = redis.call, base .. 'job:'
+-- the queue's limit and the groups' default (each group's own is read with its fields)
+local specs = call('HMGET', groups, 'rate', 'rate:~')
+local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us)
+local default_rate = specs[2]
 
 -- The walk, from reads alone.
 -- The ring as the walk sees it: its members as they were (read in pages, `popped` of them taken
 -- off its head), then the members pushed back at its tail (`back`, `repopped` of them taken again).
 local members_read, popped = {}, 0
 local back, repopped = {}, 0
+-- the throttled groups due again join the walk at the ring's tail (a page at most: the rest next time)
+local due = call('ZRANGEBYSCORE', throttled, '-inf', now_us, 'LIMIT', 0, 1000)
+for i = 1, #due do back[i] = due[i] end
 local function pop()
   if popped < ring_len then
     if popped == #members_read then
@@ -83,10 +104,12 @@ local function member(m)
   if m == '~' then
     s = { key = pending, size = call('ZCARD', pending), ids = {}, taken = 0 }
   else
-    local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~')
+    local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m)
     local lane = base .. 'lane:' .. m
+    local spec = f[4] or default_rate
     s = { key = lane, size = emq_lane_len(base, m), ids = {}, taken = 0, group = m,
-          a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0 }
+          a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0,
+          rate = spec and emq_rate_read(spec, redis.pcall('ZSCORE', tats, m), now_us) or nil }
   end
   members[m] = s
   order[#order + 1] = s
@@ -182,10 +205,16 @@ end
 
 -- each pop hands out a job, settles a bad row or drops a member: bounded by n, the ring's length
 -- and the bad rows met (a ring full of bad rows cannot keep the script running)
-local budget = n + ring_len + 1000
--- the r: flags of the members dropped from the ring
-local dropped = {}
+local budget = n + ring_len + #due + 1000
+-- the r: flags of the members dropped from the ring; the groups throttled ({group, admission})
+local dropped, held = {}, {}
+-- whether the queue's limit stopped the walk
+local stopped = false
 while got < n and bytes < maxbytes and budget > 0 do
+  if not emq_rate_admits(qrate, now_us) then
+    stopped = true
+    break
+  end
   budget = budget - 1
   local m = pop()
   if not m then break end
@@ -194,21 +223,47 @@ while got < n and bytes < maxbytes and budget > 0 do
     local want = 1
     if ring_len - popped + #back - repopped == 0 then want = n - got end
     local used = 0
-    while used < want and bytes < maxbytes and s.taken < s.size do
+    while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
       used = used + 1
-      if judge(next_id(s, n - got), nil) then got = got + 1 end
+      if judge(next_id(s, n - got), nil) then
+        got = got + 1
+        emq_rate_take(qrate)
+      end
     end
-  elseif s.a < s.limit and s.taken < s.size then
+  elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
     if judge(next_id(s, n - got), m) then
       got = got + 1
       s.a = s.a + 1
+      emq_rate_take(s.rate)
+      emq_rate_take(qrate)
     end
   end
   if s.taken < s.size and (not s.group or s.a < s.limit) then
-    back[#back + 1] = m
+    if s.group and not emq_rate_admits(s.rate, now_us) then
+      held[#held + 1] = { m, emq_rate_next(s.rate) }
+    else
+      back[#back + 1] = m
+    end
   else
     dropped[#dropped + 1] = 'r:' .. m
   end
+end
+-- the wait: the queue's next admission while it admits none, else the earliest group's in
+-- throttled once this claim's moves are written (the first not taken due, or one throttled here)
+local wake_at = nil
+if stopped then
+  wake_at = emq_rate_next(qrate)
+else
+  local first = call('ZRANGE', throttled, #due, #due, 'WITHSCORES')
+  if first[2] then wake_at = tonumber(first[2]) end
+  for _, h in ipairs(held) do
+    if not wake_at or h[2] < wake_at then wake_at = h[2] end
+  end
+end
+local wait = 0
+if wake_at then
+  wait = math.ceil(wake_at - now_us)
+  if wait < 1 then wait = 1 end
 end
 
 -- The rest of the reads: the keys only written below.
@@ -251,6 +306,25 @@ end
 if #counts > 0 then emq_bulk('HSET', groups, counts) end
 for i = 1, #tokens, 2 do call('HSET', tokens[i], 'state', 'active', 'attempts', tokens[i + 1]) end
 if #leases > 0 then emq_bulk('ZADD', active, leases) end
+-- the limits: the due groups leave throttled, the groups throttled here join it; the TATs moved
+if #due > 0 then emq_bulk('ZREM', throttled, due) end
+local later, moved = {}, {}
+for _, h in ipairs(held) do
+  later[#later + 1] = math.ceil(h[2])
+  later[#later + 1] = h[1]
+end
+if #later > 0 then emq_bulk('ZADD', throttled, later) end
+for _, s in ipairs(order) do
+  if s.rate and s.rate.moved then
+    moved[#moved + 1] = math.ceil(s.rate.tat)
+    moved[#moved + 1] = s.group
+  end
+end
+if #moved > 0 then
+  call('ZREMRANGEBYSCORE', tats, '-inf', now_us)
+  emq_bulk('ZADD', tats, moved)
+end
+if qrate and qrate.moved then call('SET', KEYS[9], math.ceil(qrate.tat)) end
 for _, j in ipairs(settled) do
   if j.kind == 'cancelled' then
     emq_finish(base, j.id, 'cancelled', now, ret, 'last_error', j.reason)
@@ -264,4 +338,5 @@ for _, j in ipairs(settled) do
 end
 emq_count(base, 'failed', failed)
 emq_count(base, 'cancelled', cancelled)
+out[nout + 1] = wait
 return out

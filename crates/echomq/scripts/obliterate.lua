@@ -95,7 +95,8 @@ touch[#touch + 1] = 'obliterating'
 if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
-  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order' }
+  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order',
+           'throttled', 'tats', 'tat' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end

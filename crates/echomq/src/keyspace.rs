@@ -41,6 +41,9 @@ pub const SUFFIXES: &[&str] = &[
     "finished",
     "registered",
     "order",
+    "throttled",
+    "tats",
+    "tat",
 ];
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
@@ -273,6 +276,20 @@ impl QueueKeys {
     /// rank given; `aging`, the priority aging in ms).
     pub fn order(&self) -> String {
         self.key("order")
+    }
+    /// `emq:{q}:throttled` — the groups their rate limit holds back, off the ring (zset, score =
+    /// their next admission, µs).
+    pub fn throttled(&self) -> String {
+        self.key("throttled")
+    }
+    /// `emq:{q}:tats` — each rate-limited group's theoretical arrival time (zset, score = µs; a
+    /// time past is the same as none, and the claim removes those).
+    pub fn tats(&self) -> String {
+        self.key("tats")
+    }
+    /// `emq:{q}:tat` — the queue rate limit's theoretical arrival time (string, µs).
+    pub fn tat(&self) -> String {
+        self.key("tat")
     }
     /// `emq:{q}:job:<id>` — one job's row.
     pub fn job(&self, id: &JobId) -> String {

@@ -187,7 +187,7 @@ impl fmt::Debug for RetryPolicy {
 
 /// A duration as the policy's text writes it: the largest of d, h, m, s, ms that divides it
 /// (`1500ms`, `10m`).
-fn duration_text(d: Duration) -> String {
+pub(crate) fn duration_text(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
         if ms > 0 && ms % size == 0 {

@@ -10,6 +10,7 @@ use futures::stream::BoxStream;
 use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
+use crate::rate::{RateLimit, RateLimits, RateTarget};
 
 #[cfg(feature = "embedded")]
 pub mod embedded;
@@ -379,6 +380,49 @@ pub struct ClaimRequest {
     pub settle: SettleOptions,
 }
 
+/// The reply of a claim: the jobs handed out, in claim order, and — when a rate limit held work
+/// back — how long until it admits a start again. Reads as the list of its jobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimed {
+    /// The jobs handed out.
+    pub jobs: Vec<ClaimedJob>,
+    /// How long until a rate limit that held work back admits a start again (the queue's while it
+    /// admits none, else the first throttled group's); `None` when none held any.
+    pub wait: Option<Duration>,
+}
+
+impl std::ops::Deref for Claimed {
+    type Target = Vec<ClaimedJob>;
+
+    fn deref(&self) -> &Vec<ClaimedJob> {
+        &self.jobs
+    }
+}
+
+impl std::ops::DerefMut for Claimed {
+    fn deref_mut(&mut self) -> &mut Vec<ClaimedJob> {
+        &mut self.jobs
+    }
+}
+
+impl IntoIterator for Claimed {
+    type Item = ClaimedJob;
+    type IntoIter = std::vec::IntoIter<ClaimedJob>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.jobs.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Claimed {
+    type Item = &'a ClaimedJob;
+    type IntoIter = std::slice::Iter<'a, ClaimedJob>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.jobs.iter()
+    }
+}
+
 /// Where a store hands the jobs it claimed for a parked caller ([`Store::park_with_handoff`]).
 /// Called on whichever thread committed the claim (a task of the caller's runtime, or a store's
 /// own thread), so it must not block and must not assume a runtime context.
@@ -393,7 +437,7 @@ pub struct Round {
     /// The promote leg.
     pub promoted: Result<Promoted>,
     /// The claim.
-    pub claimed: Result<Vec<ClaimedJob>>,
+    pub claimed: Result<Claimed>,
 }
 
 /// The replies of [`Store::complete_then_claim`]: the completions, then the claim that came after
@@ -403,7 +447,7 @@ pub struct CompletedThenClaimed {
     /// One reply per completion, in order, or the batch's error.
     pub completed: Result<Vec<Settled>>,
     /// The jobs the claim leased.
-    pub claimed: Result<Vec<ClaimedJob>>,
+    pub claimed: Result<Claimed>,
 }
 
 /// A cancel request for a running job, as delivered to the consumers of its queue.
@@ -433,6 +477,8 @@ pub trait Store: Send + Sync {
     /// claim: up to `n` jobs off the ring under a lease of `lease`. Jobs at their attempt budget
     /// (`max_attempts` is the default for rows without their own) go dead instead; rows carrying a
     /// cancel go to cancelled (under `settle`); malformed rows go dead. A paused queue gives none.
+    /// Rate limits hold starts back ([`Store::set_rate_limit`]); the reply says how long until they
+    /// admit one again.
     async fn claim(
         &self,
         queue: &QueueName,
@@ -440,7 +486,7 @@ pub trait Store: Send + Sync {
         lease: Duration,
         max_attempts: u32,
         settle: SettleOptions,
-    ) -> Result<Vec<ClaimedJob>>;
+    ) -> Result<Claimed>;
 
     /// complete: fenced by `token`; the row is kept under the queue's [`Retention`] (or deleted);
     /// a lane's slot is freed.
@@ -586,6 +632,15 @@ pub trait Store: Send + Sync {
     /// set_group_limit: a group's own limit or the queue default (n ≥ 1), then the ring step.
     async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()>;
 
+    /// set_rate_limit: at most `limit`'s max starts per its period, its burst at once, for the
+    /// queue, one group or the default of groups without their own; `None` removes it. Enforced by
+    /// every claim on the store's clock. A change starts the limit afresh (the target's budget
+    /// full); a group's change, or the default's, puts the groups it held back on the ring again.
+    async fn set_rate_limit(&self, queue: &QueueName, target: &RateTarget, limit: Option<RateLimit>) -> Result<()>;
+
+    /// rate_limits: the queue's rate limits and their state.
+    async fn rate_limits(&self, queue: &QueueName) -> Result<RateLimits>;
+
     /// counts: sizes per state and the counters.
     async fn counts(&self, queue: &QueueName) -> Result<Counts>;
 
@@ -614,7 +669,7 @@ pub trait Store: Send + Sync {
         };
         let promoted = self.promote(queue, pump).await;
         let claimed = if claim.n == 0 {
-            Ok(Vec::new())
+            Ok(Claimed::default())
         } else {
             self.claim(queue, claim.n, claim.lease, claim.max_attempts, claim.settle)
                 .await
@@ -655,7 +710,7 @@ pub trait Store: Send + Sync {
             r => r,
         };
         let claimed = if claim.n == 0 {
-            Ok(Vec::new())
+            Ok(Claimed::default())
         } else {
             self.claim(queue, claim.n, claim.lease, claim.max_attempts, claim.settle)
                 .await

@@ -1306,7 +1306,7 @@ async fn run_handed(store: &dyn Store, q: &QueueName, step: &Step, serves_offers
     if !serves_offers {
         let e = enqueued(Box::pin(run_step(store, q, enqueue, false)).await?);
         let jobs = if *woke {
-            store.claim(q, *n, lease, HANDED_MAX_ATTEMPTS, so).await?
+            store.claim(q, *n, lease, HANDED_MAX_ATTEMPTS, so).await?.jobs
         } else {
             Vec::new()
         };
@@ -1352,7 +1352,8 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
         } => {
             let jobs = store
                 .claim(q, *n, Duration::from_millis(*lease_ms), *max_attempts, so)
-                .await?;
+                .await?
+                .jobs;
             Reply::Claimed(claim_reply(jobs))
         }
         Step::Complete(id, token) => Reply::Settled(store.complete(q, &jid(id), *token, None, so).await?),

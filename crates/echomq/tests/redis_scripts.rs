@@ -127,6 +127,7 @@ async fn claim(ctx: &Ctx, n: u32, lease: Duration) -> Vec<ClaimedJob> {
         .claim(&ctx.q, n, lease, BUDGET, SettleOptions::default())
         .await
         .unwrap()
+        .jobs
 }
 
 /// Claims one job and checks it is `id`.
@@ -731,7 +732,7 @@ async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
         .unwrap();
     assert!(round.recovered.is_ok(), "{:?}", round.recovered);
     assert!(round.promoted.is_ok(), "{:?}", round.promoted.err());
-    let two = round.claimed.unwrap();
+    let two = round.claimed.unwrap().jobs;
     assert_eq!(ids(&two), [id("2")]);
     flush().await;
     let done = ctx

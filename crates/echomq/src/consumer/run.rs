@@ -16,7 +16,7 @@ use super::settle::Finished;
 use super::{lock, JobContext, Shared, Verdict};
 use crate::error::Error;
 use crate::job::ClaimedJob;
-use crate::store::{ClaimRequest, BATCH_MAX};
+use crate::store::{ClaimRequest, Claimed, BATCH_MAX};
 
 /// Starts claimed jobs, each on a task of its own. Cloned into every offer a park makes (a store
 /// that serves the offer starts its jobs right after the commit, on the thread that committed: no
@@ -48,7 +48,15 @@ struct Beat {
     /// Whether a round has succeeded yet: the first outage's log line says the consumer is
     /// waiting for a store it has never reached.
     reached: bool,
+    /// When a rate limit that held work back at the last claim admits a start again.
+    admits_at: Option<Instant>,
 }
+
+/// How close to a rate limit's next admission a park stops waiting on the wake list (whose
+/// timeouts move in the server's 100 ms steps) and sleeps on the consumer's own timer instead, so
+/// that it claims on time: a limit of 200/s keeps its rate only when the claim comes within half
+/// an interval (2.5 ms) of its slot.
+const PRECISE_WAIT: Duration = Duration::from_millis(150);
 
 /// What ends a leg early.
 enum Leg {
@@ -75,6 +83,7 @@ pub(crate) async fn run(
         streak: 0,
         degraded_since: None,
         reached: false,
+        admits_at: None,
     };
     loop {
         match beat.once().await {
@@ -159,9 +168,9 @@ impl Beat {
         let mut empty = true;
         let mut degraded = None;
         match round.claimed {
-            Ok(jobs) => {
-                empty = jobs.len() < want;
-                self.launch_first(jobs).await;
+            Ok(claimed) => {
+                empty = claimed.len() < want;
+                self.launch_first(claimed).await;
             }
             Err(e) => degraded = Some(e),
         }
@@ -227,9 +236,9 @@ impl Beat {
                 .claim(&self.shared.queue, req.n, req.lease, req.max_attempts, req.settle)
                 .await
             {
-                Ok(jobs) => {
-                    empty = jobs.len() < free;
-                    self.launch_first(jobs).await;
+                Ok(claimed) => {
+                    empty = claimed.len() < free;
+                    self.launch_first(claimed).await;
                 }
                 Err(e) => return Leg::Degraded(e),
             }
@@ -240,9 +249,23 @@ impl Beat {
     /// sooner. A stop ends the park at once. With free slots the park offers a claim
     /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it starts the
     /// jobs on the slots reserved here ([`Launcher`]).
+    /// A rate limit that held work back shortens the park to its next admission: within
+    /// [`PRECISE_WAIT`] of it the park is a sleep on the consumer's timer instead (the next beat's
+    /// claim then comes on time; a wake meanwhile waits for it).
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
-        let timeout = next_due.map_or(beat, |d| d.min(beat)).max(Duration::from_millis(1));
+        let mut timeout = next_due.map_or(beat, |d| d.min(beat));
+        if let Some(at) = self.admits_at {
+            let left = at.saturating_duration_since(Instant::now());
+            if left <= PRECISE_WAIT {
+                return tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => Leg::Healthy,
+                    _ = self.shared.stop.cancelled() => Leg::Exit,
+                };
+            }
+            timeout = timeout.min(left - PRECISE_WAIT);
+        }
+        let timeout = timeout.max(Duration::from_millis(1));
         let shared = self.shared.clone();
         let free = self.slots.available_permits();
         // every free slot is offered (the claim before parking), at most a claim's worth
@@ -288,8 +311,11 @@ impl Beat {
         tokio::task::yield_now().await;
     }
 
-    /// [`Self::launch`], then [`Self::handlers_first`] when any job started.
-    async fn launch_first(&mut self, jobs: Vec<ClaimedJob>) {
+    /// Keeps the claim's rate-limit wait, then [`Self::launch`] and [`Self::handlers_first`] when
+    /// any job started.
+    async fn launch_first(&mut self, claimed: Claimed) {
+        self.admits_at = claimed.wait.map(|w| Instant::now() + w);
+        let jobs = claimed.jobs;
         if jobs.is_empty() {
             return;
         }

@@ -18,7 +18,7 @@ use super::{Shared, Verdict};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::JobId;
-use crate::store::{Completion, Settled, BATCH_MAX, DURATION_MAX_MS};
+use crate::store::{Claimed, Completion, Settled, BATCH_MAX, DURATION_MAX_MS};
 
 /// A job whose handler returned.
 #[derive(Debug)]
@@ -103,8 +103,9 @@ async fn settle_batch(shared: &Shared, launcher: &Launcher, mut batch: Vec<Finis
 /// jobs it claimed. Each completion's reply is reported here.
 async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) -> Vec<ClaimedJob> {
     let (store, q) = (&shared.store, &shared.queue);
-    let claimed = |r: Result<Vec<ClaimedJob>>| {
-        r.unwrap_or_else(|e| {
+    // a rate limit's wait is the loop's to keep: this claim only fills the slots a settle freed
+    let claimed = |r: Result<Claimed>| {
+        r.map(|c| c.jobs).unwrap_or_else(|e| {
             tracing::debug!(queue = %q, error = %e, "the claim behind a settle failed; the loop claims next");
             Vec::new()
         })

@@ -59,6 +59,8 @@ mod priority_aging;
 mod promote;
 mod promote_job;
 mod queues;
+mod rate;
+mod rate_limits;
 mod reap;
 mod redrive;
 mod release;
@@ -68,6 +70,7 @@ mod retention;
 mod retry;
 mod set_group_limit;
 mod set_priority_aging;
+mod set_rate_limit;
 mod set_retention;
 mod sweep_stalled;
 mod update_data;
@@ -85,13 +88,15 @@ use rusqlite::Connection;
 use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
-use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
+use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
+use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::store::{
     check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive,
-    CancelRequest, Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
-    Handoff, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
-    SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT, PAYLOAD_LIMIT_DEFAULT,
+    CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
+    Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention,
+    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT,
+    PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
 
@@ -744,12 +749,12 @@ impl Store for EmbeddedStore {
         lease: Duration,
         max_attempts: u32,
         settle: SettleOptions,
-    ) -> Result<Vec<ClaimedJob>> {
+    ) -> Result<Claimed> {
         positive("n", n as u64)?;
         check_claim(lease, max_attempts)?;
         let recmax = settle_arg(settle);
         let lease = lease.as_millis() as i64;
-        let mut out = Vec::new();
+        let mut out = Claimed::default();
         let mut left = n as usize;
         while left > 0 {
             let take = left.min(BATCH_MAX) as i64;
@@ -759,7 +764,8 @@ impl Store for EmbeddedStore {
                 })
                 .await?;
             let k = got.len();
-            out.extend(got);
+            out.jobs.extend(got.jobs);
+            out.wait = got.wait;
             if (k as i64) < take {
                 break;
             }
@@ -1080,7 +1086,7 @@ impl Store for EmbeddedStore {
             let claimed = if n > 0 {
                 db.leg(|| claim::claim(db, n, lease, max_attempts, recmax))?
             } else {
-                Ok(Vec::new())
+                Ok(Claimed::default())
             };
             Ok(Round {
                 recovered,
@@ -1116,7 +1122,7 @@ impl Store for EmbeddedStore {
             let claimed = if n > 0 {
                 db.leg(|| claim::claim(db, n, lease, max_attempts, claim_recmax))?
             } else {
-                Ok(Vec::new())
+                Ok(Claimed::default())
             };
             Ok(CompletedThenClaimed { completed, claimed })
         })
@@ -1175,6 +1181,20 @@ impl Store for EmbeddedStore {
             priority_aging::priority_aging,
         )
         .await
+    }
+
+    async fn set_rate_limit(&self, queue: &QueueName, target: &RateTarget, limit: Option<RateLimit>) -> Result<()> {
+        let (target, group) = crate::rate::target_parts(target);
+        let (group, spec) = (group.to_string(), limit.map(|l| l.spec()).unwrap_or_default());
+        self.run(queue.as_str(), "set_rate_limit", On::CallerFirst, move |db| {
+            set_rate_limit::set_rate_limit(db, target, &group, &spec)
+        })
+        .await
+    }
+
+    async fn rate_limits(&self, queue: &QueueName) -> Result<RateLimits> {
+        self.run(queue.as_str(), "rate_limits", On::CallerFirst, rate_limits::rate_limits)
+            .await
     }
 
     async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {

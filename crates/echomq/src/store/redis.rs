@@ -29,11 +29,12 @@ use redis::{ConnectionInfo, IntoConnectionInfo};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
+use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
+use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::store::{
-    CancelRequest, Cancelled, ClaimRequest, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
-    LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
+    CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
+    Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
     SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
 };
 
@@ -64,6 +65,7 @@ mod priority_aging;
 mod promote;
 mod promote_job;
 mod queues;
+mod rate_limits;
 mod reap;
 mod redrive;
 mod release;
@@ -373,7 +375,7 @@ impl Store for RedisStore {
         lease: Duration,
         max_attempts: u32,
         settle: SettleOptions,
-    ) -> Result<Vec<ClaimedJob>> {
+    ) -> Result<Claimed> {
         claim::claim(self, queue, n, lease, max_attempts, settle).await
     }
 
@@ -536,6 +538,14 @@ impl Store for RedisStore {
 
     async fn priority_aging(&self, queue: &QueueName) -> Result<Duration> {
         priority_aging::priority_aging(self, queue).await
+    }
+
+    async fn set_rate_limit(&self, queue: &QueueName, target: &RateTarget, limit: Option<RateLimit>) -> Result<()> {
+        rate_limits::set_rate_limit(self, queue, target, limit).await
+    }
+
+    async fn rate_limits(&self, queue: &QueueName) -> Result<RateLimits> {
+        rate_limits::rate_limits(self, queue).await
     }
 
     async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {

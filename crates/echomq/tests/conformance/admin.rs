@@ -38,7 +38,7 @@ fn strs(ids: &[JobId]) -> Vec<&str> {
 }
 
 async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
-    ctx.store.claim(&ctx.q, n, LEASE, MAX, PLAIN).await.unwrap()
+    ctx.store.claim(&ctx.q, n, LEASE, MAX, PLAIN).await.unwrap().jobs
 }
 
 async fn list(ctx: &Ctx, state: JobState) -> Vec<JobId> {

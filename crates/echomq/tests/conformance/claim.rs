@@ -356,7 +356,7 @@ pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ct
     assert_slot_invariant(ctx).await;
     // all settled, the rest claimed and settled; then r claimed once and recovered, claimed again
     // beside a fresh job
-    let mut held = got;
+    let mut held = got.jobs;
     while !held.is_empty() {
         for j in &held {
             complete(ctx, j).await;

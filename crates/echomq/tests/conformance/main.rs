@@ -11,6 +11,7 @@ mod enqueue;
 mod inputs;
 mod priority;
 mod promote;
+mod rate;
 mod recovery;
 mod release;
 mod results;
@@ -24,6 +25,7 @@ fn every_verb_has_a_case() {
         claim::CASES,
         promote::CASES,
         priority::CASES,
+        rate::CASES,
         settle::CASES,
         recovery::CASES,
         release::CASES,
@@ -41,7 +43,7 @@ fn every_verb_has_a_case() {
 
 /// The embedded store's modules that twin no script (its plumbing). Any other file under
 /// `src/store/embedded/` is a verb's twin and must have a script of its name.
-const EMBEDDED_SUPPORT: &[&str] = &["checkpoint", "common", "db", "handoff", "schema", "txn"];
+const EMBEDDED_SUPPORT: &[&str] = &["checkpoint", "common", "db", "handoff", "rate", "schema", "txn"];
 
 /// The stems of the files in `dir` (relative to the crate) with extension `ext`.
 fn stems(dir: &str, ext: &str) -> std::collections::BTreeSet<String> {

@@ -51,7 +51,7 @@ pub async fn add_lane(ctx: &Ctx, group: &GroupName, n: usize) -> Vec<JobId> {
 }
 
 pub async fn claim(ctx: &Ctx, n: u32, lease: Duration) -> Vec<ClaimedJob> {
-    ctx.store.claim(&ctx.q, n, lease, BUDGET, plain()).await.unwrap()
+    ctx.store.claim(&ctx.q, n, lease, BUDGET, plain()).await.unwrap().jobs
 }
 
 /// Claims one job and checks it is `id`.

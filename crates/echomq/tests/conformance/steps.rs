@@ -33,6 +33,7 @@ pub async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
         .claim(&ctx.q, n, LEASE, MAX, SettleOptions::default())
         .await
         .unwrap()
+        .jobs
 }
 
 pub async fn complete(ctx: &Ctx, job: &ClaimedJob) {

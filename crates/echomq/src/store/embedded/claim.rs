@@ -3,27 +3,32 @@
 //! lanes, every row it takes — then written: pop the head member; if eligible take one job from it
 //! and push it back at the tail while still eligible, else clear its flag. A paused or obliterating
 //! queue claims nothing. The budget guard (attempts − free against max_attempts), claim-time
-//! cancels and malformed rows as the script.
+//! cancels and malformed rows as the script. Rate limits as the script: the queue's `rate` gates
+//! every start (the walk stops while it admits none), a group's (`rate:<g>`, else `rate:~`) its
+//! lane — a group it no longer admits moves to the zset `throttled` (its r: flag kept), and each
+//! claim first takes the due ones from its head onto the walk's tail. TATs: the zset `tats` for
+//! groups (members past are removed), the kv `tat` for the queue.
 
 use std::collections::{HashMap, HashSet};
 
 use super::common::{bury, expire, finish, lane, lua_number, retention_read, Kept};
 use super::db::{Db, Field};
+use super::rate::Rate;
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId};
-use crate::store::BATCH_BYTES_MAX;
+use crate::store::{Claimed, BATCH_BYTES_MAX};
 
-/// A group's (active count, limit): its own limit, else the queue default l:~, else 1 (the walk's
-/// HMGET a:<g> l:<g> l:~).
-fn slots(db: &Db, g: &str) -> Result<(i64, i64)> {
+/// A group's (active count, limit, own rate limit): its own limit, else the queue default l:~,
+/// else 1 (the walk's HMGET a:<g> l:<g> l:~ rate:<g>).
+fn slots(db: &Db, g: &str) -> Result<(i64, i64, Option<String>)> {
     let num = |v: Option<String>| v.and_then(|s| s.parse::<i64>().ok());
     let active = num(db.gget(&format!("a:{g}"))?).unwrap_or(0);
     let limit = match num(db.gget(&format!("l:{g}"))?) {
         Some(l) => l,
         None => num(db.gget("l:~")?).unwrap_or(1),
     };
-    Ok((active, limit))
+    Ok((active, limit, db.gget(&format!("rate:{g}"))?))
 }
 
 /// One member met by the walk: its ready jobs (the head of pending or of its lane, read in pages
@@ -39,6 +44,8 @@ struct Member {
     a: i64,
     a0: i64,
     limit: i64,
+    /// The group's rate limit (its own, else the default).
+    rate: Option<Rate>,
 }
 
 /// A job settled by the claim instead of handed out, in the order met.
@@ -74,6 +81,9 @@ struct Walk<'a, 'b> {
     settled: Vec<Settled>,
     met: HashSet<String>,
     bytes: usize,
+    now_us: i64,
+    /// The groups' default rate limit.
+    default_rate: Option<String>,
 }
 
 impl Walk<'_, '_> {
@@ -135,9 +145,15 @@ impl Walk<'_, '_> {
                 a: 0,
                 a0: 0,
                 limit: 0,
+                rate: None,
             }
         } else {
-            let (a, limit) = slots(self.db, m)?;
+            let (a, limit, own) = slots(self.db, m)?;
+            let spec = own.or_else(|| self.default_rate.clone());
+            let rate = match spec {
+                Some(spec) => Rate::read(Some(&spec), self.db.zscore("tats", m)?, self.now_us),
+                None => None,
+            };
             Member {
                 group: Some(m.to_string()),
                 size: self.db.zcard_upto(&lane(m), self.first_count)?,
@@ -147,6 +163,7 @@ impl Walk<'_, '_> {
                 a,
                 a0: a,
                 limit,
+                rate,
             }
         };
         self.order.push(member);
@@ -243,21 +260,30 @@ impl Walk<'_, '_> {
     }
 }
 
-pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i64) -> Result<Vec<ClaimedJob>> {
+pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i64) -> Result<Claimed> {
     if db.exists_flag("paused")? || db.exists_flag("obliterating")? {
-        return Ok(Vec::new());
+        return Ok(Claimed::default());
     }
-    // the idle path: an empty ring has nothing to give
+    // the idle path: an empty ring and no throttled group
     let ring_len = db.llen("ring")?;
-    if ring_len == 0 {
-        return Ok(Vec::new());
+    if ring_len == 0 && !db.znonempty("throttled")? {
+        return Ok(Claimed::default());
     }
+    let now_us = db.now_us();
+    // the queue's limit and the groups' default (each group's own is read with its fields)
+    let queue_spec = db.gget("rate")?;
+    let mut qrate = match &queue_spec {
+        Some(spec) => Rate::read(Some(spec), db.kv_get("tat")?, now_us),
+        None => None,
+    };
+    // the throttled groups due again join the walk at the ring's tail (a page at most)
+    let due = db.zrange_upto("throttled", now_us, 1000)?;
     let mut w = Walk {
         db,
         maxdef: max_attempts,
         deadline: db.now() + lease_ms,
         ring_len,
-        cap: n + ring_len + 1000,
+        cap: n + ring_len + due.len() as i64 + 1000,
         first_count: n + 1,
         ring: Vec::new(),
         popped: 0,
@@ -269,13 +295,23 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
         settled: Vec::new(),
         met: HashSet::new(),
         bytes: 0,
+        now_us,
+        default_rate: db.gget("rate:~")?,
     };
+    w.back.extend(due.iter().cloned());
 
     // The walk, from reads alone.
     let mut got = 0;
     let mut budget = w.cap;
-    let mut dropped = Vec::new();
+    // the r: flags of the members dropped from the ring; the groups throttled (group, admission)
+    let (mut dropped, mut held) = (Vec::new(), Vec::<(String, f64)>::new());
+    // whether the queue's limit stopped the walk
+    let mut stopped = false;
     while got < n && w.bytes < BATCH_BYTES_MAX && budget > 0 {
+        if !Rate::admits(qrate.as_ref(), now_us) {
+            stopped = true;
+            break;
+        }
         budget -= 1;
         let Some(m) = w.pop()? else { break };
         let i = w.member(&m)?;
@@ -283,31 +319,48 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
             None => {
                 let want = if w.left() == 0 { n - got } else { 1 };
                 let mut used = 0;
-                while used < want && w.bytes < BATCH_BYTES_MAX && w.more(i)? {
+                while used < want && w.bytes < BATCH_BYTES_MAX && w.more(i)? && Rate::admits(qrate.as_ref(), now_us) {
                     used += 1;
                     let id = w.next_id(i, n - got)?;
                     if w.judge(id, None)? {
                         got += 1;
+                        Rate::take(qrate.as_mut());
                     }
                 }
             }
             Some(g) => {
-                if w.order[i].a < w.order[i].limit && w.more(i)? {
+                let s = &w.order[i];
+                if s.a < s.limit && Rate::admits(s.rate.as_ref(), now_us) && w.more(i)? {
                     let id = w.next_id(i, n - got)?;
                     if w.judge(id, Some(&g))? {
                         got += 1;
                         w.order[i].a += 1;
+                        Rate::take(w.order[i].rate.as_mut());
+                        Rate::take(qrate.as_mut());
                     }
                 }
             }
         }
         let open = w.order[i].group.is_none() || w.order[i].a < w.order[i].limit;
         if open && w.more(i)? {
-            w.back.push(m);
+            match &w.order[i].rate {
+                Some(r) if !Rate::admits(Some(r), now_us) => held.push((m, r.next())),
+                _ => w.back.push(m),
+            }
         } else {
             dropped.push(format!("r:{m}"));
         }
     }
+    // the wait: the queue's next admission while it admits none, else the earliest group's in
+    // throttled once this claim's moves are written (the first not taken due, or one throttled here)
+    let wake_at = match &qrate {
+        Some(q) if stopped => Some(q.next()),
+        _ => {
+            let first = db.zrange_from("throttled", due.len() as i64)?.map(|(_, at)| at as f64);
+            held.iter().map(|h| h.1).chain(first).reduce(f64::min)
+        }
+    };
+    let wait = wake_at.map(|at| ((at - now_us as f64).ceil() as i64).max(1));
 
     let cancels = w.settled.iter().filter(|j| j.cancelled).count() as i64;
     let kept = if cancels > 0 {
@@ -351,6 +404,27 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
     for job in &w.out {
         db.set_active(job.id.as_str(), job.token as i64, w.deadline)?;
     }
+    // the limits: the due groups leave throttled, the groups throttled here join it; the TATs moved
+    for g in &due {
+        db.zrem("throttled", g)?;
+    }
+    for (g, at) in &held {
+        db.zadd("throttled", at.ceil() as i64, g)?;
+    }
+    let moved: Vec<(&str, i64)> = w
+        .order
+        .iter()
+        .filter_map(|s| Some((s.group.as_deref()?, s.rate.as_ref().filter(|r| r.moved)?.stored_tat())))
+        .collect();
+    if !moved.is_empty() {
+        db.zrem_upto("tats", now_us)?;
+        for (g, tat) in moved {
+            db.zadd("tats", tat, g)?;
+        }
+    }
+    if let Some(q) = qrate.as_ref().filter(|q| q.moved) {
+        db.kv_set("tat", q.stored_tat())?;
+    }
     let (mut failed, mut cancelled) = (0, 0);
     for j in &w.settled {
         if j.cancelled {
@@ -366,7 +440,10 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
     }
     db.count("failed", failed)?;
     db.count("cancelled", cancelled)?;
-    Ok(w.out)
+    Ok(Claimed {
+        jobs: w.out,
+        wait: wait.map(|us| std::time::Duration::from_micros(us as u64)),
+    })
 }
 
 /// A row's count as the script's `emq_whole` takes it: absent is `default`; else a number that is

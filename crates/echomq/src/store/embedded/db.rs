@@ -307,12 +307,17 @@ impl<'a> Db<'a> {
 
     /// The store's clock in ms, read once per transaction (as a script reads TIME once).
     pub(crate) fn now(&self) -> i64 {
+        self.now_us().div_euclid(1000)
+    }
+
+    /// The transaction's time in µs (the clock of the rate limits); [`Db::now`] is its whole ms.
+    pub(crate) fn now_us(&self) -> i64 {
         if let Some(t) = self.now.get() {
             return t;
         }
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
+            .map(|d| d.as_micros() as i64)
             .unwrap_or(0);
         self.now.set(Some(t));
         t
@@ -742,6 +747,28 @@ impl<'a> Db<'a> {
                 s.query_row(params![self.q, z], |r| Ok((r.get(0)?, r.get(1)?)))
                     .optional()
             })
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZRANGE z offset offset WITHSCORES of a set kept in emq_zsets: its member of that rank.
+    pub(crate) fn zrange_from(&self, z: &str, offset: i64) -> R<Option<(String, i64)>> {
+        self.tx
+            .prepare_cached(
+                "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT 1 OFFSET ?3",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![self.q, z, offset], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
+            .map_err(|e| self.e(e))
+    }
+
+    /// ZREMRANGEBYSCORE z -inf max of a set kept in emq_zsets.
+    pub(crate) fn zrem_upto(&self, z: &str, max: i64) -> R<()> {
+        self.tx
+            .prepare_cached("DELETE FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND score <= ?3")
+            .and_then(|mut s| s.execute(params![self.q, z, max]))
+            .map(drop)
             .map_err(|e| self.e(e))
     }
 

@@ -186,7 +186,8 @@ pub(super) fn serve(db: &Db, wake: &Wake) -> Result<Handed> {
         let recmax = settle_arg(offer.claim.settle);
         let (lease, max_attempts) = (offer.claim.lease.as_millis() as i64, offer.claim.max_attempts as i64);
         match db.leg(|| claim::claim(db, n, lease, max_attempts, recmax))? {
-            Ok(jobs) => {
+            Ok(claimed) => {
+                let jobs = claimed.jobs;
                 let short = (jobs.len() as i64) < n;
                 if !jobs.is_empty() {
                     handed.list.push((offer.handoff, jobs));

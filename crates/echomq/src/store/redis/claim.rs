@@ -11,7 +11,7 @@ use super::{reply, RedisStore};
 use crate::error::{Error, Result};
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName};
-use crate::store::{check_claim, positive, SettleOptions, BATCH_BYTES_MAX, BATCH_MAX};
+use crate::store::{check_claim, positive, Claimed, SettleOptions, BATCH_BYTES_MAX, BATCH_MAX};
 
 pub(super) async fn claim(
     store: &RedisStore,
@@ -20,11 +20,11 @@ pub(super) async fn claim(
     lease: Duration,
     max_attempts: u32,
     settle: SettleOptions,
-) -> Result<Vec<ClaimedJob>> {
+) -> Result<Claimed> {
     positive("n", n as u64)?;
     check_claim(lease, max_attempts)?;
     let k = QueueKeys::new(queue);
-    let mut out = Vec::new();
+    let mut out = Claimed::default();
     let mut left = n as usize;
     while left > 0 {
         let take = left.min(BATCH_MAX);
@@ -58,6 +58,9 @@ pub(super) fn claim_call<'a>(
             k.active(),
             k.paused(),
             k.obliterating(),
+            k.throttled(),
+            k.tats(),
+            k.tat(),
         ],
         args: vec![
             k.base().as_bytes().to_vec(),
@@ -70,20 +73,24 @@ pub(super) fn claim_call<'a>(
     }
 }
 
-/// Appends the claimed jobs of one claim reply to `out`; returns how many. The reply (claim.lua's
-/// header): (id, payload, token, attempt, group, kind, max_attempts, retry) per job, group '' for a
-/// flat job, kind '' for a raw one, retry '' for a job without a retry policy of its own.
-pub(super) fn parse_claimed(v: Value, out: &mut Vec<ClaimedJob>) -> Result<usize> {
+/// Appends the claimed jobs of one claim reply to `out` and takes its wait; returns how many jobs.
+/// The reply (claim.lua's header): (id, payload, token, attempt, group, kind, max_attempts, retry)
+/// per job, group '' for a flat job, kind '' for a raw one, retry '' for a job without a retry
+/// policy of its own; then the µs until a rate limit admits a start again (0: none held work back).
+pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
     let verb = "claim";
-    let items = reply::array(verb, v)?;
-    if items.len() % 8 != 0 {
+    let mut items = reply::array(verb, v)?;
+    if items.len() % 8 != 1 {
         return Err(Error::Protocol {
             verb,
-            reply: format!("{} elements: not eight per job", items.len()),
+            reply: format!("{} elements: not eight per job and the wait", items.len()),
         });
     }
     let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
+    let wait = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0);
+    out.wait = (wait > 0).then(|| Duration::from_micros(wait));
     let got = items.len() / 8;
+    let out = &mut out.jobs;
     let mut it = items.into_iter();
     while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group), Some(kind), Some(max), Some(retry)) = (
         it.next(),

@@ -11,8 +11,8 @@ use super::RedisStore;
 use crate::error::{Error, Result};
 use crate::keyspace::{QueueKeys, QueueName};
 use crate::store::{
-    check_claim, positive, ClaimRequest, CompletedThenClaimed, Completion, Recovery, Round, SettleOptions, BATCH_MAX,
-    REAP_LIMIT,
+    check_claim, positive, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Recovery, Round, SettleOptions,
+    BATCH_MAX, REAP_LIMIT,
 };
 
 pub(super) async fn recover_promote_claim(
@@ -54,11 +54,11 @@ pub(super) async fn recover_promote_claim(
     let promoted = next().and_then(parse_promoted);
     let claimed = if claim.n > 0 {
         next().and_then(|v| {
-            let mut out = Vec::new();
+            let mut out = Claimed::default();
             parse_claimed(v, &mut out).map(|_| out)
         })
     } else {
-        Ok(Vec::new())
+        Ok(Claimed::default())
     };
     Ok(Round {
         recovered,
@@ -88,7 +88,7 @@ pub(super) async fn complete_then_claim(
     let claimed = if claim.n > 0 {
         match replies.pop() {
             Some(v) if replies.len() == settles => v.and_then(|v| {
-                let mut out = Vec::new();
+                let mut out = Claimed::default();
                 parse_claimed(v, &mut out).map(|_| out)
             }),
             _ => Err(Error::Protocol {
@@ -97,7 +97,7 @@ pub(super) async fn complete_then_claim(
             }),
         }
     } else {
-        Ok(Vec::new())
+        Ok(Claimed::default())
     };
     Ok(CompletedThenClaimed {
         completed: parse_completed(replies),

@@ -20,7 +20,15 @@ pub(crate) struct Script {
 }
 
 /// The verbs whose scripts only read.
-const READS: &[&str] = &["get", "counts", "list", "queues", "retention", "priority_aging"];
+const READS: &[&str] = &[
+    "get",
+    "counts",
+    "list",
+    "queues",
+    "retention",
+    "priority_aging",
+    "rate_limits",
+];
 
 /// How a script publishes, and how it publishes on a cluster.
 const PUBLISH: &str = "redis.call('PUBLISH',";
@@ -187,6 +195,8 @@ scripts! {
     retention: true,
     set_priority_aging: true,
     priority_aging: true,
+    set_rate_limit: true,
+    rate_limits: true,
     mark_waited: true,
     counts: true,
     list: true,

@@ -1,0 +1,50 @@
+-- set_rate_limit — a rate limit (emq_rate_read in _lib.lua), kept in the groups hash: the queue's
+-- own `rate` (every start), the groups' default `rate:~` (each group without its own, each its own
+-- budget) or a group's own `rate:<g>`; '' removes it. A change starts the limit afresh: the queue's
+-- TAT `tat`, the group's in `tats` (the default's: every group's) is dropped, so its budget is full.
+-- The groups it held back in `throttled` (the group, or for the default every throttled group) go
+-- back on the ring's tail, their r: flags kept (a group with an own limit the default does not
+-- govern is throttled again at its next pop), with a wake per group, at most 16 — as the queue's
+-- change wakes the consumers sleeping until its next admission.
+-- Reads first (_lib.lua): the ring's length, the throttled groups, then the writes.
+--
+-- KEYS[1] emq:{q}:groups      (hash)
+-- KEYS[2] emq:{q}:throttled   (zset)
+-- KEYS[3] emq:{q}:tats        (zset)
+-- KEYS[4] emq:{q}:tat         (string)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] the target: 'queue', 'default' or 'group'
+-- ARGV[3] the group (target 'group'), else ''
+-- ARGV[4] the limit 'max/per ms/burst', or '' to remove it
+--
+-- Replies: 1; error EMQARGS.
+local groups, throttled, tats = KEYS[1], KEYS[2], KEYS[3]
+local base, target, g, spec = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if spec ~= '' and not emq_rate_read(spec, nil, 0) then return emq_bad_args('set_rate_limit', 'limit') end
+local field
+if target == 'queue' then field = 'rate'
+elseif target == 'default' then field = 'rate:~'
+elseif target == 'group' and g ~= '' then field = 'rate:' .. g
+else return emq_bad_args('set_rate_limit', 'target') end
+local paused = emq_paused_read(base)
+local back = {}
+if target == 'default' then
+  back = redis.call('ZRANGE', throttled, 0, -1)
+elseif target == 'group' and redis.call('ZSCORE', throttled, g) then
+  back = { g }
+end
+local ringed = redis.call('LLEN', base .. 'ring')
+emq_touch(base, { 'ring', 'wake' })
+
+if spec == '' then redis.call('HDEL', groups, field) else redis.call('HSET', groups, field, spec) end
+if target == 'queue' then
+  redis.call('DEL', KEYS[4])
+elseif target == 'default' then
+  redis.call('DEL', tats, throttled)
+else
+  redis.call('ZREM', tats, g)
+  redis.call('ZREM', throttled, g)
+end
+if #back > 0 then emq_bulk('RPUSH', base .. 'ring', back) end
+if target == 'queue' then emq_wake(base, ringed, paused) else emq_wake(base, #back, paused) end
+return 1
