@@ -26,6 +26,7 @@ mod list;
 mod obliterate;
 mod pause;
 mod priority_aging;
+mod rate_limit;
 mod promote;
 mod remove;
 mod resume;
@@ -97,6 +98,17 @@ enum Command {
     Retention(retention::Args),
     /// Show or set how long a queue's lower priorities wait behind higher ones (0 = strict).
     PriorityAging(priority_aging::Args),
+    /// Show or set a queue's rate limits: at most MAX starts per PER, for the queue, a group or
+    /// every group without its own.
+    ///
+    /// `QUEUE` shows them; `QUEUE MAX/PER` sets the queue's (every start of the queue), `--group G
+    /// MAX/PER` one group's, `--group-default MAX/PER` the default of groups without their own
+    /// (each group its own budget). `--burst N` lets N starts through at once (default 1), then one
+    /// per PER/MAX; `--off` removes the limit. Every claim enforces them on the store's clock,
+    /// smoothly (no fixed windows): no window of PER holds more than MAX + N starts. A group held
+    /// back leaves the ring until it may start again; other groups and flat jobs are not slowed.
+    /// Setting a limit starts it afresh (its budget full).
+    RateLimit(rate_limit::Args),
     /// The crash audit: N jobs through K workers while it kills workers (and redis-server) and
     /// pauses one past its lease, then accounts for every job (lost and double settles must be 0).
     Audit(audit::Args),
@@ -175,6 +187,7 @@ fn main() {
             Command::GroupLimit(a) => group_limit::run(&cli.url, a).await,
             Command::Retention(a) => retention::run(&cli.url, a).await,
             Command::PriorityAging(a) => priority_aging::run(&cli.url, a).await,
+            Command::RateLimit(a) => rate_limit::run(&cli.url, a).await,
             Command::Audit(a) => audit::run(&cli.url, a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }

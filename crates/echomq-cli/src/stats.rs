@@ -13,7 +13,10 @@ use tokio::signal::unix::{signal, SignalKind};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Only this queue (default: every queue the store knows). A queue never used prints zeros.
-    /// The table of one queue is followed by its settings: `priority_aging=60s` (`strict` at 0).
+    /// The table of one queue is followed by its settings: `priority_aging=60s` (`strict` at 0),
+    /// then its rate limits and their state, as `emq rate-limit QUEUE` prints them
+    /// (`rate_limit=200/1s next=now`, `rate_limit_group[G]=…`, `throttled_groups=N next=…`;
+    /// `rate_limit=none` for a queue without any).
     pub queue: Option<String>,
     /// One JSON object per line per queue (NDJSON): queue, pending, scheduled, active, dead,
     /// completed, cancelled (counters since the queue was created or obliterated), paused.
@@ -42,6 +45,9 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         if let Some(q) = &named {
             let aging = store.priority_aging(q).await?;
             out!("priority_aging={}", crate::priority_aging::shown(aging));
+            for line in crate::rate_limit::lines(&store.rate_limits(q).await?) {
+                out!("{line}");
+            }
         }
     }
     Ok(0)

@@ -941,6 +941,55 @@ fn enqueue_priority_orders_the_queue_and_priority_aging_shows_and_sets_its_aging
     assert_eq!(order.lines().collect::<Vec<_>>(), ["high", "plain", "mid", "low"]);
 }
 
+#[test]
+fn rate_limit_shows_sets_and_removes_limits_and_a_worker_keeps_to_them() {
+    let q = queue("rate-limit");
+    let dir = scratch("rate-limit");
+    assert_eq!(stdout(&emq(&["rate-limit", &q])).trim(), "rate_limit=none");
+    let set = emq(&["rate-limit", &q, "1000/1s", "--burst", "50"]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert_eq!(stdout(&set).trim(), "rate_limit=1000/1s burst 50 next=now");
+    emq(&["rate-limit", &q, "--group-default", "100/1m"]);
+    // one start per 200 ms for the group g
+    let g = emq(&["rate-limit", &q, "--group", "g", "5/s"]);
+    assert!(stdout(&g).contains("rate_limit_group[g]=5/1s next=now"), "{}", stdout(&g));
+    let stats = stdout(&emq(&["stats", &q]));
+    for line in [
+        "rate_limit=1000/1s burst 50",
+        "rate_limit_group_default=100/1m",
+        "rate_limit_group[g]=5/1s",
+    ] {
+        assert!(stats.contains(line), "{line} in {stats}");
+    }
+    for bad in [vec!["0/1s"], vec!["200/1x"], vec!["--burst", "2"], vec!["--group", "g"]] {
+        let o = emq(&[&["rate-limit", q.as_str()], bad.as_slice()].concat());
+        assert!(!o.status.success(), "{bad:?} is refused");
+    }
+    for i in 0..4 {
+        enqueue(&q, &format!("g{i}"), &["--group", "g"]);
+    }
+    let w = work(&q, &format!("date +%s%N >> {}/starts", dir.display()), &["--concurrency", "4"]);
+    let l = lib();
+    wait_until(Duration::from_secs(10), "the four jobs ran", || l.counts(&q).completed == 4);
+    w.stop();
+    let starts: Vec<u128> = std::fs::read_to_string(dir.join("starts"))
+        .unwrap()
+        .lines()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    for pair in starts.windows(2) {
+        let gap_ms = (pair[1] - pair[0]) / 1_000_000;
+        // an interval less the 10 ms a claim may come early, and the commands' own start-up jitter
+        // (unlimited, one job at a time, they start a few ms apart)
+        assert!(gap_ms >= 150, "starts of g {gap_ms} ms apart: {starts:?}");
+    }
+    let off = emq(&["rate-limit", &q, "--group", "g", "--off"]);
+    assert!(!stdout(&off).contains("rate_limit_group[g]"), "{}", stdout(&off));
+    emq(&["rate-limit", &q, "--group-default", "--off"]);
+    emq(&["rate-limit", &q, "--off"]);
+    assert_eq!(stdout(&emq(&["rate-limit", &q])).trim(), "rate_limit=none");
+}
+
 on_both_stores!(sigterm_lets_a_running_job_finish_then_exits_0);
 
 fn sigterm_lets_a_running_job_finish_then_exits_0(b: &Backend) {
