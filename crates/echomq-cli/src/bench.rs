@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use echomq::{Consumer, ConsumerOptions, JobContext, NewJob, QueueName, Store, Verdict};
 use serde_json::{json, Value};
 
+mod rate;
+
 /// The benchmark queue.
 const QUEUE: &str = "bench";
 
@@ -48,7 +50,20 @@ enum Workload {
         /// Priorities in use: job i has priority i mod 10 (all ten levels mixed), instead of none.
         #[arg(long, conflicts_with = "typed")]
         priorities: bool,
+        /// A queue rate limit set for the run (MAX/PER; set it far above the rate to measure what
+        /// enforcing one costs), its burst --burst.
+        #[arg(long, value_name = "MAX/PER", value_parser = rate::limit)]
+        rate_limit: Option<echomq::RateLimit>,
+        /// The burst of --rate-limit.
+        #[arg(long, default_value_t = 1, requires = "rate_limit")]
+        burst: u32,
     },
+    /// e_rate_limit: consumer processes against a queue rate limit (or a group's among unlimited
+    /// groups, with --groups), the starts on the store's clock.
+    RateLimit(rate::RateArgs),
+    /// One consumer process of rate-limit (not for use by hand).
+    #[command(hide = true)]
+    RateLimitChild(rate::ChildArgs),
     /// c_latency: an idle consumer, 2000 enqueues at 200/s, enqueue → handler start (one clock).
     Latency {
         /// Concurrency.
@@ -248,6 +263,11 @@ async fn reset(store: &Arc<dyn Store>, q: &QueueName) -> anyhow::Result<()> {
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let store = crate::open(url).await?;
     let q = QueueName::new(QUEUE)?;
+    // a consumer of another run's queue: nothing reset
+    if let Workload::RateLimitChild(a) = args.workload {
+        rate::child(store, &q, a).await?;
+        return Ok(0);
+    }
     let meter = Meter::new(url, &q).await;
     // scripts loaded and the queue's keys created once before any window opens
     store.enqueue(&q, &payloads(1)).await?;
@@ -262,7 +282,17 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             jobs,
             typed,
             priorities,
-        } => process(&store, &q, &meter, jobs, concurrency, typed, priorities).await?,
+            rate_limit,
+            burst,
+        } => {
+            if let Some(l) = rate_limit {
+                let l = l.with_burst(burst)?;
+                store.set_rate_limit(&q, &echomq::RateTarget::Queue, Some(l)).await?;
+            }
+            process(&store, &q, &meter, jobs, concurrency, typed, priorities).await?
+        }
+        Workload::RateLimit(a) => rate::run(&store, url, &q, a).await?,
+        Workload::RateLimitChild(_) => {}
         Workload::Latency {
             concurrency,
             count,

@@ -952,7 +952,11 @@ fn rate_limit_shows_sets_and_removes_limits_and_a_worker_keeps_to_them() {
     emq(&["rate-limit", &q, "--group-default", "100/1m"]);
     // one start per 200 ms for the group g
     let g = emq(&["rate-limit", &q, "--group", "g", "5/s"]);
-    assert!(stdout(&g).contains("rate_limit_group[g]=5/1s next=now"), "{}", stdout(&g));
+    assert!(
+        stdout(&g).contains("rate_limit_group[g]=5/1s next=now"),
+        "{}",
+        stdout(&g)
+    );
     let stats = stdout(&emq(&["stats", &q]));
     for line in [
         "rate_limit=1000/1s burst 50",
@@ -968,9 +972,15 @@ fn rate_limit_shows_sets_and_removes_limits_and_a_worker_keeps_to_them() {
     for i in 0..4 {
         enqueue(&q, &format!("g{i}"), &["--group", "g"]);
     }
-    let w = work(&q, &format!("date +%s%N >> {}/starts", dir.display()), &["--concurrency", "4"]);
+    let w = work(
+        &q,
+        &format!("date +%s%N >> {}/starts", dir.display()),
+        &["--concurrency", "4"],
+    );
     let l = lib();
-    wait_until(Duration::from_secs(10), "the four jobs ran", || l.counts(&q).completed == 4);
+    wait_until(Duration::from_secs(10), "the four jobs ran", || {
+        l.counts(&q).completed == 4
+    });
     w.stop();
     let starts: Vec<u128> = std::fs::read_to_string(dir.join("starts"))
         .unwrap()

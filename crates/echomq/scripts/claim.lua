@@ -43,9 +43,10 @@
 -- job handed out (at most n), in claim order — token: the row's attempts after this claim;
 -- attempt: the attempts the job has used with this one (token - free); group: '' for a flat job;
 -- kind: '' for a raw job; max_attempts: its budget (its own, else ARGV[4]); retry: its own retry
--- policy's text, '' for none — then one last element, wait: the µs until a rate limit admits a start
--- again when one held work back (the queue's while it admits none, else the earliest group's in
--- `throttled`), 0 when none does. {0} when no job is handed out and none waits. Error EMQARGS.
+-- policy's text, '' for none — then two last elements: wait, the µs until a rate limit admits a
+-- start again when one held work back (the queue's while it admits none, else the earliest group's
+-- in `throttled`), 0 when none does; and 1 when it is the queue's (nothing of the queue starts
+-- sooner), else 0. {0, 0} when no job is handed out and none waits. Error EMQARGS.
 local ring, groups, pending, active = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local throttled, tats = KEYS[7], KEYS[8]
 local base = ARGV[1]
@@ -58,10 +59,10 @@ if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_ba
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
-if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {0} end
+if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {0, 0} end
 -- the idle path (a parked consumer's beat) ends here: an empty ring and no throttled group
 local ring_len = redis.call('LLEN', ring)
-if ring_len == 0 and redis.call('ZCARD', throttled) == 0 then return {0} end
+if ring_len == 0 and redis.call('ZCARD', throttled) == 0 then return {0, 0} end
 local now_us = emq_now_us()
 local now = math.floor(now_us / 1000)
 local call, jobs = redis.call, base .. 'job:'
@@ -339,4 +340,5 @@ end
 emq_count(base, 'failed', failed)
 emq_count(base, 'cancelled', cancelled)
 out[nout + 1] = wait
+out[nout + 2] = stopped and 1 or 0
 return out

@@ -389,6 +389,9 @@ pub struct Claimed {
     /// How long until a rate limit that held work back admits a start again (the queue's while it
     /// admits none, else the first throttled group's); `None` when none held any.
     pub wait: Option<Duration>,
+    /// Whether that limit is the queue's own: nothing of the queue starts before `wait` ends, so a
+    /// consumer need not listen for wakes meanwhile.
+    pub queue_limited: bool,
 }
 
 impl std::ops::Deref for Claimed {

@@ -48,8 +48,9 @@ struct Beat {
     /// Whether a round has succeeded yet: the first outage's log line says the consumer is
     /// waiting for a store it has never reached.
     reached: bool,
-    /// When a rate limit that held work back at the last claim admits a start again.
-    admits_at: Option<Instant>,
+    /// When a rate limit that held work back at the last claim admits a start again, and whether
+    /// it is the queue's own (nothing of the queue starts sooner).
+    admits_at: Option<(Instant, bool)>,
 }
 
 /// How close to a rate limit's next admission a park stops waiting on the wake list (whose
@@ -250,20 +251,26 @@ impl Beat {
     /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it starts the
     /// jobs on the slots reserved here ([`Launcher`]).
     /// A rate limit that held work back shortens the park to its next admission: within
-    /// [`PRECISE_WAIT`] of it the park is a sleep on the consumer's timer instead (the next beat's
-    /// claim then comes on time; a wake meanwhile waits for it).
+    /// [`PRECISE_WAIT`] of it the consumer's own timer ends the park on time (the next beat claims
+    /// then). The queue's own limit admits nothing sooner, so the park is that timer alone; under a
+    /// group's, the park still ends on a wake (work of other groups), whichever comes first.
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
         let mut timeout = next_due.map_or(beat, |d| d.min(beat));
-        if let Some(at) = self.admits_at {
+        let mut admission = None;
+        if let Some((at, queue_limited)) = self.admits_at {
             let left = at.saturating_duration_since(Instant::now());
-            if left <= PRECISE_WAIT {
+            if left <= PRECISE_WAIT && queue_limited {
                 return tokio::select! {
                     _ = tokio::time::sleep_until(at.into()) => Leg::Healthy,
                     _ = self.shared.stop.cancelled() => Leg::Exit,
                 };
             }
-            timeout = timeout.min(left - PRECISE_WAIT);
+            if left <= PRECISE_WAIT {
+                admission = Some(at);
+            } else {
+                timeout = timeout.min(left - PRECISE_WAIT);
+            }
         }
         let timeout = timeout.max(Duration::from_millis(1));
         let shared = self.shared.clone();
@@ -298,6 +305,8 @@ impl Beat {
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
             _ = slots.acquire(), if ends_on_slot => Leg::Healthy,
+            // a throttled group's admission (the park, dropped, gives its wait up)
+            _ = tokio::time::sleep_until(admission.unwrap_or_else(Instant::now).into()), if admission.is_some() => Leg::Healthy,
         };
         // jobs handed over may wait on the worker thread this loop holds
         Self::handlers_first().await;
@@ -314,7 +323,7 @@ impl Beat {
     /// Keeps the claim's rate-limit wait, then [`Self::launch`] and [`Self::handlers_first`] when
     /// any job started.
     async fn launch_first(&mut self, claimed: Claimed) {
-        self.admits_at = claimed.wait.map(|w| Instant::now() + w);
+        self.admits_at = claimed.wait.map(|w| (Instant::now() + w, claimed.queue_limited));
         let jobs = claimed.jobs;
         if jobs.is_empty() {
             return;

@@ -765,7 +765,7 @@ impl Store for EmbeddedStore {
                 .await?;
             let k = got.len();
             out.jobs.extend(got.jobs);
-            out.wait = got.wait;
+            (out.wait, out.queue_limited) = (got.wait, got.queue_limited);
             if (k as i64) < take {
                 break;
             }

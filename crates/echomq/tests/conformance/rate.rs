@@ -51,6 +51,7 @@ pub async fn claim_under_a_queue_rate_limit_starts_its_burst_then_one_per_interv
     assert_eq!(payloads(&first), ["a", "b", "c"], "the burst, in claim order");
     // the fourth start's slot: 300 ms of TAT ahead, less the tolerance of two intervals and 10 ms
     within(first.wait, Duration::from_millis(80), Duration::from_millis(90));
+    assert!(first.queue_limited, "the queue's own limit: nothing starts sooner");
     let none = claim(ctx, 10).await;
     assert!(none.is_empty(), "nothing between two slots: {:?}", payloads(&none));
     within(none.wait, Duration::from_millis(1), Duration::from_millis(90));
@@ -96,6 +97,7 @@ pub async fn claim_under_a_group_rate_limit_throttles_that_group_only(ctx: &Ctx)
     p.sort();
     assert_eq!(p, ["f1", "f2", "s1", "x1", "x2", "x3"], "the limited group starts once");
     within(got.wait, HOUR - Duration::from_secs(60), HOUR);
+    assert!(!got.queue_limited, "a group's limit: other work may start sooner");
     assert!(
         !ctx.probe.ring().await.contains(&"slow".to_string()),
         "a throttled group is off the ring"
@@ -206,7 +208,7 @@ pub async fn claim_with_no_rate_limit_reports_no_wait(ctx: &Ctx) {
     assert_eq!(claim(ctx, 10).await.wait, None, "an empty queue");
     ctx.store.enqueue(&ctx.q, &named(&["a", "b"])).await.unwrap();
     let got = claim(ctx, 10).await;
-    assert_eq!((got.len(), got.wait), (2, None));
+    assert_eq!((got.len(), got.wait, got.queue_limited), (2, None, false));
 }
 
 pub async fn rate_limits_reports_each_limit_and_its_state(ctx: &Ctx) {

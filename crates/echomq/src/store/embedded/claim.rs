@@ -443,6 +443,7 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
     Ok(Claimed {
         jobs: w.out,
         wait: wait.map(|us| std::time::Duration::from_micros(us as u64)),
+        queue_limited: stopped && wait.is_some(),
     })
 }
 

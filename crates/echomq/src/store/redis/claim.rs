@@ -76,19 +76,22 @@ pub(super) fn claim_call<'a>(
 /// Appends the claimed jobs of one claim reply to `out` and takes its wait; returns how many jobs.
 /// The reply (claim.lua's header): (id, payload, token, attempt, group, kind, max_attempts, retry)
 /// per job, group '' for a flat job, kind '' for a raw one, retry '' for a job without a retry
-/// policy of its own; then the µs until a rate limit admits a start again (0: none held work back).
+/// policy of its own; then the µs until a rate limit admits a start again (0: none held work back)
+/// and whether that limit is the queue's (1/0).
 pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
     let verb = "claim";
     let mut items = reply::array(verb, v)?;
-    if items.len() % 8 != 1 {
+    if items.len() % 8 != 2 {
         return Err(Error::Protocol {
             verb,
             reply: format!("{} elements: not eight per job and the wait", items.len()),
         });
     }
     let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
+    let queue_limited = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0) == 1;
     let wait = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0);
     out.wait = (wait > 0).then(|| Duration::from_micros(wait));
+    out.queue_limited = queue_limited && wait > 0;
     let got = items.len() / 8;
     let out = &mut out.jobs;
     let mut it = items.into_iter();

@@ -1,0 +1,295 @@
+//! `emq bench rate-limit`: consumer processes against a rate limit, the starts taken on the store's
+//! clock (each job's claim time: its lease deadline, read back by its handler, less the lease).
+//!
+//! Without `--groups`: a queue limit over a flat backlog larger than the limit lets through; the
+//! figures are the starts per second (against the limit) and the most starts any sliding window
+//! of the limit's period holds (against max + burst). With `--groups G`: one group under the limit
+//! among G unlimited groups, run twice — first with no limit, then with it — and each unlimited
+//! group's starts with the limit against its starts without it.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use echomq::store::LimitTarget;
+use echomq::{
+    Consumer, ConsumerOptions, GroupName, JobContext, NewJob, QueueName, RateLimit, RateTarget, Store, Verdict,
+};
+use serde_json::{json, Value};
+
+use super::{emit, reset};
+
+/// The options of the workload (`emq bench rate-limit`).
+#[derive(clap::Args, Debug)]
+pub struct RateArgs {
+    /// The limit (MAX/PER): the queue's, or with --groups the limited group's.
+    #[arg(long, default_value = "200/1s", value_parser = limit)]
+    pub limit: RateLimit,
+    /// Starts the limit lets through at once.
+    #[arg(long, default_value_t = 1)]
+    pub burst: u32,
+    /// Consumer processes.
+    #[arg(long, default_value_t = 3)]
+    pub consumers: usize,
+    /// Each consumer's concurrency.
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: usize,
+    /// Seconds each run lasts.
+    #[arg(long, default_value_t = 30)]
+    pub secs: u64,
+    /// Unlimited groups beside the limited one (0: the queue's own limit over flat jobs).
+    #[arg(long, default_value_t = 0)]
+    pub groups: usize,
+    /// Jobs waiting in each group (--groups).
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs_per_group: usize,
+}
+
+pub(super) fn limit(s: &str) -> Result<RateLimit, String> {
+    s.parse().map_err(|e: echomq::Error| e.to_string())
+}
+
+/// The hidden child: one consumer process of the workload.
+#[derive(clap::Args, Debug)]
+pub struct ChildArgs {
+    /// Seconds to consume.
+    #[arg(long)]
+    pub secs: u64,
+    /// Concurrency.
+    #[arg(long)]
+    pub concurrency: usize,
+    /// Read each job's claim time back (the queue-limit run).
+    #[arg(long)]
+    pub times: bool,
+}
+
+/// The lease of the child consumers: a job's claim time is its lease deadline less this.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// The limited group's name.
+const LIMITED: &str = "limited";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs one consumer for `secs`, then prints one JSON line: `starts` (each job's claim time, ms,
+/// with --times) and `groups` (starts per group).
+pub async fn child(store: Arc<dyn Store>, q: &QueueName, args: ChildArgs) -> anyhow::Result<()> {
+    let starts = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let groups = Arc::new(Mutex::new(HashMap::<String, u64>::new()));
+    let (s, g, times, reader) = (starts.clone(), groups.clone(), args.times, store.clone());
+    let handler = move |job: JobContext| {
+        let (s, g, reader) = (s.clone(), g.clone(), reader.clone());
+        async move {
+            let name = job.group().map_or("", |g| g.as_str()).to_string();
+            *g.lock().unwrap_or_else(|e| e.into_inner()).entry(name).or_insert(0) += 1;
+            if times {
+                if let Ok(Some(row)) = reader.get(job.queue(), job.id()).await {
+                    if let Some(deadline) = row.score {
+                        s.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(deadline - LEASE.as_millis() as u64);
+                    }
+                }
+            }
+            Verdict::Done
+        }
+    };
+    let opts = ConsumerOptions::default()
+        .with_concurrency(args.concurrency)
+        .with_lease(LEASE);
+    let consumer = Consumer::start(store, q.clone(), handler, opts)?;
+    tokio::time::sleep(Duration::from_secs(args.secs)).await;
+    consumer.stop(Duration::from_secs(10)).await?;
+    let starts = std::mem::take(&mut *starts.lock().unwrap_or_else(|e| e.into_inner()));
+    let groups = std::mem::take(&mut *groups.lock().unwrap_or_else(|e| e.into_inner()));
+    out!("{}", json!({ "starts": starts, "groups": groups }));
+    Ok(())
+}
+
+/// The consumer processes' reports, once every one has ended.
+async fn consumers(url: &str, args: &RateArgs, times: bool) -> anyhow::Result<Vec<Value>> {
+    let exe = std::env::current_exe().context("cannot find this program to run the consumers")?;
+    let mut children = Vec::new();
+    for _ in 0..args.consumers {
+        let mut cmd = tokio::process::Command::new(&exe);
+        cmd.args(["--url", url, "bench", "rate-limit-child", "--secs"])
+            .arg(args.secs.to_string())
+            .arg("--concurrency")
+            .arg(args.concurrency.to_string())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        if times {
+            cmd.arg("--times");
+        }
+        children.push(cmd.spawn().context("starting a consumer process")?);
+    }
+    let mut reports = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().await?;
+        anyhow::ensure!(out.status.success(), "a consumer process failed: {}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().context("a consumer process printed nothing")?;
+        reports.push(serde_json::from_str(line)?);
+    }
+    Ok(reports)
+}
+
+/// The most starts in any window [t, t + period) of the sorted `starts`.
+fn max_window(starts: &[u64], period_ms: u64) -> usize {
+    let (mut best, mut lo) = (0, 0);
+    for hi in 0..starts.len() {
+        while starts[hi] - starts[lo] >= period_ms {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+pub async fn run(store: &Arc<dyn Store>, url: &str, q: &QueueName, args: RateArgs) -> anyhow::Result<()> {
+    let limit = args.limit.with_burst(args.burst)?;
+    let per_s = f64::from(limit.max()) / limit.per().as_secs_f64();
+    if args.groups == 0 {
+        return queue_limit(store, url, q, &args, limit, per_s).await;
+    }
+    group_limit(store, url, q, &args, limit, per_s).await
+}
+
+async fn queue_limit(
+    store: &Arc<dyn Store>,
+    url: &str,
+    q: &QueueName,
+    args: &RateArgs,
+    limit: RateLimit,
+    per_s: f64,
+) -> anyhow::Result<()> {
+    let n = (per_s * args.secs as f64 * 1.2) as usize + 1000;
+    for start in (0..n).step_by(1000) {
+        let jobs: Vec<NewJob> = (start..n.min(start + 1000))
+            .map(|i| NewJob::new(format!("{i}")))
+            .collect();
+        store.enqueue(q, &jobs).await?;
+    }
+    store.set_rate_limit(q, &RateTarget::Queue, Some(limit)).await?;
+    let began = now_ms();
+    let reports = consumers(url, args, true).await?;
+    let mut starts: Vec<u64> = reports
+        .iter()
+        .flat_map(|r| r["starts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_u64())
+        .collect();
+    starts.sort_unstable();
+    anyhow::ensure!(starts.len() > 2, "the consumers started {} jobs", starts.len());
+    // the steady part: a second in from the first start and back from the last
+    let (first, last) = (starts[0], starts[starts.len() - 1]);
+    let (lo, hi) = (first + 1000, last.saturating_sub(1000).max(first + 1001));
+    let steady = starts.iter().filter(|&&t| t >= lo && t < hi).count();
+    let rate = steady as f64 * 1000.0 / (hi - lo) as f64;
+    let period = limit.per().as_millis() as u64;
+    emit(
+        "e_rate_limit",
+        json!({
+            "limit": limit.to_string(), "burst": limit.burst(), "consumers": args.consumers,
+            "concurrency": args.concurrency, "secs": args.secs, "started_after_ms": first.saturating_sub(began),
+            "starts": starts.len(), "starts_per_s": rate, "pct_of_limit": 100.0 * rate / per_s,
+            "max_starts_in_a_period": max_window(&starts, period),
+            "allowed_in_a_period": u64::from(limit.max()) + u64::from(limit.burst()),
+        }),
+    );
+    Ok(())
+}
+
+/// Starts per group of one run of the consumers over fresh lanes.
+async fn group_run(
+    store: &Arc<dyn Store>,
+    url: &str,
+    q: &QueueName,
+    args: &RateArgs,
+    limit: Option<RateLimit>,
+) -> anyhow::Result<HashMap<String, u64>> {
+    reset(store, q).await?;
+    store.set_retention(q, &echomq::Retention::off()).await?;
+    let mut names: Vec<String> = (0..args.groups).map(|i| format!("g{i}")).collect();
+    names.push(LIMITED.into());
+    for name in &names {
+        let g = GroupName::new(name.as_str())?;
+        for start in (0..args.jobs_per_group).step_by(1000) {
+            let jobs: Vec<NewJob> = (start..args.jobs_per_group.min(start + 1000))
+                .map(|i| NewJob::new(format!("{i}")))
+                .collect();
+            store.genqueue(q, &g, &jobs).await?;
+        }
+    }
+    let target = RateTarget::Group(GroupName::new(LIMITED)?);
+    store.set_rate_limit(q, &target, limit).await?;
+    let reports = consumers(url, args, false).await?;
+    let mut total = HashMap::new();
+    for r in reports {
+        for (g, n) in r["groups"].as_object().cloned().unwrap_or_default() {
+            *total.entry(g).or_insert(0) += n.as_u64().unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+async fn group_limit(
+    store: &Arc<dyn Store>,
+    url: &str,
+    q: &QueueName,
+    args: &RateArgs,
+    limit: RateLimit,
+    per_s: f64,
+) -> anyhow::Result<()> {
+    // each group runs one job at a time (the default), as tenants' lanes do
+    store.set_group_limit(q, &LimitTarget::Default, 1).await?;
+    let without = group_run(store, url, q, args, None).await?;
+    let with = group_run(store, url, q, args, Some(limit)).await?;
+    let mut ratios: Vec<f64> = (0..args.groups)
+        .map(|i| {
+            let g = format!("g{i}");
+            let (a, b) = (
+                without.get(&g).copied().unwrap_or(0),
+                with.get(&g).copied().unwrap_or(0),
+            );
+            if a == 0 {
+                0.0
+            } else {
+                b as f64 / a as f64
+            }
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let sum = |m: &HashMap<String, u64>| m.values().sum::<u64>();
+    let limited = with.get(LIMITED).copied().unwrap_or(0);
+    emit(
+        "e_rate_limit_group",
+        json!({
+            "limit": limit.to_string(), "groups": args.groups, "consumers": args.consumers,
+            "concurrency": args.concurrency, "secs": args.secs,
+            "starts_without_limit": sum(&without), "starts_with_limit": sum(&with),
+            "limited_group_starts_per_s": limited as f64 / args.secs as f64, "limited_group_limit_per_s": per_s,
+            "other_groups_share_kept_min_pct": 100.0 * ratios.first().copied().unwrap_or(0.0),
+            "other_groups_share_kept_median_pct": 100.0 * ratios.get(ratios.len() / 2).copied().unwrap_or(0.0),
+        }),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::max_window;
+
+    #[test]
+    fn the_window_counts_the_starts_of_any_half_open_period() {
+        assert_eq!(max_window(&[], 1000), 0);
+        assert_eq!(max_window(&[0, 999, 1000, 1001], 1000), 3);
+        assert_eq!(max_window(&[0, 500, 1000, 1500, 1999], 1000), 3);
+        assert_eq!(max_window(&[0, 500, 1000, 1500, 2000], 1000), 2);
+    }
+}
