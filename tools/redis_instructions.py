@@ -2,13 +2,16 @@
 """Redis instructions per job of claim + complete_many, counted by callgrind: a figure this
 machine's noise does not move (its Redis CPU µs per job swings about 2x within minutes).
 
-    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--groups 0] [--redis redis-server]
-                                [--lib FILE] [--claim FILE] [--complete-many FILE]
+    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--groups 0] [--throttled 0]
+                                [--redis redis-server] [--lib FILE] [--claim FILE]
+                                [--complete-many FILE]
 
 Starts `redis-server` under `valgrind --tool=callgrind` on a free loopback port (bounded to 30
 minutes, stopped by its PID), loads the scripts the way the store does (`_lib.lua` first), enqueues
 --jobs flat jobs (--groups G: the jobs spread over G groups of the default limit 1, as the store
-bench's grouped workload), then counts the instructions Redis runs for the claims in batches of --batch, and
+bench's grouped workload; --throttled T: T groups under a rate limit of one start an hour, each
+holding a job, all held back in `throttled` before the count begins, beside the flat jobs: what a
+claim pays for groups its limits hold back), then counts the instructions Redis runs for the claims in batches of --batch, and
 separately for the complete_many calls that settle them ((id, token, output) per job, the one
 layout the store sends). --lib / --claim / --complete-many run other versions of the scripts with
 the same replies and arguments (an A/B: `git show REV:PATH > FILE`). Needs
@@ -85,11 +88,14 @@ def main():
     ap.add_argument("--claim", default=os.path.join(SCRIPTS, "claim.lua"))
     ap.add_argument("--complete-many", default=os.path.join(SCRIPTS, "complete_many.lua"))
     ap.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
+    ap.add_argument("--throttled", type=int, default=0, help="rate-limited groups held back beside the jobs")
     a = ap.parse_args()
     if a.jobs % 1000 or a.jobs % a.batch or not 1 < a.batch <= 1000:
         sys.exit("--jobs must be a multiple of 1000 and of --batch (2..1000)")
     if a.groups and (a.jobs % a.groups or a.jobs // a.groups > 1000):
         sys.exit("--jobs must be a multiple of --groups, at most 1000 jobs per group")
+    if a.groups and a.throttled:
+        sys.exit("--throttled goes with flat jobs only")
     lib = open(a.lib).read()
     src = {
         "enqueue": lib + "\n" + open(os.path.join(SCRIPTS, "enqueue.lua")).read(),
@@ -118,30 +124,55 @@ def main():
         sha = {name: conn.cmd("SCRIPT", "LOAD", body).decode() for name, body in src.items()}
         base = "emq:{bench}:"
         keys = lambda *s: [base + x for x in s]
+
+        def claim_call(n):
+            r = conn.cmd("EVALSHA", sha["claim"], 9,
+                         *keys("ring", "groups", "pending", "active", "paused", "obliterating",
+                               "throttled", "tats", "tat"),
+                         base, n, 60000, 3, 0, 1 << 24)
+            # (id, payload, token, attempt, group, kind, max_attempts, retry) per job, then the
+            # wait and whether the queue's limit held it
+            return [(r[i], r[i + 2]) for i in range(0, len(r) - 2, 8)]
+
+        def claim_batch():
+            return claim_call(a.batch)
+
+        def settle(batch):
+            args = [x for i, t in batch for x in (i, t, b"")]
+            r = conn.cmd("EVALSHA", sha["complete_many"], 1, *keys("active"), base, len(batch), 0, *args)
+            assert all(x == 1 for x in r), r[:5]
+
         per = a.jobs // a.groups if a.groups else 0
+
+        def genqueue(g, payloads):
+            conn.cmd("EVALSHA", sha["genqueue"], 9,
+                     *keys("id", "lane:" + g, "scheduled", "ring", "groups", "wake", "obliterating",
+                           "registered", "order"),
+                     base, g, len(payloads), *payloads)
+
         for g in range(a.groups):
-            conn.cmd("EVALSHA", sha["genqueue"], 7,
-                     *keys("id", "lane:g%d" % g, "scheduled", "ring", "groups", "wake", "obliterating"),
-                     base, "g%d" % g, per, *[b'{"n":%d}' % (g * per + i) for i in range(per)])
+            genqueue("g%d" % g, [b'{"n":%d}' % (g * per + i) for i in range(per)])
+        if a.throttled:
+            # one start an hour per group (the groups' default), one job each: a claim takes each
+            # group's job and holds the group back
+            conn.cmd("HSET", base + "groups", "rate:~", "1/3600000/1")
+            for t in range(a.throttled):
+                genqueue("t%d" % t, [b"{}"])
+            held = 0
+            while held < a.throttled:
+                batch = claim_call(1000)
+                assert batch, "a claim held no group back"
+                held += len(batch)
+                settle(batch)
+            assert conn.cmd("ZCARD", base + "throttled") == a.throttled
         for c in range(0 if a.groups else a.jobs // 1000):
-            conn.cmd("EVALSHA", sha["enqueue"], 7,
-                     *keys("id", "pending", "scheduled", "ring", "groups", "wake", "obliterating"),
+            conn.cmd("EVALSHA", sha["enqueue"], 9,
+                     *keys("id", "pending", "scheduled", "ring", "groups", "wake", "obliterating",
+                           "registered", "order"),
                      base, 1000, *[b'{"n":%d}' % (c * 1000 + i) for i in range(1000)])
 
         def control(flag):
             subprocess.run(["callgrind_control", flag, str(server_pid(server))], capture_output=True)
-
-        def claim_batch():
-            r = conn.cmd("EVALSHA", sha["claim"], 6,
-                         *keys("ring", "groups", "pending", "active", "paused", "obliterating"),
-                         base, a.batch, 60000, 3, 0, 0, 1 << 24)
-            # (id, payload, token, attempts used, group) per job
-            return [(r[i], r[i + 2]) for i in range(0, len(r), 5)]
-
-        def settle(batch):
-            args = [x for i, t in batch for x in (i, t, b"")]
-            r = conn.cmd("EVALSHA", sha["complete_many"], 1, *keys("active"), base, len(batch), 0, 0, *args)
-            assert all(x == 1 for x in r), r[:5]
 
         def counted(f, *args):
             control("-z")
@@ -163,6 +194,7 @@ def main():
             _, settled = counted(lambda: [settle(b) for b in claimed])
         n = a.jobs
         shape = f", {a.groups} groups" if a.groups else ""
+        shape += f", {a.throttled} groups held back" if a.throttled else ""
         print(f"jobs {n}{shape}, batches of {a.batch}: instructions per job: claim {claim // n}, "
               f"complete_many {settled // n}, both {(claim + settled) // n}")
     finally:

@@ -31,6 +31,7 @@ mod cluster_only;
 mod embedded_only;
 mod priority;
 mod processing;
+mod rate;
 mod recovery;
 mod redis_only;
 mod stop;
