@@ -10,7 +10,7 @@ Starts `redis-server` under `valgrind --tool=callgrind` on a free loopback port 
 minutes, stopped by its PID), loads the scripts the way the store does (`_lib.lua` first), enqueues
 --jobs flat jobs (--groups G: the jobs spread over G groups of the default limit 1, as the store
 bench's grouped workload; --throttled T: T groups under a rate limit of one start an hour, each
-holding a job, all held back in `throttled` before the count begins, beside the flat jobs: what a
+holding a job once its first has run, all held back in `throttled` before the count begins, beside the flat jobs: what a
 claim pays for groups its limits hold back), then counts the instructions Redis runs for the claims in batches of --batch, and
 separately for the complete_many calls that settle them ((id, token, output) per job, the one
 layout the store sends). --lib / --claim / --complete-many run other versions of the scripts with
@@ -153,11 +153,12 @@ def main():
         for g in range(a.groups):
             genqueue("g%d" % g, [b'{"n":%d}' % (g * per + i) for i in range(per)])
         if a.throttled:
-            # one start an hour per group (the groups' default), one job each: a claim takes each
-            # group's job and holds the group back
-            conn.cmd("HSET", base + "groups", "rate:~", "1/3600000/1")
+            # one start an hour per group (the groups' default), two jobs each: a claim takes each
+            # group's first job and holds the group back with the other
+            # (two running at once, so a group is held back as its first job is claimed)
+            conn.cmd("HSET", base + "groups", "rate:~", "1/3600000/1", "l:~", 2)
             for t in range(a.throttled):
-                genqueue("t%d" % t, [b"{}"])
+                genqueue("t%d" % t, [b"{}", b"{}"])
             held = 0
             while held < a.throttled:
                 batch = claim_call(1000)

@@ -1,5 +1,6 @@
 -- list — up to ARGV[4] ids in one state from ARGV[3]: pending = the flat set in claim order, then
--- each lane on the ring in ring order (at most the first 1000 members), then the lanes of groups off
+-- each lane on the ring in ring order (at most the first 1000 members), then the lanes of the groups
+-- a rate limit holds back, by admission (at most the first 1000), then the lanes of groups off
 -- the ring — at their limit, their jobs wait all the same — by group name (those among the first
 -- ~10,000 fields of the groups hash, read only when the page reaches them); scheduled by due time;
 -- active by lease deadline; dead newest first; completed / cancelled = retained rows newest first
@@ -11,6 +12,7 @@
 -- KEYS[4] emq:{q}:dead        (zset)
 -- KEYS[5] emq:{q}:completed   (zset)
 -- KEYS[6] emq:{q}:ring        (list)
+-- KEYS[7] emq:{q}:throttled   (zset)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] state: pending | scheduled | active | dead | completed | cancelled
 -- ARGV[3] offset (>= 0)
@@ -52,6 +54,10 @@ end
 for _, g in ipairs(redis.call('LRANGE', KEYS[6], 0, 999)) do
   if #out >= limit then return out end
   if g ~= '~' then walk(g) end
+end
+for _, g in ipairs(redis.call('ZRANGE', KEYS[7], 0, 999)) do
+  if #out >= limit then return out end
+  walk(g)
 end
 if #out >= limit then return out end
 -- groups off the ring holding a slot (a:<g> without r:<g>): a non-empty lane off the ring is always

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use echomq::store::{Claimed, LimitTarget, SettleOptions};
-use echomq::{RateLimit, RateTarget};
+use echomq::{JobState, RateLimit, RateTarget};
 
 use crate::harness::Ctx;
 use crate::steps::{group, named, payloads, LEASE, MAX};
@@ -104,6 +104,10 @@ pub async fn claim_under_a_group_rate_limit_throttles_that_group_only(ctx: &Ctx)
     );
     let limits = ctx.store.rate_limits(&ctx.q).await.unwrap();
     assert_eq!(limits.throttled, 1);
+    // its waiting jobs are still listed and counted
+    let listed = ctx.store.list(&ctx.q, JobState::Pending, 0, 100).await.unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 2);
     let again = claim(ctx, 100).await;
     assert!(again.is_empty(), "s2 waits: {:?}", payloads(&again));
     within(again.wait, HOUR - Duration::from_secs(60), HOUR);

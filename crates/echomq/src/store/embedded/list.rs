@@ -1,5 +1,6 @@
 //! The twin of scripts/list.lua: up to `limit` ids in one state from `offset`. Pending = the flat
 //! set in claim order, then each lane on the ring in ring order (at most the first 1000 members),
+//! then the lanes of the groups a rate limit holds back, by admission (at most the first 1000),
 //! then the lanes of groups off the ring — at their limit, their jobs wait all the same — by group
 //! name; scheduled by due time; active by lease deadline; dead newest first; completed / cancelled
 //! = retained rows newest first (filtered by state among at most 10,000 retained rows).
@@ -73,6 +74,12 @@ fn pending(db: &Db, offset: i64, limit: i64) -> Result<Vec<String>> {
         if g != "~" {
             walk(&mut out, &g)?;
         }
+    }
+    for g in db.zrange("throttled", 0, RING_MAX, false)? {
+        if out.len() as i64 >= limit {
+            return Ok(out);
+        }
+        walk(&mut out, &g)?;
     }
     if out.len() as i64 >= limit {
         return Ok(out);

@@ -26,6 +26,7 @@ pub(super) async fn list(
                 k.dead(),
                 k.completed(),
                 k.ring(),
+                k.throttled(),
             ],
             vec![
                 k.base().as_bytes().to_vec(),
