@@ -5,8 +5,10 @@
 //! Verbs: enqueue, genqueue, claim (1–8, short or long lease), complete, complete_many,
 //! complete_cancelled, update_data, retry (at once or much later), discard, release (at once or much
 //! later: the attempt given back), reap and sweep_stalled after the short leases lapsed, remove
-//! (forced or not), redrive, cancel, promote_job and set_group_limit (a group's or the default),
-//! and an enqueue or genqueue while a consumer is parked offering a claim: it must be handed what a
+//! (forced or not), redrive, cancel, promote_job, set_group_limit (a group's or the default),
+//! set_rate_limit (the queue's, the default or a group's: one start an hour, a burst of 1 or 2, or
+//! none — so within a sequence a limit admits its burst and then holds its target back), and an
+//! enqueue or genqueue while a consumer is parked offering a claim: it must be handed what a
 //! claim right after that enqueue returns when the enqueue woke the queue, else nothing (the
 //! embedded store serves the offer in the enqueue's transaction; Redis runs that claim).
 //! Every store reply must equal the model's. After every step, on each store:
@@ -16,9 +18,9 @@
 //! * `list` gives the model's order for pending (claim order per member), scheduled and active;
 //! * `counts` and its counters agree;
 //! * the slot invariant: each group's `a:<g>` equals its jobs in `active`;
-//! * the ring holds no duplicate, exactly the members whose `r:` flag is set, and every eligible
-//!   member (the one documented exception: a raised queue default reaches a group at its next
-//!   settle);
+//! * the ring and the throttled groups hold no duplicate and together exactly the members whose
+//!   `r:` flag is set, and the ring every eligible member not throttled (the one documented
+//!   exception: a raised queue default reaches a group at its next settle);
 //! * the fencing token (`attempts + free`) never decreases while a row lives.
 //!
 //! Time: a short lease is 20 ms plus the claim's index (so deadlines order the claims strictly,
@@ -44,7 +46,7 @@ use echomq::store::{
     Cancelled, Completion, Discarded, Enqueued, LimitTarget, PromotedJob, Redriven, Removed, Retried, SettleOptions,
     Settled, StalledPolicy, Store,
 };
-use echomq::{GroupName, JobId, JobState, NewJob, QueueName};
+use echomq::{GroupName, JobId, JobState, NewJob, QueueName, RateLimit, RateTarget};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError};
 
@@ -155,6 +157,12 @@ enum Op {
         group: Option<u8>,
         limit: u32,
     },
+    /// A rate limit of one start an hour with this burst (`None`: removed) for the queue (target
+    /// 0), the groups' default (1) or a group (2 and up).
+    SetRateLimit {
+        target: u8,
+        burst: Option<u32>,
+    },
     /// An enqueue (a genqueue into `group`) while a consumer is parked offering a claim of `n`.
     Handed {
         n: u32,
@@ -211,6 +219,7 @@ enum Step {
     Cancel(String),
     PromoteJob(String),
     SetGroupLimit(Option<String>, u32),
+    SetRateLimit(RateOn, Option<u32>),
     /// `enqueue` (an Enqueue or Genqueue step) while a consumer parks offering a claim of `n`
     /// under a long lease ordered by `index`. It gets what a claim right after the enqueue would
     /// when the enqueue `woke` the queue, else nothing: the embedded store serves the offer in the
@@ -223,6 +232,17 @@ enum Step {
         woke: bool,
     },
 }
+
+/// What a model rate limit applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RateOn {
+    Queue,
+    Default,
+    Group(String),
+}
+
+/// The one rate the model sets: a start an hour (so none is admitted again within a sequence).
+const RATE_PER_MS: u64 = 3_600_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Reply {
@@ -325,6 +345,18 @@ struct Model {
     dead: BTreeSet<String>,
     metrics: Metrics,
     claims: u64,
+    /// The rate limits' bursts: the queue's, the groups' default, each group's own.
+    rate_queue: Option<u64>,
+    rate_default: Option<u64>,
+    rate_own: BTreeMap<String, u64>,
+    /// Starts since the queue limit was set (its TAT); each limited group's starts since its limit
+    /// was set and the claim of the first of them (its next admission: an hour after that claim).
+    queue_used: u64,
+    group_used: BTreeMap<String, (u64, u64)>,
+    /// Claims the store ran (the order of their clocks).
+    claim_seq: u64,
+    /// The groups held back (emq:{q}:throttled), by admission: (first start's claim, name).
+    throttled: BTreeSet<(u64, String)>,
 }
 
 impl Model {
@@ -464,6 +496,14 @@ impl Model {
             Op::PromoteJob(p) => Step::PromoteJob(self.pick(*p).0),
             Op::SetGroupLimit { group, limit } => {
                 Step::SetGroupLimit(group.map(|g| GROUPS[g as usize % GROUPS.len()].to_string()), *limit)
+            }
+            Op::SetRateLimit { target, burst } => {
+                let on = match target {
+                    0 => RateOn::Queue,
+                    1 => RateOn::Default,
+                    t => RateOn::Group(GROUPS[(*t as usize - 2) % GROUPS.len()].to_string()),
+                };
+                Step::SetRateLimit(on, *burst)
             }
         }
     }
@@ -714,6 +754,60 @@ impl Model {
                 }
                 Reply::Unit
             }
+            Step::SetRateLimit(on, burst) => {
+                let burst = burst.map(u64::from);
+                match on {
+                    RateOn::Queue => {
+                        self.rate_queue = burst;
+                        self.queue_used = 0;
+                    }
+                    RateOn::Default => {
+                        self.rate_default = burst;
+                        self.group_used.clear();
+                        for (_, g) in std::mem::take(&mut self.throttled) {
+                            self.ring.push_back(g);
+                        }
+                    }
+                    RateOn::Group(g) => {
+                        match burst {
+                            Some(b) => self.rate_own.insert(g.clone(), b),
+                            None => self.rate_own.remove(g),
+                        };
+                        self.group_used.remove(g);
+                        if let Some(held) = self.throttled.iter().find(|(_, m)| m == g).cloned() {
+                            self.throttled.remove(&held);
+                            self.ring.push_back(g.clone());
+                        }
+                    }
+                }
+                Reply::Unit
+            }
+        }
+    }
+
+    /// A group's rate limit (its burst): its own, else the default.
+    fn rate_of(&self, g: &str) -> Option<u64> {
+        self.rate_own.get(g).copied().or(self.rate_default)
+    }
+
+    /// Whether g's rate limit (if any) admits a start now: it has used less than its burst.
+    fn group_admits(&self, g: &str) -> bool {
+        self.rate_of(g)
+            .is_none_or(|b| self.group_used.get(g).map_or(0, |u| u.0) < b)
+    }
+
+    fn queue_admits(&self) -> bool {
+        self.rate_queue.is_none_or(|b| self.queue_used < b)
+    }
+
+    /// A start of g (flat: `None`) under the limits that apply.
+    fn count_start(&mut self, g: Option<&str>) {
+        if self.rate_queue.is_some() {
+            self.queue_used += 1;
+        }
+        if let Some(g) = g.filter(|g| self.rate_of(g).is_some()) {
+            let seq = self.claim_seq;
+            self.group_used.entry(g.to_string()).or_insert((0, seq)).0 += 1;
         }
     }
 
@@ -790,21 +884,27 @@ impl Model {
     /// claim.lua's ring walk.
     fn claim(&mut self, n: usize, lease: LeaseKey, maxdef: u64) -> Vec<(String, Vec<u8>, u64, Option<String>)> {
         let mut out = Vec::new();
-        if self.ring.is_empty() {
+        if self.ring.is_empty() && self.throttled.is_empty() {
             return out;
         }
+        self.claim_seq += 1;
         let mut budget = n + self.ring.len() + 1000;
         while out.len() < n && budget > 0 {
+            // the queue's limit stops the walk, the ring as it is
+            if !self.queue_admits() {
+                break;
+            }
             budget -= 1;
             let Some(m) = self.ring.pop_front() else { break };
             if m == FLAT {
                 let want = if self.ring.is_empty() { n - out.len() } else { 1 };
-                let popped: Vec<(u64, String)> = self.pending.iter().take(want).cloned().collect();
-                for p in &popped {
-                    self.pending.remove(p);
-                }
-                for (_, id) in popped {
-                    self.take(&id, lease, maxdef, &mut out);
+                let mut used = 0;
+                while used < want && self.queue_admits() {
+                    let Some((_, id)) = self.pending.pop_first() else { break };
+                    used += 1;
+                    if self.take(&id, lease, maxdef, &mut out) {
+                        self.count_start(None);
+                    }
                 }
                 if self.pending.is_empty() {
                     self.flags.remove(FLAT);
@@ -813,16 +913,23 @@ impl Model {
                 }
             } else {
                 let (mut a, limit) = self.slots(&m);
-                if a < limit {
+                if a < limit && self.group_admits(&m) {
                     if let Some((_, id)) = self.lane(&m).pop_first() {
                         if self.take(&id, lease, maxdef, &mut out) {
                             a += 1;
                             self.active_of.insert(m.clone(), a);
+                            self.count_start(Some(&m));
                         }
                     }
                 }
                 if a < limit && self.lane_len(&m) > 0 {
-                    self.ring.push_back(m);
+                    if self.group_admits(&m) {
+                        self.ring.push_back(m);
+                    } else {
+                        // held back, its r: flag kept
+                        let first = self.group_used.get(&m).map_or(0, |u| u.1);
+                        self.throttled.insert((first, m));
+                    }
                 } else {
                     self.flags.remove(&m);
                 }
@@ -1125,6 +1232,9 @@ impl Model {
                 out.extend(self.lanes.get(m).into_iter().flatten().map(|(_, id)| id.clone()));
             }
         }
+        for (_, g) in &self.throttled {
+            out.extend(self.lanes.get(g).into_iter().flatten().map(|(_, id)| id.clone()));
+        }
         for g in self.active_of.keys() {
             if !self.flags.contains(g) {
                 out.extend(self.lanes.get(g).into_iter().flatten().map(|(_, id)| id.clone()));
@@ -1160,7 +1270,22 @@ impl Model {
         for m in &self.flags {
             h.insert(format!("r:{m}"), None);
         }
+        // a limit's text is no number: the comparison reads it as none
+        if self.rate_queue.is_some() {
+            h.insert("rate".to_string(), None);
+        }
+        if self.rate_default.is_some() {
+            h.insert("rate:~".to_string(), None);
+        }
+        for g in self.rate_own.keys() {
+            h.insert(format!("rate:{g}"), None);
+        }
         h
+    }
+
+    /// The throttled groups in admission order.
+    fn throttled_order(&self) -> Vec<String> {
+        self.throttled.iter().map(|(_, g)| g.clone()).collect()
     }
 
     /// The model's own invariants (each job in one place, the slot and ring invariants), so a
@@ -1214,21 +1339,33 @@ impl Model {
                 self.active_of
             ));
         }
-        check_ring(self, &self.ring.iter().cloned().collect::<Vec<_>>(), &self.flags)
+        check_ring(
+            self,
+            &self.ring.iter().cloned().collect::<Vec<_>>(),
+            &self.throttled_order(),
+            &self.flags,
+        )
     }
 }
 
-/// The ring: no duplicate, exactly the flagged members, every eligible member — except a group
-/// without a limit of its own holding a slot (a raised queue default reaches it at its next settle,
-/// set_group_limit.lua) — and every non-empty lane on the ring or holding a slot (else list and
-/// counts could not see it).
-fn check_ring(model: &Model, ring: &[String], flags: &BTreeSet<String>) -> Result<(), String> {
-    let set: BTreeSet<String> = ring.iter().cloned().collect();
+/// The ring and the throttled groups: no duplicate, together exactly the flagged members; the ring
+/// every eligible member not throttled — except a group without a limit of its own holding a slot
+/// (a raised queue default reaches it at its next settle, set_group_limit.lua) — and every
+/// non-empty lane on the ring, throttled or holding a slot (else list and counts could not see it).
+fn check_ring(model: &Model, ring: &[String], throttled: &[String], flags: &BTreeSet<String>) -> Result<(), String> {
+    let mut set: BTreeSet<String> = ring.iter().cloned().collect();
     if set.len() != ring.len() {
         return Err(format!("the ring holds a duplicate: {ring:?}"));
     }
+    for g in throttled {
+        if !set.insert(g.clone()) {
+            return Err(format!("{g} is on the ring {ring:?} and throttled {throttled:?} too"));
+        }
+    }
     if &set != flags {
-        return Err(format!("ring {ring:?} != r: flags {flags:?}"));
+        return Err(format!(
+            "ring {ring:?} and throttled {throttled:?} != r: flags {flags:?}"
+        ));
     }
     if model.eligible(FLAT) && !set.contains(FLAT) {
         return Err(format!("the flat set is eligible but off the ring {ring:?}"));
@@ -1422,6 +1559,20 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
             store.set_group_limit(q, &target, *limit).await?;
             Reply::Unit
         }
+        Step::SetRateLimit(on, burst) => {
+            let target = match on {
+                RateOn::Queue => RateTarget::Queue,
+                RateOn::Default => RateTarget::GroupDefault,
+                RateOn::Group(g) => RateTarget::Group(GroupName::new(g.clone()).expect("a group")),
+            };
+            let limit = burst.map(|b| {
+                RateLimit::new(1, Duration::from_millis(RATE_PER_MS))
+                    .and_then(|l| l.with_burst(b))
+                    .expect("a limit")
+            });
+            store.set_rate_limit(q, &target, limit).await?;
+            Reply::Unit
+        }
     })
 }
 
@@ -1433,7 +1584,8 @@ enum Probe {
 
 impl Probe {
     /// The ring in order, and the groups hash (field → value).
-    async fn ring_and_groups(&mut self, q: &QueueName) -> (Vec<String>, BTreeMap<String, String>) {
+    /// The ring, the groups hash and the throttled groups (by admission).
+    async fn ring_and_groups(&mut self, q: &QueueName) -> (Vec<String>, BTreeMap<String, String>, Vec<String>) {
         match self {
             Probe::Redis(conn, keys) => {
                 let ring: Vec<String> = redis::cmd("LRANGE")
@@ -1448,7 +1600,14 @@ impl Probe {
                     .query_async(conn)
                     .await
                     .expect("HGETALL groups");
-                (ring, groups)
+                let throttled: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(keys.throttled())
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(conn)
+                    .await
+                    .expect("ZRANGE throttled");
+                (ring, groups, throttled)
             }
             Probe::Sqlite(conn) => {
                 let mut st = conn
@@ -1467,7 +1626,17 @@ impl Probe {
                     .expect("the groups")
                     .collect::<Result<BTreeMap<_, _>, _>>()
                     .expect("the groups");
-                (ring, groups)
+                let mut st = conn
+                    .prepare_cached(
+                        "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = 'throttled' ORDER BY score, member",
+                    )
+                    .expect("read the throttled groups");
+                let throttled = st
+                    .query_map([q.as_str()], |r| r.get::<_, String>(0))
+                    .expect("the throttled groups")
+                    .collect::<Result<Vec<_>, _>>()
+                    .expect("the throttled groups");
+                (ring, groups, throttled)
             }
         }
     }
@@ -1621,7 +1790,7 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
         )?;
     }
     // the slot invariant, and the ring, read under the contract
-    let (ring, groups) = side.probe.ring_and_groups(q).await;
+    let (ring, groups, throttled) = side.probe.ring_and_groups(q).await;
     let a_fields: BTreeMap<String, u64> = groups
         .iter()
         .filter_map(|(k, v)| {
@@ -1638,8 +1807,9 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
         .keys()
         .filter_map(|k| k.strip_prefix("r:").map(str::to_string))
         .collect();
-    check_ring(model, &ring, &flags)?;
+    check_ring(model, &ring, &throttled, &flags)?;
     diff("the ring", ring, model.ring.iter().cloned().collect::<Vec<_>>())?;
+    diff("the throttled groups", throttled, model.throttled_order())?;
     let hash: BTreeMap<String, Option<u64>> = groups
         .into_iter()
         .map(|(k, v)| {
@@ -1846,6 +2016,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => pick(Among::Scheduled).prop_map(Op::PromoteJob),
         3 => (prop::option::weighted(0.75, 0u8..3), 1u32..=3)
             .prop_map(|(group, limit)| Op::SetGroupLimit { group, limit }),
+        1 => (0u8..5, prop::option::weighted(0.7, 1u32..=2))
+            .prop_map(|(target, burst)| Op::SetRateLimit { target, burst }),
     ]
 }
 
@@ -2186,4 +2358,56 @@ fn a_released_job_keeps_its_attempt_and_goes_back_to_the_front() {
         "the released holder's settle"
     );
     assert_eq!(claimed(&replies[6]), ["2"], "job 1 is scheduled an hour on");
+}
+
+/// Rate limits of one start an hour: the queue's admits its burst and stops every claim after it,
+/// the hand-off to a parked consumer included (found by the model: the embedded store's enqueue
+/// once handed its new jobs over past the limit); a group's holds that group back off the ring —
+/// its jobs still listed — until its limit is set again, and the default's change puts every held
+/// group back.
+#[test]
+fn rate_limits_admit_their_burst_and_hold_the_rest_back() {
+    let handed = |r: &Reply| match r {
+        Reply::Handed(_, jobs) => jobs.iter().map(|j| j.0.clone()).collect::<Vec<_>>(),
+        other => panic!("not a hand-off: {other:?}"),
+    };
+    let replies = run(&[
+        Op::SetRateLimit {
+            target: 0,
+            burst: Some(1),
+        },
+        Op::Handed {
+            n: 2,
+            group: None,
+            specs: plain(2),
+        },
+        claim(8, false),
+        Op::SetRateLimit { target: 0, burst: None },
+        Op::SetRateLimit {
+            target: 1,
+            burst: Some(1),
+        },
+        Op::SetRateLimit {
+            target: 3,
+            burst: Some(2),
+        },
+        Op::Genqueue(0, plain(3)),
+        Op::Genqueue(1, plain(3)),
+        Op::SetGroupLimit { group: None, limit: 3 },
+        claim(8, false),
+        claim(8, false),
+        Op::SetRateLimit {
+            target: 1,
+            burst: Some(1),
+        },
+        claim(8, false),
+    ])
+    .unwrap();
+    assert_eq!(handed(&replies[1]), ["1"], "the burst of one");
+    assert!(claimed(&replies[2]).is_empty(), "the queue admits no second start");
+    // after the queue's limit is removed: the other flat job, g0 once (the default), g1 twice
+    assert_eq!(claimed(&replies[9]), ["2", "3", "6", "7"]);
+    assert!(claimed(&replies[10]).is_empty(), "both groups held back");
+    // the default set again: both groups back, each budget afresh (g1's last job)
+    assert_eq!(claimed(&replies[12]), ["4", "8"]);
 }

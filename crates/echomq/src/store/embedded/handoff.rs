@@ -110,6 +110,11 @@ pub(crate) fn direct(db: &Db, ready: usize, idle: bool) -> Option<Taken> {
     if ready == 0 || !idle || wake.offers.is_empty() {
         return None;
     }
+    // a queue rate limit is the claim's to enforce: the offer is served by the claim twin instead
+    // (a failed read too, which that claim then meets)
+    if !matches!(db.gget("rate"), Ok(None)) {
+        return None;
+    }
     let offer = {
         let mut list = wake.offers.list.lock().unwrap_or_else(PoisonError::into_inner);
         if list.is_empty() {
