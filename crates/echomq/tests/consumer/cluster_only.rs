@@ -669,6 +669,21 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.retention(&q).await.unwrap();
     store.set_priority_aging(&q, Duration::from_secs(30)).await.unwrap();
     store.priority_aging(&q).await.unwrap();
+    // far above the rate, a claim's whole batch at once
+    let far = "1000000/1s".parse::<echomq::RateLimit>().unwrap().with_burst(1000).unwrap();
+    store
+        .set_rate_limit(&q, &echomq::RateTarget::Queue, Some(far))
+        .await
+        .unwrap();
+    store
+        .set_rate_limit(&q, &echomq::RateTarget::Group(group.clone()), Some(far))
+        .await
+        .unwrap();
+    store
+        .set_rate_limit(&q, &echomq::RateTarget::GroupDefault, None)
+        .await
+        .unwrap();
+    store.rate_limits(&q).await.unwrap();
     let claimed = store.claim(&q, 6, lease, 1, settle).await.unwrap();
     assert_eq!(claimed.len(), 6);
     let [a, b, c, d, e, f] = &claimed[..] else {
