@@ -5,7 +5,8 @@
 //! figures are the starts per second (against the limit) and the most starts any sliding window
 //! of the limit's period holds (against max + burst). With `--groups G`: one group under the limit
 //! among G unlimited groups, run twice — first with no limit, then with it — and each unlimited
-//! group's starts with the limit against its starts without it.
+//! group's starts with the limit against its starts without it, as counts and as its share of all
+//! starts.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -250,22 +251,34 @@ async fn group_limit(
     store.set_group_limit(q, &LimitTarget::Default, 1).await?;
     let without = group_run(store, url, q, args, None).await?;
     let with = group_run(store, url, q, args, Some(limit)).await?;
-    let mut ratios: Vec<f64> = (0..args.groups)
-        .map(|i| {
-            let g = format!("g{i}");
-            let (a, b) = (
-                without.get(&g).copied().unwrap_or(0),
-                with.get(&g).copied().unwrap_or(0),
-            );
-            if a == 0 {
-                0.0
-            } else {
-                b as f64 / a as f64
-            }
-        })
-        .collect();
-    ratios.sort_by(f64::total_cmp);
     let sum = |m: &HashMap<String, u64>| m.values().sum::<u64>();
+    let (all_without, all_with) = (sum(&without).max(1) as f64, sum(&with).max(1) as f64);
+    // each unlimited group's starts with the limit against without it: as counts (which the
+    // machine's noise between the two runs moves too), and as its share of all starts
+    let kept = |share: bool| -> Vec<f64> {
+        let mut r: Vec<f64> = (0..args.groups)
+            .map(|i| {
+                let g = format!("g{i}");
+                let (a, b) = (
+                    without.get(&g).copied().unwrap_or(0),
+                    with.get(&g).copied().unwrap_or(0),
+                );
+                let (a, b) = if share {
+                    (a as f64 / all_without, b as f64 / all_with)
+                } else {
+                    (a as f64, b as f64)
+                };
+                if a == 0.0 {
+                    0.0
+                } else {
+                    b / a
+                }
+            })
+            .collect();
+        r.sort_by(f64::total_cmp);
+        r
+    };
+    let (ratios, shares) = (kept(false), kept(true));
     let limited = with.get(LIMITED).copied().unwrap_or(0);
     emit(
         "e_rate_limit_group",
@@ -274,8 +287,10 @@ async fn group_limit(
             "concurrency": args.concurrency, "secs": args.secs,
             "starts_without_limit": sum(&without), "starts_with_limit": sum(&with),
             "limited_group_starts_per_s": limited as f64 / args.secs as f64, "limited_group_limit_per_s": per_s,
-            "other_groups_share_kept_min_pct": 100.0 * ratios.first().copied().unwrap_or(0.0),
-            "other_groups_share_kept_median_pct": 100.0 * ratios.get(ratios.len() / 2).copied().unwrap_or(0.0),
+            "other_groups_starts_kept_min_pct": 100.0 * ratios.first().copied().unwrap_or(0.0),
+            "other_groups_starts_kept_median_pct": 100.0 * ratios.get(ratios.len() / 2).copied().unwrap_or(0.0),
+            "other_groups_share_kept_min_pct": 100.0 * shares.first().copied().unwrap_or(0.0),
+            "other_groups_share_kept_median_pct": 100.0 * shares.get(shares.len() / 2).copied().unwrap_or(0.0),
         }),
     );
     Ok(())

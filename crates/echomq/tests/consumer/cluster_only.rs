@@ -670,7 +670,11 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.set_priority_aging(&q, Duration::from_secs(30)).await.unwrap();
     store.priority_aging(&q).await.unwrap();
     // far above the rate, a claim's whole batch at once
-    let far = "1000000/1s".parse::<echomq::RateLimit>().unwrap().with_burst(1000).unwrap();
+    let far = "1000000/1s"
+        .parse::<echomq::RateLimit>()
+        .unwrap()
+        .with_burst(1000)
+        .unwrap();
     store
         .set_rate_limit(&q, &echomq::RateTarget::Queue, Some(far))
         .await
