@@ -665,8 +665,9 @@ fn stats_without_json_prints_an_aligned_table() {
     assert_exit(&o, 0);
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines.len(), 4, "{out}");
     assert_eq!(lines[2], "priority_aging=1m", "the queue's settings under its table");
+    assert_eq!(lines[3], "rate_limit=none", "then its rate limits");
     assert!(lines[0].starts_with("QUEUE") && lines[0].contains("PENDING"), "{out}");
     assert!(lines[1].starts_with(&q), "{out}");
     // the numbers line up under their headings
