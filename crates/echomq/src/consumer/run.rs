@@ -53,10 +53,11 @@ struct Beat {
     admits_at: Option<(Instant, bool)>,
 }
 
-/// How close to a rate limit's next admission a park stops waiting on the wake list (whose
-/// timeouts move in the server's 100 ms steps) and sleeps on the consumer's own timer instead, so
-/// that it claims on time: a limit of 200/s keeps its rate only when the claim comes within half
-/// an interval (2.5 ms) of its slot.
+/// How close to a rate limit's next admission a park is aimed at the admission itself, so that the
+/// consumer claims on time (a limit of 200/s keeps its rate only when the claim comes within half
+/// an interval, 2.5 ms, of its slot): a park this short ends on time on every store (a Redis park
+/// ends its `BLPOP` itself, whose own timeouts move in the server's 100 ms steps); a longer wait
+/// parks until this far before the admission, and the next beat's claim aims again.
 const PRECISE_WAIT: Duration = Duration::from_millis(150);
 
 /// What ends a leg early.
@@ -251,13 +252,12 @@ impl Beat {
     /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it starts the
     /// jobs on the slots reserved here ([`Launcher`]).
     /// A rate limit that held work back shortens the park to its next admission: within
-    /// [`PRECISE_WAIT`] of it the consumer's own timer ends the park on time (the next beat claims
-    /// then). The queue's own limit admits nothing sooner, so the park is that timer alone; under a
-    /// group's, the park still ends on a wake (work of other groups), whichever comes first.
+    /// [`PRECISE_WAIT`] of it the park ends at the admission (the next beat claims then). The
+    /// queue's own limit admits nothing sooner, so that park is a sleep on the consumer's timer;
+    /// under a group's it is a park on the wake list, which work of other groups still ends.
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
         let mut timeout = next_due.map_or(beat, |d| d.min(beat));
-        let mut admission = None;
         if let Some((at, queue_limited)) = self.admits_at {
             let left = at.saturating_duration_since(Instant::now());
             if left <= PRECISE_WAIT && queue_limited {
@@ -266,11 +266,7 @@ impl Beat {
                     _ = self.shared.stop.cancelled() => Leg::Exit,
                 };
             }
-            if left <= PRECISE_WAIT {
-                admission = Some(at);
-            } else {
-                timeout = timeout.min(left - PRECISE_WAIT);
-            }
+            timeout = timeout.min(left.checked_sub(PRECISE_WAIT).unwrap_or(left));
         }
         let timeout = timeout.max(Duration::from_millis(1));
         let shared = self.shared.clone();
@@ -305,8 +301,6 @@ impl Beat {
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
             _ = slots.acquire(), if ends_on_slot => Leg::Healthy,
-            // a throttled group's admission (the park, dropped, gives its wait up)
-            _ = tokio::time::sleep_until(admission.unwrap_or_else(Instant::now).into()), if admission.is_some() => Leg::Healthy,
         };
         // jobs handed over may wait on the worker thread this loop holds
         Self::handlers_first().await;

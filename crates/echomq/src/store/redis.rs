@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 use tokio::sync::Mutex;
@@ -106,7 +106,7 @@ pub struct RedisStore {
     conn_config: ConnectionManagerConfig,
     /// Idle parking connections, by node. A park takes one (or opens one) for the length of its
     /// BLPOP, so two consumers never share one and no script waits behind a park.
-    parkers: Arc<Mutex<HashMap<Arc<str>, Vec<MultiplexedConnection>>>>,
+    parkers: Arc<Mutex<HashMap<Arc<str>, Vec<connection::Parker>>>>,
     scripts: Arc<Scripts>,
     /// The shared subscriptions to the queues' finished channels (`JobHandle::wait`).
     waits: Arc<wait::Waits>,

@@ -530,6 +530,56 @@ async fn a_user_the_acl_denies_the_store_s_commands_ends_a_producer_and_a_consum
     assert!(ended.to_string().contains("NOPERM"), "{ended}");
 }
 
+/// The longest of `n` timed-out parks of `timeout` on `store`.
+async fn slowest_park(store: &RedisStore, q: &QueueName, timeout: Duration, n: usize) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..n {
+        let t = Instant::now();
+        assert!(!store.park(q, timeout).await.unwrap(), "nothing woke it");
+        slowest = slowest.max(t.elapsed());
+    }
+    slowest
+}
+
+/// A short park ends on time, though the server ends a `BLPOP` in steps of 100 ms (its default
+/// `hz`): the store ends the block itself (`CLIENT UNBLOCK`), its connection kept for the next
+/// park. A user the server refuses `CLIENT` waits for the server's step instead, and parks all
+/// the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_park_ends_on_time_and_reuses_its_connection() {
+    let server = OwnedServer::start(&["--appendonly", "no"]);
+    let store = RedisStore::open(&server.url()).await.unwrap();
+    let q = QueueName::new("precise-park").unwrap();
+    let client = redis::Client::open(server.url().as_str()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let connections = |info: String| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    // the store's shared connection and its first parking connection opened
+    slowest_park(&store, &q, Duration::from_millis(10), 1).await;
+    let before: String = redis::cmd("INFO").arg("stats").query_async(&mut admin).await.unwrap();
+    let slowest = slowest_park(&store, &q, Duration::from_millis(20), 10).await;
+    assert!(
+        slowest < Duration::from_millis(80),
+        "a park of 20 ms took {slowest:?}: the server's step, not the park's time"
+    );
+    let after: String = redis::cmd("INFO").arg("stats").query_async(&mut admin).await.unwrap();
+    assert_eq!(connections(after), connections(before), "no park opened a connection");
+
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "noclient", "on", ">pw", "~*", "&*", "+@all", "-client"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://noclient:pw@127.0.0.1:{}", server.port);
+    let limited = RedisStore::open(&url).await.unwrap();
+    let slowest = slowest_park(&limited, &q, Duration::from_millis(20), 3).await;
+    assert!(slowest >= Duration::from_millis(20), "{slowest:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_does_not_speak_redis_ends_open_and_a_consumer_at_once() {
     let port = redis_server::http_server();

@@ -18,6 +18,16 @@ use crate::error::{Error, Result};
 use crate::keyspace::{JobId, QueueKeys, QueueName};
 use crate::store::CancelRequest;
 
+/// The longest park that ends on the client's timer rather than the server's step (see
+/// `park_on_own_connection`); a longer one (a consumer's beat) is late by one step at most.
+const PRECISE_PARK: Duration = Duration::from_millis(250);
+
+/// A pooled parking connection and its server-side id (`CLIENT ID`; `None` when refused).
+pub(super) struct Parker {
+    conn: MultiplexedConnection,
+    id: Option<i64>,
+}
+
 /// The most sends of one script call: the first, then a resend after each `NOSCRIPT`. A server
 /// loses its scripts at any moment (a restart, a failover, a `SCRIPT FLUSH`), and may lose them
 /// again between a reload and the resend; each loss costs the call one more round trip, and only
@@ -447,24 +457,51 @@ impl RedisStore {
     /// reply and dropped after an error. On a cluster moving the queue's slot the park ends at once
     /// as woken (the `BLPOP` did not run; the consumer's next claim follows the slot), with the
     /// slot map corrected or marked for a refresh.
+    ///
+    /// A short park ends on time: the server ends a block in its own steps (100 ms at its default
+    /// `hz`), so a park of at most [`PRECISE_PARK`] also runs the client's timer and, when that
+    /// fires first, ends the block itself (`CLIENT UNBLOCK` of the parking connection, from the
+    /// node's shared one): the connection stays open and goes back to the pool. A user the server
+    /// refuses `CLIENT ID` or `CLIENT UNBLOCK` waits for the server's own step instead.
     pub(super) async fn park_on_own_connection(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
         let wake = QueueKeys::new(queue).wake();
         let node = self.node_for(&wake).await?;
         let pooled = self.parkers.lock().await.get_mut(&node.addr).and_then(Vec::pop);
-        let mut conn = match pooled {
-            Some(c) => c,
-            None => self.dedicated(&node, "park").await?,
+        let Parker { mut conn, id } = match pooled {
+            Some(p) => p,
+            None => {
+                let mut conn = self.dedicated(&node, "park").await?;
+                let id = redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut conn).await.ok();
+                Parker { conn, id }
+            }
         };
         // The response timeout sits above the block (DEPENDENCIES trap 1: the client's default of
         // 500 ms would end every park early with an error).
         let timeout = timeout.min(crate::store::PARK_TIMEOUT_MAX);
         conn.set_response_timeout(timeout + Duration::from_secs(2));
         let secs = format!("{:.3}", timeout.as_secs_f64().max(0.001));
-        let reply = redis::cmd("BLPOP")
-            .arg(&wake)
-            .arg(secs)
-            .query_async::<Value>(&mut conn)
-            .await;
+        let mut blpop_conn = conn.clone();
+        let mut cmd = redis::cmd("BLPOP");
+        cmd.arg(&wake).arg(secs);
+        let blpop = cmd.query_async::<Value>(&mut blpop_conn);
+        tokio::pin!(blpop);
+        let precise = id.filter(|_| timeout <= PRECISE_PARK);
+        let reply = tokio::select! {
+            r = &mut blpop => r,
+            _ = tokio::time::sleep(timeout), if precise.is_some() => {
+                let mut shared = node.conn.clone();
+                let unblocked = redis::cmd("CLIENT")
+                    .arg("UNBLOCK")
+                    .arg(precise.unwrap_or_default())
+                    .query_async::<Value>(&mut shared)
+                    .await;
+                if let Err(e) = unblocked {
+                    tracing::debug!(error = %e, "CLIENT UNBLOCK refused; the park ends at the server's step");
+                }
+                blpop.await
+            }
+        };
+        let conn = Parker { conn, id };
         let cluster = match self.topology().await? {
             Topology::Cluster(c) => Some(c),
             Topology::Single(_) => None,
