@@ -251,6 +251,7 @@ impl Beat {
     /// sooner. A stop ends the park at once. With free slots the park offers a claim
     /// for them ([`crate::store::Store::park_with_handoff`]): a store that serves it starts the
     /// jobs on the slots reserved here ([`Launcher`]).
+    ///
     /// A rate limit that held work back shortens the park to its next admission: within
     /// [`PRECISE_WAIT`] of it the park ends at the admission (the next beat claims then). The
     /// queue's own limit admits nothing sooner, so that park is a sleep on the consumer's timer;

@@ -475,8 +475,8 @@ impl RedisStore {
                 Parker { conn, id }
             }
         };
-        // The response timeout sits above the block (DEPENDENCIES trap 1: the client's default of
-        // 500 ms would end every park early with an error).
+        // The response timeout sits above the block: the client's default of 500 ms would end
+        // every longer park early with an error.
         let timeout = timeout.min(crate::store::PARK_TIMEOUT_MAX);
         conn.set_response_timeout(timeout + Duration::from_secs(2));
         let secs = format!("{:.3}", timeout.as_secs_f64().max(0.001));
