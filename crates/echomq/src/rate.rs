@@ -83,18 +83,19 @@ impl RateLimit {
 
     /// A limit of the store's form, or `None` when the text is not one a store wrote.
     pub(crate) fn from_spec(spec: &str) -> Option<RateLimit> {
-        let mut parts = spec.split('/');
-        let (max, per, burst) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() {
-            return None;
-        }
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if !(digits(max) && digits(per) && digits(burst)) {
-            return None;
-        }
+        let [max, per, burst] = spec_parts(spec)?;
         let limit = RateLimit::new(max.parse().ok()?, Duration::from_millis(per.parse().ok()?)).ok()?;
         limit.with_burst(burst.parse().ok()?).ok()
     }
+}
+
+/// The three runs of digits of a limit as the store keeps it (`max/per ms/burst`, the scripts'
+/// pattern `^(%d+)/(%d+)/(%d+)$`), or `None` for any other text.
+pub(crate) fn spec_parts(spec: &str) -> Option<[&str; 3]> {
+    let mut parts = spec.split('/');
+    let out = [parts.next()?, parts.next()?, parts.next()?];
+    let digits = |s: &&str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (parts.next().is_none() && out.iter().all(digits)).then_some(out)
 }
 
 impl fmt::Display for RateLimit {

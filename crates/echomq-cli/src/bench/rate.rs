@@ -15,9 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use echomq::store::LimitTarget;
-use echomq::{
-    Consumer, ConsumerOptions, GroupName, JobContext, NewJob, QueueName, RateLimit, RateTarget, Store, Verdict,
-};
+use echomq::{Consumer, ConsumerOptions, GroupName, JobContext, QueueName, RateLimit, RateTarget, Store, Verdict};
 use serde_json::{json, Value};
 
 use super::{emit, reset};
@@ -170,13 +168,7 @@ async fn queue_limit(
     limit: RateLimit,
     per_s: f64,
 ) -> anyhow::Result<()> {
-    let n = (per_s * args.secs as f64 * 1.2) as usize + 1000;
-    for start in (0..n).step_by(1000) {
-        let jobs: Vec<NewJob> = (start..n.min(start + 1000))
-            .map(|i| NewJob::new(format!("{i}")))
-            .collect();
-        store.enqueue(q, &jobs).await?;
-    }
+    super::push(store, q, (per_s * args.secs as f64 * 1.2) as usize + 1000, false).await?;
     store.set_rate_limit(q, &RateTarget::Queue, Some(limit)).await?;
     let began = now_ms();
     let reports = consumers(url, args, true).await?;
@@ -220,11 +212,8 @@ async fn group_run(
     names.push(LIMITED.into());
     for name in &names {
         let g = GroupName::new(name.as_str())?;
-        for start in (0..args.jobs_per_group).step_by(1000) {
-            let jobs: Vec<NewJob> = (start..args.jobs_per_group.min(start + 1000))
-                .map(|i| NewJob::new(format!("{i}")))
-                .collect();
-            store.genqueue(q, &g, &jobs).await?;
+        for jobs in super::payloads(args.jobs_per_group).chunks(1000) {
+            store.genqueue(q, &g, jobs).await?;
         }
     }
     let target = RateTarget::Group(GroupName::new(LIMITED)?);

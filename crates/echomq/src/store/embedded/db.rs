@@ -874,6 +874,20 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
+    /// The fields of the groups hash that begin with `prefix`, with their values, by name (an
+    /// HSCAN MATCH `prefix*`).
+    pub(crate) fn gprefixed(&self, prefix: &str) -> R<Vec<(String, String)>> {
+        self.tx
+            .prepare_cached(
+                "SELECT field, value FROM emq_groups WHERE queue = ?1 AND substr(field, 1, length(?2)) = ?2 ORDER BY field",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![self.q, prefix], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.e(e))
+    }
+
     /// Every field of the groups hash, by name.
     pub(crate) fn gfields(&self) -> R<Vec<String>> {
         self.strings(

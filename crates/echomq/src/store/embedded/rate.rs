@@ -17,15 +17,8 @@ impl Rate {
     /// `None` for no spec, or one no verb wrote (no limit), as the script's pattern
     /// `^(%d+)/(%d+)/(%d+)$` reads it.
     pub(crate) fn read(spec: Option<&str>, tat: Option<i64>, now_us: i64) -> Option<Rate> {
-        let mut parts = spec?.split('/');
-        let mut num = || -> Option<f64> {
-            let p = parts.next()?;
-            (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| p.parse().ok())
-                .flatten()
-        };
-        let (max, per, burst) = (num()?, num()?, num()?);
-        if parts.next().is_some() || max < 1.0 || per < 1.0 || burst < 1.0 {
+        let [max, per, burst] = crate::rate::spec_parts(spec?)?.map(|p| p.parse::<f64>().unwrap_or(0.0));
+        if max < 1.0 || per < 1.0 || burst < 1.0 {
             return None;
         }
         let t = per * 1000.0 / max;

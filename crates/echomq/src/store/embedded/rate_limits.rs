@@ -19,11 +19,10 @@ pub(crate) fn rate_limits(db: &Db) -> Result<RateLimits> {
     };
     let first_wait_us = db.zfirst("throttled")?.map_or(0, |(_, at)| (at - now_us).max(0) as u64);
     let mut groups = Vec::new();
-    for f in db.gfields()? {
+    for (f, spec) in db.gprefixed("rate:")? {
         let Some(g) = f.strip_prefix("rate:").filter(|g| *g != "~") else {
             continue;
         };
-        let spec = db.gget(&f)?.unwrap_or_default();
         let wait = wait_of(&spec, db.zscore("tats", g)?);
         groups.push((g.to_string(), spec, wait));
     }
