@@ -7,8 +7,9 @@
 -- unless forced (then their lane slots are freed as they go, keeping the slot invariant).
 -- Reads first (_lib.lua): the held jobs' rows and groups, the heads of the other sets, then (budget
 -- left) a page of the groups hash and the heads of its lanes, every row they hold and every key the
--- last call deletes (EXISTS), then the writes. Every call tells the queue's waiters to look at
--- their jobs again (`*` on emq:{q}:finished): it reads no row, so it sees no waited mark.
+-- last call deletes (EXISTS; the schedules' among them), then the writes. Every call tells the
+-- queue's waiters to look at their jobs again (`*` on emq:{q}:finished): it reads no row, so it
+-- sees no waited mark.
 --
 -- KEYS[1] emq:{q}:active      (zset)
 -- KEYS[2] emq:{q}:obliterating (string, the mark)
@@ -96,9 +97,12 @@ if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
   keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order',
-           'throttled', 'tats', 'tat' }
+           'throttled', 'tats', 'tat', 'schedules', 'schedule_due' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
+  end
+  for _, name in ipairs(redis.call('ZRANGE', base .. 'schedules', 0, -1)) do
+    keys[#keys + 1] = 'schedule:' .. name
   end
   for _, k in ipairs(keys) do touch[#touch + 1] = k end
 end
@@ -117,6 +121,6 @@ if chunked then return {removed, cursor, 0} end
 emq_lanes_cut(base, cuts)
 if not finished then return {removed, next_cursor, 0} end
 for i, k in ipairs(keys) do keys[i] = base .. k end
-redis.call('DEL', unpack(keys))
+emq_bulk('DEL', nil, keys)
 redis.call('DEL', KEYS[2])
 return {removed, '0', 1}

@@ -1,37 +1,148 @@
 -- promote — up to ARGV[2] due jobs (score <= now) from `scheduled` to ready: to `pending` or its
--- lane at a fresh rank of its priority (the ring step). It answers, in the same step, how
--- long until the next scheduled job after them is due — the consumer bounds its park with it.
+-- lane at a fresh rank of its priority (the ring step); and the due slots of at most 64 schedules
+-- fired. It answers, in the same step, how long until the next scheduled job or schedule slot
+-- after them is due — the consumer bounds its park with it.
 -- A missing row is dropped; a row not in state scheduled goes dead naming the defect, as does a
 -- key of another type at the row's key.
--- Reads first (_lib.lua): the due ids, the next job due after them, their rows, the groups and the
--- flat set they join, then the writes.
 --
--- KEYS[1] emq:{q}:scheduled   (zset, score = due ms)
--- KEYS[2] emq:{q}:pending     (zset, score = rank)
--- KEYS[3] emq:{q}:order       (hash: the ranking's clock and aging)
+-- A due schedule (its entry in schedule_due at or before now) is decided here, in the step that
+-- fires it, so each slot is decided once whatever the number of consumers, their crashes or a
+-- replay of this script: its slots at or before now are decided and leave its list. A slot more
+-- than the grace (the schedule's own, else ARGV[3]) before now is missed: `skip` fires none of
+-- those, `once` the latest, `all:N` the latest N; a slot within the grace fires. Overlap `skip`
+-- fires only the latest chosen slot, and none while the schedule's last job still waits or runs;
+-- the others are counted skipped. A fired slot's job is `sched:<name>:<slot ms>`, made ready from
+-- the template; a row already at that id (a caller's) is left as it is and the slot fires nothing.
+-- A schedule left with fewer than 16 slots is named in the reply for a refill (the consumer
+-- computes more: refill_schedule); one with no future slot decides nothing and waits a second for
+-- its refill. No schedule fires while the queue is being obliterated.
+-- Reads first (_lib.lua): the due ids, the next job due after them, the due schedules, their
+-- state, templates and last jobs, the ids their slots take, the rows, the groups and the flat set
+-- they join, then the writes.
+--
+-- KEYS[1] emq:{q}:scheduled    (zset, score = due ms)
+-- KEYS[2] emq:{q}:pending      (zset, score = rank)
+-- KEYS[3] emq:{q}:order        (hash: the ranking's clock and aging)
+-- KEYS[4] emq:{q}:schedule_due (zset: schedule name -> its next slot, ms)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] limit (>= 1, the consumer's pump_batch)
+-- ARGV[3] the grace in ms of the schedules without their own
 --
--- Replies: {moved, ms until the next due job or -1 when none}; error EMQARGS.
+-- Replies: {moved, ms until the next due job or slot or -1 when none, fired, then per schedule to
+--          refill: name, version, timing, zone, misfire, grace ms, cursor, now}; error EMQARGS.
 -- Wakes: one per job made claimable (at most 16).
-local scheduled = KEYS[1]
-local base, limit = ARGV[1], tonumber(ARGV[2])
+local scheduled, sdue = KEYS[1], KEYS[4]
+local base, limit, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if not limit or limit < 1 then return emq_bad_args('promote', 'limit') end
--- the idle path: nothing scheduled, nothing to read the clock for
-if #redis.call('ZRANGE', scheduled, '0', '0') == 0 then return {0, -1} end
+if not emq_whole(grace, 0) then return emq_bad_args('promote', 'grace') end
+-- the idle path: nothing scheduled and no schedule, nothing to read the clock for
+local shead = redis.call('ZRANGE', sdue, '0', '0', 'WITHSCORES')
+if #redis.call('ZRANGE', scheduled, '0', '0') == 0 and not shead[1] then return {0, -1, 0} end
 local now = emq_now()
 local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', '0', limit)
 -- the due jobs are the set's first #due members: once they leave, the next one due is the member
 -- ranked right after them
 local head = redis.call('ZRANGE', scheduled, #due, #due, 'WITHSCORES')
+local next_at = tonumber(head[2])
+local function sooner(at)
+  if at and (not next_at or at < next_at) then next_at = at end
+end
+-- the schedules: each due one planned (its updates, fires and refill request)
+local plans, fired, refills = {}, {}, {}
+if shead[2] and tonumber(shead[2]) > now then sooner(tonumber(shead[2])) end
+if shead[2] and tonumber(shead[2]) <= now and redis.call('EXISTS', base .. 'obliterating') == 0 then
+  local names = redis.call('ZRANGEBYSCORE', sdue, '-inf', now, 'LIMIT', '0', '64')
+  sooner(tonumber(redis.call('ZRANGE', sdue, #names, #names, 'WITHSCORES')[2]))
+  for _, name in ipairs(names) do
+    local key = base .. 'schedule:' .. name
+    local f = redis.call('HMGET', key, 'slots', 'backlog', 'misfire', 'overlap', 'grace', 'last_job',
+      'version', 'timing', 'tz', 'cursor', 'paused', 'fired', 'missed', 'skipped')
+    local p = { key = key, name = name }
+    plans[#plans + 1] = p
+    if not f[8] or f[11] == '1' then
+      -- no such schedule (or paused): a stale entry, dropped
+      p.drop = true
+    else
+      local g_ms = tonumber(f[5]) or grace
+      local past, left = {}, {}
+      for _, s in ipairs(emq_slots_parse(f[1])) do
+        if s <= now then past[#past + 1] = s else left[#left + 1] = s end
+      end
+      if #left == 0 then
+        -- no future slot: nothing decided until a refill brings one
+        p.due = now + 1000
+      else
+        local late, chosen = {}, {}
+        for _, s in ipairs(past) do
+          if now - s > g_ms then late[#late + 1] = s end
+        end
+        local catch = 1
+        if f[3] == 'skip' then catch = 0 end
+        local all = f[3] and string.match(f[3], '^all:(%d+)$')
+        if all then catch = tonumber(all) end
+        for i = math.max(1, #late - catch + 1), #late do chosen[#chosen + 1] = late[i] end
+        for i = #late + 1, #past do chosen[#chosen + 1] = past[i] end
+        local skipped = 0
+        if f[4] == 'skip' and #chosen > 0 then
+          local st = f[6] and f[6] ~= '' and redis.call('HGET', base .. 'job:' .. f[6], 'state')
+          if st == 'pending' or st == 'active' or st == 'scheduled' then
+            skipped, chosen = #chosen, {}
+          else
+            skipped, chosen = #chosen - 1, { chosen[#chosen] }
+          end
+        end
+        local t, n, last = nil, 0, nil
+        for _, s in ipairs(chosen) do
+          local id = 'sched:' .. name .. ':' .. string.format('%d', s)
+          if redis.call('EXISTS', base .. 'job:' .. id) == 0 then
+            t = t or emq_template_read(key)
+            fired[#fired + 1] = { id = id, t = t }
+            n, last = n + 1, id
+          end
+        end
+        p.fields = { 'slots', table.concat(left, ','), 'backlog', 0,
+          'fired', (tonumber(f[12]) or 0) + n,
+          'missed', (tonumber(f[13]) or 0) + (tonumber(f[2]) or 0) + #late,
+          'skipped', (tonumber(f[14]) or 0) + skipped }
+        if past[1] then
+          p.fields[#p.fields + 1] = 'last_slot'
+          p.fields[#p.fields + 1] = string.format('%d', past[#past])
+        end
+        if last then
+          p.fields[#p.fields + 1] = 'last_job'
+          p.fields[#p.fields + 1] = last
+          p.fields[#p.fields + 1] = 'last_fire'
+          p.fields[#p.fields + 1] = now
+        end
+        p.due = left[1]
+      end
+      sooner(p.due)
+      if #left < 16 then
+        for _, v in ipairs({ name, f[7] or '0', f[8], f[9] or 'UTC', f[3] or 'once', g_ms, f[10] or '0', now }) do
+          refills[#refills + 1] = v
+        end
+      end
+    end
+  end
+end
 local next_ms = -1
-if head[2] then
-  next_ms = tonumber(head[2]) - now
+if next_at then
+  next_ms = next_at - now
   if next_ms < 0 then next_ms = 0 end
 end
-if #due == 0 then return {0, next_ms} end
+if #due == 0 and #plans == 0 then return {0, next_ms, 0} end
 -- rows by pcall: a key of another type at a row's key is buried (its defect read here), never raised
 local rows, lanes, order, flat, buried = {}, {}, {}, nil, false
+local function joins(g)
+  if not g then
+    if not flat then flat = emq_flat_read(base) end
+  elseif not lanes[g] then
+    -- groups in the order their first job came (pairs() order is undefined; the twin must match)
+    order[#order + 1] = g
+    emq_lane_read(lanes, base, g)
+  end
+end
+for _, j in ipairs(fired) do joins(j.t.g) end
 for i, id in ipairs(due) do
   local jk = base .. 'job:' .. id
   local row = redis.pcall('HMGET', jk, 'state', 'group', 'waited', 'priority')
@@ -46,13 +157,7 @@ for i, id in ipairs(due) do
     row[3] = redis.call('HEXISTS', jk, 'data') == 1
     local state, g = row[1], row[2]
     if state == 'scheduled' and row[3] then
-      if not g then
-        if not flat then flat = emq_flat_read(base) end
-      elseif not lanes[g] then
-        -- groups in the order their first job came (pairs() order is undefined; the twin must match)
-        order[#order + 1] = g
-        emq_lane_read(lanes, base, g)
-      end
+      joins(g or nil)
     elseif state then
       buried = true
     end
@@ -73,8 +178,21 @@ if buried then
 end
 emq_touch(base, touch)
 
-emq_bulk('ZREM', scheduled, due)
+for _, p in ipairs(plans) do
+  if p.drop then
+    redis.call('ZREM', sdue, p.name)
+  else
+    if p.fields then redis.call('HSET', p.key, unpack(p.fields)) end
+    redis.call('ZADD', sdue, p.due, p.name)
+  end
+end
+if #due > 0 then emq_bulk('ZREM', scheduled, due) end
 local moved, failed, nflat, added = 0, 0, 0, {}
+for _, j in ipairs(fired) do
+  local g = j.t.g
+  emq_fire(base, j.id, j.t, g and lanes[g] or flat, ranks)
+  if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
+end
 for i, id in ipairs(due) do
   local row = rows[i]
   local state, g = row[1], row[2]
@@ -98,4 +216,6 @@ if flat then emq_flat_step(base, flat) end
 for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end
 emq_wake(base, wakes, paused)
 emq_count(base, 'failed', failed)
-return {moved, next_ms}
+local reply = { moved, next_ms, #fired }
+for _, v in ipairs(refills) do reply[#reply + 1] = v end
+return reply

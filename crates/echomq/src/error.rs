@@ -14,6 +14,8 @@ pub enum NameKind {
     JobId,
     /// A job kind.
     JobKind,
+    /// A schedule name.
+    Schedule,
 }
 
 impl fmt::Display for NameKind {
@@ -23,6 +25,7 @@ impl fmt::Display for NameKind {
             NameKind::Group => "group name",
             NameKind::JobId => "job id",
             NameKind::JobKind => "job kind",
+            NameKind::Schedule => "schedule name",
         })
     }
 }

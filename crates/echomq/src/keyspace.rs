@@ -44,12 +44,15 @@ pub const SUFFIXES: &[&str] = &[
     "throttled",
     "tats",
     "tat",
+    "schedule:",
+    "schedules",
+    "schedule_due",
 ];
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
 pub const METRIC_EVENTS: &[&str] = &["completed", "cancelled", "failed", "retried", "stalled", "reaped"];
 
-fn check_name(kind: NameKind, raw: &[u8]) -> Result<()> {
+pub(crate) fn check_name(kind: NameKind, raw: &[u8]) -> Result<()> {
     let refuse = |reason| {
         Err(Error::InvalidName {
             kind,
@@ -290,6 +293,18 @@ impl QueueKeys {
     /// `emq:{q}:tat` — the queue rate limit's theoretical arrival time (string, µs).
     pub fn tat(&self) -> String {
         self.key("tat")
+    }
+    /// `emq:{q}:schedules` — every schedule's name (score 0: listed by name).
+    pub fn schedules(&self) -> String {
+        self.key("schedules")
+    }
+    /// `emq:{q}:schedule_due` — each unpaused schedule's next slot (score, Unix ms).
+    pub fn schedule_due(&self) -> String {
+        self.key("schedule_due")
+    }
+    /// `emq:{q}:schedule:<name>` — one schedule's definition and state (a hash).
+    pub fn schedule(&self, name: &crate::schedule::ScheduleName) -> String {
+        format!("{}schedule:{}", self.base, name.as_str())
     }
     /// `emq:{q}:job:<id>` — one job's row.
     pub fn job(&self, id: &JobId) -> String {

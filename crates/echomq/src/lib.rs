@@ -21,6 +21,7 @@ pub mod outcome;
 pub mod queue;
 pub mod rate;
 pub mod retry;
+pub mod schedule;
 pub mod store;
 pub mod worker;
 
@@ -33,6 +34,7 @@ pub use outcome::{Outcome, Output};
 pub use queue::{JobHandle, Push, Queue};
 pub use rate::{RateLimit, RateTarget};
 pub use retry::{Jitter, RetryPolicy};
+pub use schedule::{JobTemplate, Misfire, Overlap, Schedule, ScheduleInfo, ScheduleName, Timing};
 pub use store::{Retention, Store};
 pub use worker::{JobError, JobHandler, Worker, WorkerHandle};
 

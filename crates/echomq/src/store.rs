@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 
 #[cfg(feature = "embedded")]
 pub mod embedded;
@@ -185,12 +186,18 @@ pub struct Completion {
 }
 
 /// The reply of promote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Promoted {
     /// Due jobs moved to ready.
     pub moved: u64,
-    /// Time until the next scheduled job is due, read in the same step; `None` when none waits.
+    /// Time until the next scheduled job or schedule slot is due, read in the same step; `None`
+    /// when none waits.
     pub next_due_in: Option<Duration>,
+    /// Jobs fired for schedule slots.
+    pub fired: u64,
+    /// The schedules left with few slots: the caller computes more ([`crate::schedule::refill`])
+    /// and writes them with [`Store::refill_schedule`] (the consumer does, after its beat).
+    pub refills: Vec<RefillRequest>,
 }
 
 /// The reply of sweep_stalled: ids recovered to ready and ids dead-lettered.
@@ -560,8 +567,36 @@ pub trait Store: Send + Sync {
     /// sweep_stalled: lapsed leases counted; at `max_stalled` dead, else recovered.
     async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept>;
 
-    /// promote: up to `limit` due jobs to ready; also the time until the next due job.
-    async fn promote(&self, queue: &QueueName, limit: u32) -> Result<Promoted>;
+    /// promote: up to `limit` due jobs to ready, and the due slots of the queue's schedules fired
+    /// (at most 64 schedules a call), a slot more than `grace` late missed (a schedule's own grace
+    /// wins); also the time until the next due job or slot, and the schedules to refill.
+    async fn promote(&self, queue: &QueueName, limit: u32, grace: Duration) -> Result<Promoted>;
+
+    /// upsert_schedule: the schedule created, or changed in place (its slots recomputed from now;
+    /// a slot already decided never fires again; its counts and pause kept). Returns its version.
+    async fn upsert_schedule(&self, queue: &QueueName, schedule: &Schedule) -> Result<u64>;
+
+    /// remove_schedule: the schedule deleted (the jobs it fired stay). `false`: no such schedule.
+    async fn remove_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool>;
+
+    /// pause_schedule: the schedule fires, and misses, nothing until resumed. `false`: no such
+    /// schedule.
+    async fn pause_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool>;
+
+    /// resume_schedule: a paused schedule fires again from its next slot after now (the slots that
+    /// passed while paused are neither fired nor missed). `false`: no such schedule.
+    async fn resume_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool>;
+
+    /// list_schedules: the queue's schedules, by name, with their state.
+    async fn list_schedules(&self, queue: &QueueName) -> Result<Vec<ScheduleInfo>>;
+
+    /// trigger_schedule: one job of the schedule's template now, outside its slots (its id
+    /// `sched:<name>:run<n>`). `None`: no such schedule.
+    async fn trigger_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<Option<JobId>>;
+
+    /// refill_schedule: the slots a promote asked for, computed by [`crate::schedule::refill`];
+    /// written only while the schedule has the request's version and cursor (`false`: refused).
+    async fn refill_schedule(&self, queue: &QueueName, request: &RefillRequest, refill: &Refill) -> Result<bool>;
 
     /// extend_lock: fenced; the lease now ends `lease` after the store's now.
     async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended>;
@@ -654,7 +689,8 @@ pub trait Store: Send + Sync {
     /// queues: every queue name registered.
     async fn queues(&self) -> Result<Vec<QueueName>>;
 
-    /// One beat's round: recovery, promote (at most `pump` jobs) and a claim, in one round trip
+    /// One beat's round: recovery, promote (at most `pump` jobs, schedule slots missed past
+    /// `grace`) and a claim, in one round trip
     /// where the store can (Redis: one pipeline). `Err` only when the store could not be reached at
     /// all; each leg's own reply or error is in the [`Round`].
     async fn recover_promote_claim(
@@ -662,6 +698,7 @@ pub trait Store: Send + Sync {
         queue: &QueueName,
         recovery: Recovery,
         pump: u32,
+        grace: Duration,
         claim: ClaimRequest,
     ) -> Result<Round> {
         let recovered = match recovery {
@@ -670,7 +707,7 @@ pub trait Store: Send + Sync {
             Recovery::Redeliver(p) => self.reap(queue, p.limit, Some(p.max_redeliveries)).await.map(drop),
             Recovery::Stalled(policy) => self.sweep_stalled(queue, policy).await.map(drop),
         };
-        let promoted = self.promote(queue, pump).await;
+        let promoted = self.promote(queue, pump, grace).await;
         let claimed = if claim.n == 0 {
             Ok(Claimed::default())
         } else {

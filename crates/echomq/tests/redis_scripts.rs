@@ -727,7 +727,13 @@ async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
     };
     let round = ctx
         .store
-        .recover_promote_claim(&ctx.q, echomq::consumer::Recovery::Reap, 10, request)
+        .recover_promote_claim(
+            &ctx.q,
+            echomq::consumer::Recovery::Reap,
+            10,
+            echomq::schedule::GRACE_MIN,
+            request,
+        )
         .await
         .unwrap();
     assert!(round.recovered.is_ok(), "{:?}", round.recovered);
@@ -804,7 +810,13 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
         };
         let round = ctx
             .store
-            .recover_promote_claim(&ctx.q, echomq::consumer::Recovery::Reap, 10, request)
+            .recover_promote_claim(
+                &ctx.q,
+                echomq::consumer::Recovery::Reap,
+                10,
+                echomq::schedule::GRACE_MIN,
+                request,
+            )
             .await
             .expect(&at);
         round.recovered.expect(&at);
@@ -1125,7 +1137,15 @@ async fn reap_sweep_and_promote_bury_a_key_of_another_type(ctx: &Ctx) {
         server_ms(ctx).await > due
     })
     .await;
-    assert_eq!(ctx.store.promote(&ctx.q, 10).await.unwrap().moved, 1, "job 5 promoted");
+    assert_eq!(
+        ctx.store
+            .promote(&ctx.q, 10, echomq::schedule::GRACE_MIN)
+            .await
+            .unwrap()
+            .moved,
+        1,
+        "job 5 promoted"
+    );
     assert_buried_foreign(ctx, &id("4"), "zset", b"").await;
     let c = counts(ctx).await;
     assert_eq!((c.pending, c.scheduled, c.active, c.dead, c.failed), (2, 0, 0, 3, 3));
@@ -1344,7 +1364,13 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
             .await
             .map(|v| format!("{v:?}")),
     );
-    refused("promote", limited.promote(&q, 100).await.map(|v| format!("{v:?}")));
+    refused(
+        "promote",
+        limited
+            .promote(&q, 100, echomq::schedule::GRACE_MIN)
+            .await
+            .map(|v| format!("{v:?}")),
+    );
     refused(
         "update_data",
         limited
@@ -1414,7 +1440,10 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     );
     // the same verbs, by a user the server does not refuse, go through
     assert_eq!(admin.reap(&q, 100, None).await.unwrap(), 1);
-    assert_eq!(admin.promote(&q, 100).await.unwrap().moved, 2);
+    assert_eq!(
+        admin.promote(&q, 100, echomq::schedule::GRACE_MIN).await.unwrap().moved,
+        2
+    );
     assert_eq!(admin.redrive_all(&q, 1).await.unwrap(), 1);
     assert!(matches!(
         admin.obliterate(&q, true).await.unwrap(),

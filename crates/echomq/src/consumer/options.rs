@@ -193,6 +193,13 @@ impl ConsumerOptions {
         Ok(())
     }
 
+    /// The grace of the schedules without their own: a slot fired later than this after its time
+    /// is missed. max([`crate::schedule::GRACE_MIN`], 2 beats): a slot due just after a beat began
+    /// is on time at the next one.
+    pub fn schedule_grace(&self) -> Duration {
+        crate::schedule::GRACE_MIN.max(self.beat.saturating_mul(2))
+    }
+
     /// The wait after the `streak`-th degraded beat in a row (1 on the first):
     /// min(max(30 s, beat), beat × 2^(streak−1)).
     pub fn degraded_sleep(&self, streak: u32) -> Duration {

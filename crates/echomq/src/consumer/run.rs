@@ -160,7 +160,13 @@ impl Beat {
         let round = self
             .shared
             .store
-            .recover_promote_claim(&self.shared.queue, opts.recovery, opts.pump_batch, self.claim(want))
+            .recover_promote_claim(
+                &self.shared.queue,
+                opts.recovery,
+                opts.pump_batch,
+                opts.schedule_grace(),
+                self.claim(want),
+            )
             .await;
         let round = match round {
             Ok(r) => r,
@@ -180,7 +186,10 @@ impl Beat {
             degraded.get_or_insert(e);
         }
         let (promoted_full, next_due) = match round.promoted {
-            Ok(p) => (p.moved >= opts.pump_batch as u64, p.next_due_in),
+            Ok(p) => {
+                self.refill(&p.refills).await;
+                (p.moved >= opts.pump_batch as u64, p.next_due_in)
+            }
             Err(e) => {
                 degraded.get_or_insert(e);
                 (false, None)
@@ -201,6 +210,27 @@ impl Beat {
 
     fn claim(&self, n: usize) -> ClaimRequest {
         self.shared.claim_request(n)
+    }
+
+    /// The schedules the promote left with few slots: their next slots computed here (the store
+    /// never parses cron) and written under the version the promote read. Another consumer's
+    /// refill of the same request, or an upsert since, has the store refuse this one: nothing to
+    /// do. A failure is logged; the next promote asks again.
+    async fn refill(&self, requests: &[crate::schedule::RefillRequest]) {
+        for request in requests {
+            let written = match crate::schedule::refill(request) {
+                Ok(refill) => {
+                    self.shared
+                        .store
+                        .refill_schedule(&self.shared.queue, request, &refill)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::warn!(queue = %self.shared.queue, schedule = %request.name, error = %e, "refilling a schedule's slots failed; the next beat asks again");
+            }
+        }
     }
 
     /// Claims until the ring is empty or one beat has passed since the leg began (then the next

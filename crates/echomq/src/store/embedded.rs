@@ -52,9 +52,11 @@ mod extend_lock;
 mod genqueue;
 mod get;
 mod list;
+mod list_schedules;
 mod mark_waited;
 mod obliterate;
 mod pause;
+mod pause_schedule;
 mod priority_aging;
 mod promote;
 mod promote_job;
@@ -63,17 +65,23 @@ mod rate;
 mod rate_limits;
 mod reap;
 mod redrive;
+mod refill_schedule;
 mod release;
 mod remove;
+mod remove_schedule;
 mod resume;
+mod resume_schedule;
 mod retention;
 mod retry;
+mod schedule_common;
 mod set_group_limit;
 mod set_priority_aging;
 mod set_rate_limit;
 mod set_retention;
 mod sweep_stalled;
+mod trigger_schedule;
 mod update_data;
+mod upsert_schedule;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -91,6 +99,7 @@ use crate::error::{Error, Result};
 use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 use crate::store::{
     check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive,
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
@@ -896,10 +905,74 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn promote(&self, queue: &QueueName, limit: u32) -> Result<Promoted> {
+    async fn promote(&self, queue: &QueueName, limit: u32, grace: Duration) -> Result<Promoted> {
         positive("limit", limit as u64)?;
+        let grace = millis("grace", grace)? as i64;
         self.run(queue.as_str(), "promote", On::Thread, move |db| {
-            promote::promote(db, limit as i64)
+            promote::promote(db, limit as i64, grace)
+        })
+        .await
+    }
+
+    async fn upsert_schedule(&self, queue: &QueueName, schedule: &Schedule) -> Result<u64> {
+        schedule.check()?;
+        let name = schedule.name.as_str().to_string();
+        let def = schedule.fields();
+        let slots = crate::schedule::first_slots(&schedule.timing, crate::schedule::wall_ms());
+        self.run(queue.as_str(), "upsert_schedule", On::CallerFirst, move |db| {
+            upsert_schedule::upsert_schedule(db, &name, &def, &slots)
+        })
+        .await
+    }
+
+    async fn remove_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+        let name = name.as_str().to_string();
+        self.run(queue.as_str(), "remove_schedule", On::CallerFirst, move |db| {
+            remove_schedule::remove_schedule(db, &name)
+        })
+        .await
+    }
+
+    async fn pause_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+        let name = name.as_str().to_string();
+        self.run(queue.as_str(), "pause_schedule", On::CallerFirst, move |db| {
+            pause_schedule::pause_schedule(db, &name)
+        })
+        .await
+    }
+
+    async fn resume_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+        let name = name.as_str().to_string();
+        self.run(queue.as_str(), "resume_schedule", On::CallerFirst, move |db| {
+            resume_schedule::resume_schedule(db, &name)
+        })
+        .await
+    }
+
+    async fn list_schedules(&self, queue: &QueueName) -> Result<Vec<ScheduleInfo>> {
+        self.run(
+            queue.as_str(),
+            "list_schedules",
+            On::Thread,
+            list_schedules::list_schedules,
+        )
+        .await
+    }
+
+    async fn trigger_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<Option<JobId>> {
+        let name = name.as_str().to_string();
+        let id = self
+            .run(queue.as_str(), "trigger_schedule", On::CallerFirst, move |db| {
+                trigger_schedule::trigger_schedule(db, &name)
+            })
+            .await?;
+        Ok(id.map(JobId::from_store))
+    }
+
+    async fn refill_schedule(&self, queue: &QueueName, request: &RefillRequest, refill: &Refill) -> Result<bool> {
+        let (request, refill) = (request.clone(), refill.clone());
+        self.run(queue.as_str(), "refill_schedule", On::CallerFirst, move |db| {
+            refill_schedule::refill_schedule(db, &request, refill.omitted, &refill.slots)
         })
         .await
     }
@@ -1061,9 +1134,11 @@ impl Store for EmbeddedStore {
         queue: &QueueName,
         recovery: Recovery,
         pump: u32,
+        grace: Duration,
         claim: ClaimRequest,
     ) -> Result<Round> {
         positive("pump", pump as u64)?;
+        let grace = millis("grace", grace)? as i64;
         if claim.n > 0 {
             check_claim(claim.lease, claim.max_attempts)?;
         }
@@ -1082,7 +1157,7 @@ impl Store for EmbeddedStore {
                     sweep_stalled::sweep_stalled(db, p.max_stalled as i64, p.limit as i64).map(drop)
                 }
             })?;
-            let promoted = db.leg(|| promote::promote(db, pump as i64))?;
+            let promoted = db.leg(|| promote::promote(db, pump as i64, grace))?;
             let claimed = if n > 0 {
                 db.leg(|| claim::claim(db, n, lease, max_attempts, recmax))?
             } else {

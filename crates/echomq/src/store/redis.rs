@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 use crate::store::{
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
     Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
@@ -73,6 +74,7 @@ mod remove;
 mod resume;
 mod retention;
 mod retry;
+mod schedules;
 mod set_group_limit;
 mod sweep_stalled;
 mod update_data;
@@ -446,8 +448,36 @@ impl Store for RedisStore {
         sweep_stalled::sweep_stalled(self, queue, policy).await
     }
 
-    async fn promote(&self, queue: &QueueName, limit: u32) -> Result<Promoted> {
-        promote::promote(self, queue, limit).await
+    async fn promote(&self, queue: &QueueName, limit: u32, grace: Duration) -> Result<Promoted> {
+        promote::promote(self, queue, limit, grace).await
+    }
+
+    async fn upsert_schedule(&self, queue: &QueueName, schedule: &Schedule) -> Result<u64> {
+        schedules::upsert_schedule(self, queue, schedule).await
+    }
+
+    async fn remove_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+        schedules::remove_schedule(self, queue, name).await
+    }
+
+    async fn pause_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+        schedules::pause_schedule(self, queue, name).await
+    }
+
+    async fn resume_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+        schedules::resume_schedule(self, queue, name).await
+    }
+
+    async fn list_schedules(&self, queue: &QueueName) -> Result<Vec<ScheduleInfo>> {
+        schedules::list_schedules(self, queue).await
+    }
+
+    async fn trigger_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<Option<JobId>> {
+        schedules::trigger_schedule(self, queue, name).await
+    }
+
+    async fn refill_schedule(&self, queue: &QueueName, request: &RefillRequest, refill: &Refill) -> Result<bool> {
+        schedules::refill_schedule(self, queue, request, refill).await
     }
 
     async fn recover_promote_claim(
@@ -455,9 +485,10 @@ impl Store for RedisStore {
         queue: &QueueName,
         recovery: Recovery,
         pump: u32,
+        grace: Duration,
         claim: ClaimRequest,
     ) -> Result<Round> {
-        round::recover_promote_claim(self, queue, recovery, pump, claim).await
+        round::recover_promote_claim(self, queue, recovery, pump, grace, claim).await
     }
 
     async fn complete_then_claim(

@@ -884,7 +884,11 @@ pub async fn cancel_of_a_scheduled_job_cancels_it(ctx: &Ctx) {
     let counts = ctx.store.counts(&ctx.q).await.unwrap();
     assert_eq!((counts.scheduled, counts.cancelled), (0, 1));
     assert_eq!(strs(&list(ctx, JobState::Cancelled).await), ["1"]);
-    let promoted = ctx.store.promote(&ctx.q, 10).await.unwrap();
+    let promoted = ctx
+        .store
+        .promote(&ctx.q, 10, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
     assert_eq!(promoted.moved, 0);
 }
 

@@ -798,7 +798,14 @@ pub async fn a_paused_queue_gets_no_wake_until_resume(ctx: &Ctx) {
     tokio::time::sleep(Duration::from_millis(150)).await;
     ctx.store.enqueue(&ctx.q, &named(&["f1", "f2"])).await.unwrap();
     ctx.store.genqueue(&ctx.q, &group("a"), &named(&["a1"])).await.unwrap();
-    assert_eq!(ctx.store.promote(&ctx.q, 100).await.unwrap().moved, 1);
+    assert_eq!(
+        ctx.store
+            .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+            .await
+            .unwrap()
+            .moved,
+        1
+    );
     assert_eq!(ctx.store.reap(&ctx.q, 1, None).await.unwrap(), 1);
     let policy = echomq::store::StalledPolicy {
         max_stalled: 5,

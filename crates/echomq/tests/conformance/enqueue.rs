@@ -208,7 +208,10 @@ pub async fn enqueue_writes_the_kind_and_every_claim_returns_it(ctx: &Ctx) {
         assert_eq!(row.kind.as_deref(), want, "job {id}");
     }
     tokio::time::sleep(Duration::from_millis(5)).await;
-    ctx.store.promote(&ctx.q, 10).await.unwrap();
+    ctx.store
+        .promote(&ctx.q, 10, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
     let claimed = ctx
         .store
         .claim(&ctx.q, 10, LEASE, 3, SettleOptions::default())

@@ -385,7 +385,14 @@ pub async fn reap_promote_and_sweep_stalled_refuse_zero_limits(ctx: &Ctx) {
     assert_invalid_option(&ctx.store.reap(&ctx.q, 0, None).await.unwrap_err(), "limit", "0");
     let err = ctx.store.reap(&ctx.q, 100, Some(0)).await.unwrap_err();
     assert_invalid_option(&err, "max_redeliveries", "0");
-    assert_invalid_option(&ctx.store.promote(&ctx.q, 0).await.unwrap_err(), "limit", "0");
+    assert_invalid_option(
+        &ctx.store
+            .promote(&ctx.q, 0, echomq::schedule::GRACE_MIN)
+            .await
+            .unwrap_err(),
+        "limit",
+        "0",
+    );
     let zero_limit = StalledPolicy {
         max_stalled: 1,
         limit: 0,

@@ -118,7 +118,15 @@ pub async fn promote_ranks_a_due_job_by_its_priority(ctx: &Ctx) {
     wait_until(
         Duration::from_secs(5),
         "the delayed job is promoted",
-        move || async move { ctx_ref.store.promote(&ctx_ref.q, 10).await.unwrap().moved == 1 },
+        move || async move {
+            ctx_ref
+                .store
+                .promote(&ctx_ref.q, 10, echomq::schedule::GRACE_MIN)
+                .await
+                .unwrap()
+                .moved
+                == 1
+        },
     )
     .await;
     assert_eq!(drain_order(ctx).await, ["y0", "x3", "z7"]);

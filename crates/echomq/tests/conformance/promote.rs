@@ -22,7 +22,10 @@ fn delayed(payload: &str, delay: Duration) -> NewJob {
 }
 
 async fn promote(ctx: &Ctx, limit: u32) -> Promoted {
-    ctx.store.promote(&ctx.q, limit).await.unwrap()
+    ctx.store
+        .promote(&ctx.q, limit, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap()
 }
 
 /// Waits until the store's clock has passed every due time of `ids`, without promoting them.
@@ -65,7 +68,8 @@ pub async fn promote_makes_a_due_job_claimable(ctx: &Ctx) {
         p,
         Promoted {
             moved: 1,
-            next_due_in: None
+            next_due_in: None,
+            ..Promoted::default()
         }
     );
     let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();
@@ -115,7 +119,8 @@ pub async fn promote_replies_no_next_due_when_nothing_is_scheduled(ctx: &Ctx) {
         promote(ctx, 100).await,
         Promoted {
             moved: 0,
-            next_due_in: None
+            next_due_in: None,
+            ..Promoted::default()
         }
     );
     ctx.store.enqueue(&ctx.q, &named(&["ready"])).await.unwrap();
@@ -164,7 +169,8 @@ pub async fn promote_moves_at_most_limit_jobs_per_call(ctx: &Ctx) {
         promote(ctx, 2).await,
         Promoted {
             moved: 1,
-            next_due_in: None
+            next_due_in: None,
+            ..Promoted::default()
         }
     );
     assert_eq!(

@@ -194,6 +194,7 @@ pub async fn reap_with_a_redelivery_budget_gives_each_lapse_its_attempt_back(ctx
                         limit: 100,
                     }),
                     10,
+                    echomq::schedule::GRACE_MIN,
                     ClaimRequest {
                         n: 0,
                         lease: LEASE,

@@ -93,7 +93,14 @@ pub async fn release_with_a_delay_schedules_the_job(ctx: &Ctx) {
             server_ms(ctx).await > due
         })
         .await;
-        assert_eq!(ctx.store.promote(&ctx.q, 100).await.unwrap().moved, 1);
+        assert_eq!(
+            ctx.store
+                .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+                .await
+                .unwrap()
+                .moved,
+            1
+        );
         let again = claim_id(ctx, &id, LEASE).await;
         assert_eq!((again.attempts, again.token), (1, 2));
         assert_eq!(

@@ -320,7 +320,10 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     assert_eq!(mark(ctx, &id).await, Waited::Waiting);
     ctx.probe.set_row_field(&id, "state", "bogus").await;
     tokio::time::sleep(SHORT * 3).await;
-    ctx.store.promote(&ctx.q, 10).await.unwrap();
+    ctx.store
+        .promote(&ctx.q, 10, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
     assert_eq!(notice(&mut notices, "promote of a malformed row").await, Some(id));
 
     let id = marked("drained").await;

@@ -797,7 +797,14 @@ pub async fn retry_with_a_delay_schedules_the_job_at_now_plus_the_delay(ctx: &Ct
     wait_until(
         Duration::from_secs(2),
         "promote to move the retried job",
-        move || async move { ctx.store.promote(&ctx.q, 10).await.unwrap().moved == 1 },
+        move || async move {
+            ctx.store
+                .promote(&ctx.q, 10, echomq::schedule::GRACE_MIN)
+                .await
+                .unwrap()
+                .moved
+                == 1
+        },
     )
     .await;
     let c = claim_id(ctx, &id, LEASE).await;

@@ -718,7 +718,7 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .sweep_stalled(&q, echomq::store::StalledPolicy::default())
         .await
         .unwrap();
-    store.promote(&q, 10).await.unwrap();
+    store.promote(&q, 10, echomq::schedule::GRACE_MIN).await.unwrap();
     store.promote_job(&q, &d.id).await.unwrap();
     store.redrive(&q, &e.id, 1).await.unwrap();
     store.cancel(&q, &ids[7], None, settle).await.unwrap();

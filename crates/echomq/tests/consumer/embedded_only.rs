@@ -294,7 +294,7 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind(ctx: &Ctx
         settle: SettleOptions::default(),
     };
     let round = store
-        .recover_promote_claim(&q, Recovery::Reap, 10, claim)
+        .recover_promote_claim(&q, Recovery::Reap, 10, echomq::schedule::GRACE_MIN, claim)
         .await
         .unwrap();
     assert!(round.claimed.is_err(), "the claim leg failed: {:?}", round.claimed);
@@ -308,7 +308,7 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind(ctx: &Ctx
     conn.execute_batch("DROP TRIGGER refuse").unwrap();
     // the ring and the group's flag are as they were: every job is claimable again
     let round = store
-        .recover_promote_claim(&q, Recovery::Reap, 10, claim)
+        .recover_promote_claim(&q, Recovery::Reap, 10, echomq::schedule::GRACE_MIN, claim)
         .await
         .unwrap();
     let mut got: Vec<Vec<u8>> = round.claimed.unwrap().into_iter().map(|j| j.payload).collect();

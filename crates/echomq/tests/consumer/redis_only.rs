@@ -687,7 +687,13 @@ async fn a_script_that_cannot_be_loaded_fails_its_own_leg_and_the_claim_beside_i
         settle: echomq::store::SettleOptions::default(),
     };
     let round = runner
-        .recover_promote_claim(&q, echomq::consumer::Recovery::Reap, 10, request)
+        .recover_promote_claim(
+            &q,
+            echomq::consumer::Recovery::Reap,
+            10,
+            echomq::schedule::GRACE_MIN,
+            request,
+        )
         .await
         .unwrap();
     assert!(round.recovered.is_err(), "reap's script could not be loaded");

@@ -990,6 +990,7 @@ impl<'a> Db<'a> {
             "emq_groups",
             "emq_records",
             "emq_cancels",
+            "emq_schedules",
         ] {
             self.tx
                 .execute(&format!("DELETE FROM {table} WHERE queue = ?1"), params![self.q])

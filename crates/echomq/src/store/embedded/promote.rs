@@ -10,66 +10,76 @@ use std::time::Duration;
 
 use rusqlite::{params, OptionalExtension};
 
-use super::common::{bury, flat_read, flat_step, lane_step, paused_read, ready, wake, Count, Lanes};
+use super::common::{bury, flat_step, lane_step, paused_read, ready, wake};
 use super::db::{text, Col, Db};
+use super::schedule_common::{self as schedules, Joined};
 use crate::error::{Error, Result};
 use crate::store::Promoted;
 
-pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
+pub(crate) fn promote(db: &Db, limit: i64, grace: i64) -> Result<Promoted> {
     if limit < 1 {
         return Err(Error::Store {
             verb: "promote",
             reason: "promote: limit".into(),
         });
     }
-    // the idle path: nothing scheduled, nothing to read the clock for
-    if db.zfirst("scheduled")?.is_none() {
-        return Ok(Promoted {
-            moved: 0,
-            next_due_in: None,
-        });
+    // the idle path: nothing scheduled and no schedule, nothing to read the clock for
+    if db.zfirst("scheduled")?.is_none() && db.zfirst("schedule_due")?.is_none() {
+        return Ok(Promoted::default());
     }
     let now = db.now();
     let due = db.zrange_upto("scheduled", now, limit)?;
     // the due jobs are the set's first members: once they leave, the next one due is the member
     // ranked right after them
-    let next_due_in = match db.zrange("scheduled", due.len() as i64, 1, false)?.first() {
-        Some(next) => db
-            .zscore("scheduled", next)?
-            .map(|at| Duration::from_millis((at - now).max(0) as u64)),
+    let mut next_at = match db.zrange("scheduled", due.len() as i64, 1, false)?.first() {
+        Some(next) => db.zscore("scheduled", next)?,
         None => None,
     };
-    if due.is_empty() {
-        return Ok(Promoted { moved: 0, next_due_in });
+    let fires = schedules::plan_due(db, now, grace)?;
+    if let Some(at) = fires.next_at {
+        next_at = Some(next_at.map_or(at, |n| n.min(at)));
     }
-    // HMGET state, group, data of every row, and the groups (in the order their first job came)
-    // and the flat set the moves join
-    let (mut lanes, mut flat) = (Lanes::default(), None);
+    let next_due_in = next_at.map(|at| Duration::from_millis((at - now).max(0) as u64));
+    if due.is_empty() && fires.plans.is_empty() {
+        return Ok(Promoted {
+            next_due_in,
+            ..Promoted::default()
+        });
+    }
+    // HMGET state, group, data of every row, and the groups (in the order their first job came:
+    // the fired jobs', then the due rows') and the flat set the moves join
+    let mut joined = Joined::default();
+    fires.join(db, &mut joined)?;
     let mut rows = Vec::with_capacity(due.len());
     for id in &due {
         let row = state_group_data(db, id)?;
         if let (Some("scheduled"), true) = (row.0.as_deref(), row.2) {
-            match row.1.as_deref() {
-                Some(g) => {
-                    lanes.read(db, g, Count::Whole)?;
-                }
-                None if flat.is_none() => flat = Some(flat_read(db)?),
-                None => {}
-            }
+            joined.join(db, row.1.as_deref())?;
         }
         rows.push(row);
     }
     let paused = paused_read(db)?;
-    let mut order = match flat.is_some() || !lanes.is_empty() {
+    let mut order = match joined.flat.is_some() || !joined.lanes.is_empty() {
         true => Some(super::common::Order::read(db)?),
         false => None,
     };
 
+    let (mut nflat, mut added) = (0i64, HashMap::<String, i64>::new());
+    if let Some(order) = order.as_mut() {
+        for g in schedules::write_fires(db, &fires, &mut joined, order)? {
+            match g {
+                Some(g) => *added.entry(g).or_default() += 1,
+                None => nflat += 1,
+            }
+        }
+    } else {
+        schedules::write_fires_plans(db, &fires)?;
+    }
+    let Joined { mut lanes, mut flat } = joined;
     for id in &due {
         db.zrem("scheduled", id)?;
     }
-    let (mut moved, mut failed, mut nflat) = (0u64, 0i64, 0i64);
-    let mut added: HashMap<String, i64> = HashMap::new();
+    let (mut moved, mut failed) = (0u64, 0i64);
     for (id, (state, g, has_data, waited, priority)) in due.iter().zip(rows) {
         match (state.as_deref(), order.as_mut()) {
             (Some("scheduled"), Some(order)) if has_data => {
@@ -113,7 +123,12 @@ pub(crate) fn promote(db: &Db, limit: i64) -> Result<Promoted> {
     }
     wake(db, wakes, paused)?;
     db.count("failed", failed)?;
-    Ok(Promoted { moved, next_due_in })
+    Ok(Promoted {
+        moved,
+        next_due_in,
+        fired: fires.len() as u64,
+        refills: fires.refills,
+    })
 }
 
 /// HMGET job:<id> state group data waited — the payload only tested for presence, never read.

@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -111,6 +111,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       FROM emq_lists WHERE list LIKE 'lane:%'
       ON CONFLICT (member, zset, queue) DO NOTHING;
     DELETE FROM emq_lists WHERE list LIKE 'lane:%';
+    ",
+    "
+    -- emq:{q}:schedule:<name>: a schedule's fields, one row each (its name in the sorted set
+    -- schedules, its next slot in schedule_due)
+    CREATE TABLE emq_schedules (
+      queue TEXT NOT NULL, name TEXT NOT NULL, field TEXT NOT NULL, value BLOB NOT NULL,
+      PRIMARY KEY (queue, name, field)) WITHOUT ROWID;
     ",
 ];
 

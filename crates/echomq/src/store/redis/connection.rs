@@ -909,7 +909,10 @@ mod tests {
             max_attempts: 3,
             settle: SettleOptions::default(),
         };
-        let round = store.recover_promote_claim(&q, Recovery::Off, 10, claim).await.unwrap();
+        let round = store
+            .recover_promote_claim(&q, Recovery::Off, 10, crate::schedule::GRACE_MIN, claim)
+            .await
+            .unwrap();
         let promoted = round.promoted.unwrap_err();
         assert!(noscript(&promoted), "{promoted}");
         let claimed = round.claimed.unwrap_err();

@@ -175,7 +175,7 @@ fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqu
 /// the queue's next enqueue pays it. The `XX` marks nothing when the token's life has ended (an
 /// obliterate came between: the next life owes its own). The jobs landed whatever happens here,
 /// so a failure is logged, not returned: an error would have the caller enqueue them again.
-async fn register(store: &RedisStore, queue: &QueueName, owed: &[String]) {
+pub(super) async fn register(store: &RedisStore, queue: &QueueName, owed: &[String]) {
     let mut add = redis::cmd("SADD");
     add.arg(QUEUES_KEY).arg(queue.as_str());
     let added = store

@@ -2,6 +2,8 @@
 //! recover_promote_claim (a beat's recovery, promote and claim) and complete_then_claim (a batch of
 //! completions, then the claim for the slots they free).
 
+use std::time::Duration;
+
 use super::claim::{claim_call, parse_claimed};
 use super::complete_many::{complete_many_calls, parse_completed};
 use super::promote::{parse_promoted, promote_call};
@@ -20,6 +22,7 @@ pub(super) async fn recover_promote_claim(
     queue: &QueueName,
     recovery: Recovery,
     pump: u32,
+    grace: Duration,
     claim: ClaimRequest,
 ) -> Result<Round> {
     positive("pump", pump as u64)?;
@@ -31,7 +34,7 @@ pub(super) async fn recover_promote_claim(
         Recovery::Redeliver(p) => calls.push(reap_call(store, &k, p.limit, Some(p.max_redeliveries))),
         Recovery::Stalled(policy) => calls.push(sweep_call(store, &k, policy)),
     }
-    calls.push(promote_call(store, &k, pump));
+    calls.push(promote_call(store, &k, pump, grace));
     if claim.n > 0 {
         check_claim(claim.lease, claim.max_attempts)?;
         let n = (claim.n as usize).min(BATCH_MAX);

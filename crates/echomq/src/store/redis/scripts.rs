@@ -28,6 +28,7 @@ const READS: &[&str] = &[
     "retention",
     "priority_aging",
     "rate_limits",
+    "list_schedules",
 ];
 
 /// How a script publishes, and how it publishes on a cluster.
@@ -197,6 +198,13 @@ scripts! {
     priority_aging: true,
     set_rate_limit: true,
     rate_limits: true,
+    upsert_schedule: true,
+    remove_schedule: true,
+    pause_schedule: true,
+    resume_schedule: true,
+    list_schedules: true,
+    trigger_schedule: true,
+    refill_schedule: true,
     mark_waited: true,
     counts: true,
     list: true,

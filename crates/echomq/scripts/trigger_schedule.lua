@@ -1,0 +1,36 @@
+-- trigger_schedule — one job of a schedule's template now, outside its slots: its id
+-- `sched:<name>:run<n>` takes the next value of the queue's id counter, so it never meets a
+-- slot's id or another trigger's. It becomes the schedule's last job (the overlap policy waits
+-- for it); the slots and counts are untouched.
+-- Reads first (_lib.lua): the mark, the template, the id counter, the set the job joins and the
+-- ranking, then the writes (the counter's INCR first).
+--
+-- KEYS[1] emq:{q}:schedule:<name> (hash)
+-- ARGV[1] the queue base emq:{q}:
+-- ARGV[2] the schedule's name
+--
+-- Replies: the job's id, or nil for no such schedule; error EMQOBLITERATING.
+-- Wakes: one when the job is claimable.
+local key = KEYS[1]
+local base, name = ARGV[1], ARGV[2]
+if redis.call('EXISTS', base .. 'obliterating') == 1 then
+  return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
+end
+if redis.call('EXISTS', key) == 0 then return false end
+local t = emq_template_read(key)
+local id = 'sched:' .. name .. ':run' .. ((tonumber(redis.call('GET', base .. 'id')) or 0) + 1)
+local lanes, s = {}, nil
+if t.g then s = emq_lane_read(lanes, base, t.g) else s = emq_flat_read(base) end
+local paused = emq_paused_read(base)
+local now = emq_now()
+local order = emq_order_read(base, now)
+emq_touch(base, { 'job:' .. id, 'ring', 'wake' })
+
+redis.call('INCR', base .. 'id')
+emq_fire(base, id, t, s, order)
+emq_order_write(base, order)
+local wakes = 1
+if t.g then wakes = emq_lane_step(base, t.g, s, 1) else emq_flat_step(base, s) end
+emq_wake(base, wakes, paused)
+redis.call('HSET', key, 'last_job', id, 'last_fire', now)
+return id
