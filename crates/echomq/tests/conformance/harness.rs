@@ -152,6 +152,12 @@ impl Probe {
         each_store!(self, p => p.remove_from_set(set, id).await)
     }
 
+    /// Sets a schedule's stored slots raw (Unix ms, ascending) and its due entry to the first:
+    /// slots in the past stand for an outage without waiting one out.
+    pub async fn set_schedule_slots(&self, name: &str, slots: &[u64]) {
+        each_store!(self, p => p.set_schedule_slots(name, slots).await)
+    }
+
     /// The store's clock, ms (Redis: `TIME`; the embedded store: this machine's clock).
     pub async fn now_ms(&self) -> u64 {
         each_store!(self, p => p.now_ms().await)

@@ -15,6 +15,7 @@ mod rate;
 mod recovery;
 mod release;
 mod results;
+mod schedules;
 mod settle;
 
 /// Every verb of the closed list has at least one case whose name starts with the verb.
@@ -30,6 +31,7 @@ fn every_verb_has_a_case() {
         recovery::CASES,
         release::CASES,
         results::CASES,
+        schedules::CASES,
         admin::CASES,
         inputs::CASES,
     ]

@@ -19,7 +19,15 @@ use super::{Record, Snapshot};
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The sorted sets of the keyspace, the only names a case may pass as a set.
-const SETS: &[&str] = &["pending", "active", "scheduled", "dead", "completed"];
+const SETS: &[&str] = &[
+    "pending",
+    "active",
+    "scheduled",
+    "dead",
+    "completed",
+    "schedules",
+    "schedule_due",
+];
 
 #[derive(Clone)]
 pub struct EmbeddedProbe {
@@ -335,6 +343,25 @@ impl EmbeddedProbe {
     }
 
     /// The embedded store's clock is this machine's.
+    pub async fn set_schedule_slots(&self, name: &str, slots: &[u64]) {
+        let text = slots.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        let (name, first) = (name.to_string(), slots.first().copied().unwrap_or(0) as i64);
+        self.with(move |c, q| {
+            c.execute(
+                "UPDATE emq_schedules SET value = ?3 WHERE queue = ?1 AND name = ?2 AND field = 'slots'",
+                params![q, name, text.into_bytes()],
+            )
+            .expect("set the slots");
+            c.execute(
+                "INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, 'schedule_due', ?2, ?3) \
+                 ON CONFLICT (member, zset, queue) DO UPDATE SET score = excluded.score",
+                params![q, name, first],
+            )
+            .expect("set the due entry");
+        })
+        .await
+    }
+
     pub async fn now_ms(&self) -> u64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

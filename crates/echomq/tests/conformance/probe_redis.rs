@@ -184,6 +184,22 @@ impl RedisProbe {
         n == 1
     }
 
+    pub async fn set_schedule_slots(&self, name: &str, slots: &[u64]) {
+        let text = slots.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        let _: () = self
+            .conn
+            .clone()
+            .hset(self.key(&format!("schedule:{name}")), "slots", text)
+            .await
+            .expect("HSET");
+        let _: () = self
+            .conn
+            .clone()
+            .zadd(self.key("schedule_due"), name, slots.first().copied().unwrap_or(0))
+            .await
+            .expect("ZADD");
+    }
+
     pub async fn now_ms(&self) -> u64 {
         let (s, us): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
