@@ -32,6 +32,7 @@ mod remove;
 mod resume;
 mod retention;
 mod retry;
+mod schedule;
 mod stats;
 mod supervise;
 mod work;
@@ -109,6 +110,9 @@ enum Command {
     /// back leaves the ring until it may start again; other groups and flat jobs are not slowed.
     /// Setting a limit starts it afresh (its budget full).
     RateLimit(rate_limit::Args),
+    /// Cron and interval schedules: `add` (again = change in place), `list`, `remove`, `pause`,
+    /// `resume`, `trigger`. The consumers of the queue fire them, each slot once.
+    Schedule(schedule::Args),
     /// The crash audit: N jobs through K workers while it kills workers (and redis-server) and
     /// pauses one past its lease, then accounts for every job (lost and double settles must be 0).
     Audit(audit::Args),
@@ -188,6 +192,7 @@ fn main() {
             Command::Retention(a) => retention::run(&cli.url, a).await,
             Command::PriorityAging(a) => priority_aging::run(&cli.url, a).await,
             Command::RateLimit(a) => rate_limit::run(&cli.url, a).await,
+            Command::Schedule(a) => schedule::run(&cli.url, a).await,
             Command::Audit(a) => audit::run(&cli.url, a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }

@@ -93,7 +93,7 @@ if shead[2] and tonumber(shead[2]) <= now and redis.call('EXISTS', base .. 'obli
         end
         local t, n, last = nil, 0, nil
         for _, s in ipairs(chosen) do
-          local id = 'sched:' .. name .. ':' .. string.format('%d', s)
+          local id = string.format('sched:%s:%d', name, s)
           if redis.call('EXISTS', base .. 'job:' .. id) == 0 then
             t = t or emq_template_read(key)
             fired[#fired + 1] = { id = id, t = t }

@@ -18,7 +18,7 @@ if redis.call('EXISTS', base .. 'obliterating') == 1 then
 end
 if redis.call('EXISTS', key) == 0 then return false end
 local t = emq_template_read(key)
-local id = 'sched:' .. name .. ':run' .. ((tonumber(redis.call('GET', base .. 'id')) or 0) + 1)
+local id = string.format('sched:%s:run%d', name, (tonumber(redis.call('GET', base .. 'id')) or 0) + 1)
 local lanes, s = {}, nil
 if t.g then s = emq_lane_read(lanes, base, t.g) else s = emq_flat_read(base) end
 local paused = emq_paused_read(base)

@@ -20,7 +20,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use chrono_tz::Tz;
+pub use chrono_tz::Tz;
 
 use crate::error::{Error, NameKind, Result};
 use crate::keyspace::{GroupName, JobId};
@@ -712,6 +712,14 @@ pub(crate) fn wall_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// A slot time (Unix ms) as a wall time in `zone`, for display: `2026-12-05 02:30:00 CET`.
+pub fn local_text(ms: i64, zone: Tz) -> String {
+    match utc(ms) {
+        Some(t) => t.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S %Z").to_string(),
+        None => ms.to_string(),
+    }
 }
 
 /// The store's time as a UTC date, for display.
