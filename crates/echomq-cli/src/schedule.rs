@@ -19,7 +19,7 @@ pub struct Args {
 pub enum Verb {
     /// Create a schedule, or change it in place (its next slot recomputed, no slot fired twice).
     #[command(group(clap::ArgGroup::new("timing").args(["every", "cron"]).required(true)))]
-    Add(Add),
+    Add(Box<Add>),
     /// Show schedules: the next fire (in the schedule's zone and UTC), the last fire, and the
     /// missed and skipped counts.
     List(ListArgs),
@@ -98,7 +98,7 @@ pub struct Named {
 /// Runs `emq schedule`.
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     match args.command {
-        Verb::Add(a) => add(url, a).await,
+        Verb::Add(a) => add(url, *a).await,
         Verb::List(a) => list(url, a).await,
         Verb::Remove(a) => one(url, a, "remove").await,
         Verb::Pause(a) => one(url, a, "pause").await,
