@@ -533,6 +533,7 @@ impl ScheduleInfo {
 }
 
 /// The stored slot list: Unix ms, comma-separated, ascending.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
 pub(crate) fn slots_text(slots: &[i64]) -> String {
     slots.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
@@ -637,6 +638,7 @@ pub fn refill(req: &RefillRequest) -> Result<Refill> {
 /// The fire decision of one due schedule, as the promote step takes it (the embedded twin runs
 /// this; the script mirrors it line for line).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
 pub(crate) struct FirePlan {
     /// The slots that fire now, ascending.
     pub fire: Vec<i64>,
@@ -654,6 +656,7 @@ pub(crate) struct FirePlan {
 
 /// Decides a due schedule: `slots` (ascending), `backlog` (missed slots known by count only), the
 /// store's `now`, `grace`, the policies and whether the previous job still waits or runs.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
 pub(crate) fn plan(
     slots: &[i64],
     backlog: u64,
@@ -701,6 +704,7 @@ pub(crate) fn plan(
 }
 
 /// Whether a promote that left `left` slots asks for more.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
 pub(crate) fn wants_refill(left: usize) -> bool {
     left < SLOTS_AHEAD / 2
 }
