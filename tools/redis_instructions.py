@@ -13,7 +13,10 @@ bench's grouped workload; --throttled T: T groups under a rate limit of one star
 holding a job once its first has run, all held back in `throttled` before the count begins, beside the flat jobs: what a
 claim pays for groups its limits hold back), then counts the instructions Redis runs for the claims in batches of --batch, and
 separately for the complete_many calls that settle them ((id, token, output) per job, the one
-layout the store sends). --lib / --claim / --complete-many run other versions of the scripts with
+layout the store sends). --beat-schedules N instead counts a consumer's idle beat (reap, promote
+and a claim on an empty queue) before and after N schedules whose slots are all hours ahead are
+added (upsert_schedule, one call each), and the commands one due slot costs inside promote (INFO
+commandstats: every command a script runs is counted). --lib / --claim / --complete-many run other versions of the scripts with
 the same replies and arguments (an A/B: `git show REV:PATH > FILE`). Needs
 valgrind (Debian: apt-get install valgrind); Redis's debug symbols are not needed for the totals.
 """
@@ -89,6 +92,7 @@ def main():
     ap.add_argument("--complete-many", default=os.path.join(SCRIPTS, "complete_many.lua"))
     ap.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
     ap.add_argument("--throttled", type=int, default=0, help="rate-limited groups held back beside the jobs")
+    ap.add_argument("--beat-schedules", type=int, default=0, help="count an idle beat with this many schedules")
     a = ap.parse_args()
     if a.jobs % 1000 or a.jobs % a.batch or not 1 < a.batch <= 1000:
         sys.exit("--jobs must be a multiple of 1000 and of --batch (2..1000)")
@@ -102,6 +106,9 @@ def main():
         "genqueue": lib + "\n" + open(os.path.join(SCRIPTS, "genqueue.lua")).read(),
         "claim": lib + "\n" + open(a.claim).read(),
         "complete_many": lib + "\n" + open(a.complete_many).read(),
+        "reap": lib + "\n" + open(os.path.join(SCRIPTS, "reap.lua")).read(),
+        "promote": lib + "\n" + open(os.path.join(SCRIPTS, "promote.lua")).read(),
+        "upsert_schedule": lib + "\n" + open(os.path.join(SCRIPTS, "upsert_schedule.lua")).read(),
     }
     outdir = tempfile.mkdtemp(prefix="emq-callgrind-")
     port = free_port()
@@ -142,6 +149,20 @@ def main():
             r = conn.cmd("EVALSHA", sha["complete_many"], 1, *keys("active"), base, len(batch), 0, *args)
             assert all(x == 1 for x in r), r[:5]
 
+        def control(flag):
+            subprocess.run(["callgrind_control", flag, str(server_pid(server))], capture_output=True)
+
+        def counted(f, *args):
+            control("-z")
+            out = f(*args)
+            control("-d")
+            time.sleep(0.5)
+            return out, total(outdir)
+
+        if a.beat_schedules:
+            beat_mode(a, conn, sha, base, keys, claim_call, counted)
+            return
+
         per = a.jobs // a.groups if a.groups else 0
 
         def genqueue(g, payloads):
@@ -172,16 +193,6 @@ def main():
                            "registered", "order"),
                      base, 1000, *[b'{"n":%d}' % (c * 1000 + i) for i in range(1000)])
 
-        def control(flag):
-            subprocess.run(["callgrind_control", flag, str(server_pid(server))], capture_output=True)
-
-        def counted(f, *args):
-            control("-z")
-            out = f(*args)
-            control("-d")
-            time.sleep(0.5)
-            return out, total(outdir)
-
         claim = settled = 0
         if a.groups:
             # a group of limit 1 gives its next job only once its last one is settled: each claim
@@ -204,6 +215,56 @@ def main():
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+def beat_mode(a, conn, sha, base, keys, claim_call, counted):
+    """An idle beat's instructions without and with `a.beat_schedules` schedules, and the commands
+    of one due slot."""
+    beats = 1000
+
+    def beat():
+        conn.cmd("EVALSHA", sha["reap"], 2, *keys("active", "pending"), base, 1000, "")
+        r = conn.cmd("EVALSHA", sha["promote"], 4, *keys("scheduled", "pending", "order", "schedule_due"),
+                     base, 100, 5000)
+        assert r[0] == 0 and r[2] == 0, r
+        claim_call(100)
+
+    _, bare = counted(lambda: [beat() for _ in range(beats)])
+    now = int(time.time() * 1000)
+    hour = 3600000
+    # an hourly interval's next slots: the first more than an hour ahead
+    slots = [(now // hour + 2 + k) * hour for k in range(32)]
+    definition = ["timing", "every %d" % hour, "tz", "UTC", "data", "{}", "group", "", "priority", "",
+                  "max_attempts", "", "retry", "", "kind", "", "misfire", "once", "overlap", "allow",
+                  "grace", ""]
+    for i in range(a.beat_schedules):
+        name = "s%d" % i
+        conn.cmd("EVALSHA", sha["upsert_schedule"], 3,
+                 *keys("schedule:" + name, "schedules", "schedule_due"),
+                 base, name, len(definition) // 2, *definition, *slots)
+    _, scheduled = counted(lambda: [beat() for _ in range(beats)])
+    print(f"idle beat (reap + promote + claim), instructions: no schedules {bare // beats}, "
+          f"{a.beat_schedules} schedules nothing due {scheduled // beats} "
+          f"({(scheduled - bare) * 100 / bare:+.1f} %)")
+    # the commands of due slots: each of `n` schedules given one slot a few seconds ago (within the
+    # grace: on time)
+    for n in (1, 10):
+        for i in range(n):
+            name = "s%d" % i
+            due = now - 1000 * n + i
+            conn.cmd("HSET", base + "schedule:" + name, "slots", ",".join(str(x) for x in [due] + slots))
+            conn.cmd("ZADD", base + "schedule_due", due, name)
+        conn.cmd("CONFIG", "RESETSTAT")
+        r = conn.cmd("EVALSHA", sha["promote"], 4, *keys("scheduled", "pending", "order", "schedule_due"),
+                     base, 100, 60000)
+        assert r[2] == n, r
+        stats = conn.cmd("INFO", "commandstats").decode()
+        calls = 0
+        for line in stats.splitlines():
+            if line.startswith("cmdstat_") and not line.startswith(("cmdstat_evalsha", "cmdstat_config")):
+                calls += int(line.split("calls=")[1].split(",")[0])
+        print(f"promote firing {n} due slot(s) of {n} schedule(s): {calls} commands inside the script "
+              f"({calls / n:.1f} per slot)")
 
 
 def server_pid(proc):

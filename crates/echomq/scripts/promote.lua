@@ -37,13 +37,23 @@ if not limit or limit < 1 then return emq_bad_args('promote', 'limit') end
 if not emq_whole(grace, 0) then return emq_bad_args('promote', 'grace') end
 -- the idle path: nothing scheduled and no schedule, nothing to read the clock for
 local shead = redis.call('ZRANGE', sdue, '0', '0', 'WITHSCORES')
-if #redis.call('ZRANGE', scheduled, '0', '0') == 0 and not shead[1] then return {0, -1, 0} end
+local jhead = redis.call('ZRANGE', scheduled, '0', '0', 'WITHSCORES')
+if not jhead[1] and not shead[1] then return {0, -1, 0} end
 local now = emq_now()
-local due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', '0', limit)
+-- nothing due (the common beat of a queue with delayed jobs or schedules): only when the next is
+local jat, sat = tonumber(jhead[2]), tonumber(shead[2])
+if (not jat or jat > now) and (not sat or sat > now) then
+  local at = jat
+  if not at or (sat and sat < at) then at = sat end
+  return {0, at - now, 0}
+end
 -- the due jobs are the set's first #due members: once they leave, the next one due is the member
--- ranked right after them
-local head = redis.call('ZRANGE', scheduled, #due, #due, 'WITHSCORES')
-local next_at = tonumber(head[2])
+-- ranked right after them (none due: the head)
+local due, next_at = {}, tonumber(jhead[2])
+if next_at and next_at <= now then
+  due = redis.call('ZRANGEBYSCORE', scheduled, '-inf', now, 'LIMIT', '0', limit)
+  next_at = tonumber(redis.call('ZRANGE', scheduled, #due, #due, 'WITHSCORES')[2])
+end
 local function sooner(at)
   if at and (not next_at or at < next_at) then next_at = at end
 end

@@ -24,22 +24,39 @@ pub(crate) fn promote(db: &Db, limit: i64, grace: i64) -> Result<Promoted> {
         });
     }
     // the idle path: nothing scheduled and no schedule, nothing to read the clock for
-    if db.zfirst("scheduled")?.is_none() && db.zfirst("schedule_due")?.is_none() {
+    let shead = db.zfirst("schedule_due")?.map(|(_, at)| at);
+    let jhead = db.zfirst("scheduled")?.map(|(_, at)| at);
+    if jhead.is_none() && shead.is_none() {
         return Ok(Promoted::default());
     }
     let now = db.now();
-    let due = db.zrange_upto("scheduled", now, limit)?;
+    // nothing due (the common beat of a queue with delayed jobs or schedules): only when the next is
+    let in_ms = |at: i64| Duration::from_millis((at - now).max(0) as u64);
+    if jhead.is_none_or(|at| at > now) && shead.is_none_or(|at| at > now) {
+        let at = [jhead, shead].into_iter().flatten().min();
+        return Ok(Promoted {
+            next_due_in: at.map(in_ms),
+            ..Promoted::default()
+        });
+    }
     // the due jobs are the set's first members: once they leave, the next one due is the member
-    // ranked right after them
-    let mut next_at = match db.zrange("scheduled", due.len() as i64, 1, false)?.first() {
-        Some(next) => db.zscore("scheduled", next)?,
-        None => None,
+    // ranked right after them (none due: the head)
+    let (due, mut next_at) = match jhead {
+        Some(at) if at <= now => {
+            let due = db.zrange_upto("scheduled", now, limit)?;
+            let next = match db.zrange("scheduled", due.len() as i64, 1, false)?.first() {
+                Some(next) => db.zscore("scheduled", next)?,
+                None => None,
+            };
+            (due, next)
+        }
+        head => (Vec::new(), head),
     };
     let fires = schedules::plan_due(db, now, grace)?;
     if let Some(at) = fires.next_at {
         next_at = Some(next_at.map_or(at, |n| n.min(at)));
     }
-    let next_due_in = next_at.map(|at| Duration::from_millis((at - now).max(0) as u64));
+    let next_due_in = next_at.map(in_ms);
     if due.is_empty() && fires.plans.is_empty() {
         return Ok(Promoted {
             next_due_in,
