@@ -718,7 +718,21 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .sweep_stalled(&q, echomq::store::StalledPolicy::default())
         .await
         .unwrap();
-    store.promote(&q, 10, echomq::schedule::GRACE_MIN).await.unwrap();
+    let sched = echomq::schedule::ScheduleName::new("s").unwrap();
+    let every = echomq::schedule::Timing::every(Duration::from_secs(1)).unwrap();
+    let template = echomq::schedule::JobTemplate::default();
+    let schedule = echomq::schedule::Schedule::new(sched.clone(), every, template);
+    store.upsert_schedule(&q, &schedule).await.unwrap();
+    store.list_schedules(&q).await.unwrap();
+    store.pause_schedule(&q, &sched).await.unwrap();
+    store.resume_schedule(&q, &sched).await.unwrap();
+    store.trigger_schedule(&q, &sched).await.unwrap();
+    // a resumed schedule asks its slots again
+    let promoted = store.promote(&q, 10, echomq::schedule::GRACE_MIN).await.unwrap();
+    let request = promoted.refills.first().expect("the resumed schedule asks a refill");
+    let slots = echomq::schedule::refill(request).unwrap();
+    store.refill_schedule(&q, request, &slots).await.unwrap();
+    store.remove_schedule(&q, &sched).await.unwrap();
     store.promote_job(&q, &d.id).await.unwrap();
     store.redrive(&q, &e.id, 1).await.unwrap();
     store.cancel(&q, &ids[7], None, settle).await.unwrap();
