@@ -61,6 +61,15 @@ pub struct Args {
     /// the existing id and `duplicate` on stderr, and writes nothing.
     #[arg(long, value_name = "ID", conflicts_with = "file")]
     pub id: Option<String>,
+    /// A dedup key: enqueues of one key are one job while it holds (--dedup-mode). An enqueue the
+    /// key answers prints the holding job's id, and on stderr what it did.
+    #[arg(long, value_name = "KEY", conflicts_with = "file")]
+    pub dedup: Option<String>,
+    /// How the dedup key holds: `until_finished` (the default: while its job waits or runs),
+    /// `for:TTL` (for TTL after the first, even once finished: throttling) or `debounce:TTL`
+    /// (while its job waits: a new enqueue gives it its payload and starts it TTL from now).
+    #[arg(long, value_name = "MODE", requires = "dedup", default_value = "until_finished")]
+    pub dedup_mode: echomq::DedupMode,
     /// Redis: return only once N replicas of the queue's master confirm they have the jobs
     /// (`WAIT`), so a failover right after cannot lose them; exit 1 when they do not within
     /// --wait-timeout (the jobs stand on the master, unconfirmed). Same as `?wait=N` in the URL.
@@ -112,6 +121,13 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let queue = QueueName::new(&args.queue)?;
     let group = args.group.as_deref().map(GroupName::new).transpose()?;
     let id = args.id.as_deref().map(JobId::new).transpose()?;
+    let dedup = match &args.dedup {
+        Some(key) => Some(echomq::Dedup::new(
+            echomq::DedupKey::new(key.as_str())?,
+            args.dedup_mode,
+        )?),
+        None => None,
+    };
     let template = NewJob {
         payload: Vec::new(),
         id,
@@ -121,6 +137,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         wait_replicas: None,
         priority: args.priority,
         retry: args.retry.clone(),
+        dedup,
     };
     match (args.payload, args.file) {
         (Some(payload), None) => {
@@ -185,6 +202,20 @@ async fn one(target: &Target, job: NewJob) -> anyhow::Result<i32> {
             out!("{id}");
             eprintln!(
                 "duplicate: job {id} already exists in queue {}; nothing enqueued",
+                target.queue
+            );
+        }
+        Some(Enqueued::Deduplicated(id)) => {
+            out!("{id}");
+            eprintln!(
+                "deduplicated: job {id} holds the dedup key in queue {}; nothing enqueued",
+                target.queue
+            );
+        }
+        Some(Enqueued::Debounced(id)) => {
+            out!("{id}");
+            eprintln!(
+                "debounced: job {id} of queue {} took this payload and starts later",
                 target.queue
             );
         }

@@ -596,25 +596,36 @@ end
 
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
--- budget, priority or retry policy of their own — one argument per job instead of seven, the bulk
--- path) or per job: id ('' = generated), delay_ms, max_attempts ('' = none), kind ('' = none),
--- priority ('' = 0, else 1..9), retry policy ('' = none), payload.
--- Returns {first sequence, registration owed, index of each duplicate, …}: the new jobs take the
--- sequences from the first on, in batch order, and a generated id is its sequence; the registration
--- owed is the token of the queue's life while its name's SADD to emq:queues is owed (the client
--- then SADDs it and marks the token paid: ZADD XX 1), else nil. Or an error reply, nothing written
--- (the registration neither: a refused enqueue never makes the client SADD).
+-- budget, priority, retry policy or dedup key of their own — one argument per job instead of
+-- eight, the bulk path) or per job: id ('' = generated), delay_ms, max_attempts ('' = none), kind
+-- ('' = none), priority ('' = 0, else 1..9), retry policy ('' = none), dedup ('' = none, else
+-- `u:<key>` until finished, `f<ms>:<key>` for a window, `d<ms>:<key>` debounce), payload.
+-- Returns {first sequence, registration owed, then per job answered by another: its index and
+-- that job's id}: a caller id that exists answers with '' (the caller's own id), a dedup key held
+-- with the holder's id, a debounce that gave the waiting holder its payload with the holder's id
+-- and the index negated. The new jobs take the sequences from the first on, in batch order, and a
+-- generated id is its sequence; the registration owed is the token of the queue's life while its
+-- name's SADD to emq:queues is owed (the client then SADDs it and marks the token paid: ZADD XX
+-- 1), else nil. Or an error reply, nothing written (the registration neither: a refused enqueue
+-- never makes the client SADD).
+-- A dedup key is held in the hash `dedup` (key -> `<holder id>`, or `<holder id>|<until ms>` for
+-- a window), looked at when an enqueue of it arrives: `u` is held while the holder waits or runs
+-- (its state pending, scheduled or active), `f` until its window ends, `d` while the holder still
+-- waits (scheduled): the holder takes the new payload and starts a window from now (a debounce
+-- job waits its window, or its delay if longer, before it starts). A key not held is taken by the
+-- enqueue's new job; a key met twice in a batch is held by its first job (a debounce: which
+-- takes the later payload).
 -- A ready job joins the flat set (or g's lane) at a rank of its priority (emq_rank); a row holds
 -- `priority` and `retry` only when they are set.
--- Reads first: the mark, the registration, the caller ids (duplicates), the id counter, the ready
--- set's state and ranking, then the rows of generated ids and the keys only written (emq_touch),
--- then the writes. The sequences come from the counter as read (GET); its INCRBY is the first
--- write, so a counter that holds no integer fails it with nothing written. The registration is the
--- last write.
+-- Reads first: the mark, the registration, the caller ids (duplicates), the dedup keys and their
+-- holders' states, the id counter, the ready set's state and ranking, then the rows of generated
+-- ids and the keys only written (emq_touch), then the writes. The sequences come from the counter
+-- as read (GET); its INCRBY is the first write, so a counter that holds no integer fails it with
+-- nothing written. The registration is the last write.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n
-  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 7 * n) then
+  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 8 * n) then
     return emq_bad_args(verb, 'batch shape')
   end
   if redis.call('EXISTS', base .. 'obliterating') == 1 then
@@ -647,9 +658,12 @@ local function emq_new_jobs(verb, base, o, g)
   end
   -- read and validate everything first
   local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
+  -- dedup: the holder answering a job (an id, or the index of an earlier job of the batch),
+  -- whether it debounces, the keys taken, the payload a batch's first job takes, the clock
+  local held, bounce, takes, first_of, payload_at, now = {}, {}, {}, {}, {}, 0
   for i = 1, n do
-    local a = o + 7 * (i - 1)
-    local id, delay, maxa, prio = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 5]
+    local a = o + 8 * (i - 1)
+    local id, delay, maxa, prio, dd = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 5], ARGV[a + 7]
     if not delay or delay < 0 or delay ~= math.floor(delay) then
       return emq_bad_args(verb, 'delay of job ' .. i)
     end
@@ -666,6 +680,35 @@ local function emq_new_jobs(verb, base, o, g)
         seen[id] = true
       end
     end
+    if dd ~= '' and not dup[i] then
+      local mode, ttl, key = string.match(dd, '^([ufd])(%d*):(.+)$')
+      ttl = tonumber(ttl)
+      if not mode or (mode ~= 'u' and not emq_whole(ttl, 1)) then
+        return emq_bad_args(verb, 'dedup of job ' .. i)
+      end
+      if mode == 'd' and ttl > delay then delay = ttl end
+      if first_of[key] then
+        held[i] = first_of[key]
+        if mode == 'd' then bounce[i] = true; payload_at[first_of[key]] = a + 8 end
+      else
+        local h = redis.call('HGET', base .. 'dedup', key)
+        local holder, till = nil, nil
+        if h then holder, till = string.match(h, '^([^|]+)|?(%d*)$') end
+        if holder and mode == 'f' then
+          if now == 0 then now = emq_now() end
+          if (tonumber(till) or 0) > now then held[i] = holder end
+        elseif holder then
+          local st = redis.call('HGET', base .. 'job:' .. holder, 'state')
+          if mode == 'u' and (st == 'pending' or st == 'scheduled' or st == 'active') then held[i] = holder end
+          if mode == 'd' and st == 'scheduled' then held[i] = holder; bounce[i] = true end
+        end
+        if not held[i] then
+          takes[i] = { key = key, mode = mode, ttl = ttl }
+          first_of[key] = i
+        end
+      end
+      if held[i] then dup[i] = true end
+    end
     if not dup[i] then
       fresh = fresh + 1
       if delay > 0 then nsched = nsched + 1 else nready = nready + 1 end
@@ -680,31 +723,55 @@ local function emq_new_jobs(verb, base, o, g)
   for i = 1, n do
     if not dup[i] then
       k = k + 1
-      if ARGV[o + 7 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
+      if ARGV[o + 8 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
     end
   end
-  if nsched > 0 then touch[#touch + 1] = 'scheduled' end
+  local bounced = false
+  for i = 1, n do
+    if bounce[i] and type(held[i]) == 'string' then bounced = true end
+  end
+  if nsched > 0 or bounced then touch[#touch + 1] = 'scheduled' end
+  if next(takes) then touch[#touch + 1] = 'dedup' end
   local s, paused, order = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
   -- then write
-  local reply, ready, sched = { seq + 1, owed }, {}, {}
-  local now = 0
+  local reply, ready, sched, ids = { seq + 1, owed }, {}, {}, {}
   if fresh > 0 then redis.call('INCRBY', base .. 'id', fresh) end
   k = 0
   for i = 1, n do
+    local a = o + 8 * (i - 1)
     if dup[i] then
-      reply[#reply + 1] = i
+      local h = held[i]
+      if type(h) == 'number' then h = ids[h] end
+      if h == nil then
+        reply[#reply + 1] = i
+        reply[#reply + 1] = ''
+      elseif bounce[i] then
+        reply[#reply + 1] = -i
+        reply[#reply + 1] = h
+        -- a holder already in the store (one of this batch is written with the payload below)
+        if type(held[i]) == 'string' then
+          if now == 0 then now = emq_now() end
+          redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + 8], 'run_at', now + delays[i])
+          sched[#sched + 1] = now + delays[i]
+          sched[#sched + 1] = h
+        end
+      else
+        reply[#reply + 1] = i
+        reply[#reply + 1] = h
+      end
     else
       k = k + 1
-      local a = o + 7 * (i - 1)
       local id, delay, maxa, kind = ARGV[a + 1], delays[i], ARGV[a + 3], ARGV[a + 4]
       local prio, retry = ARGV[a + 5], ARGV[a + 6]
+      local data = ARGV[payload_at[i] or (a + 8)]
       if id == '' then id = texts[k] end
+      ids[i] = id
       if delay == 0 and not g and maxa == '' and kind == '' and prio == '' and retry == '' then
         -- the common case, kept to exactly the two fields of a waiting flat row
-        redis.call('HSET', base .. 'job:' .. id, 'data', ARGV[a + 7], 'state', 'pending')
+        redis.call('HSET', base .. 'job:' .. id, 'data', data, 'state', 'pending')
       else
-        local row = { 'data', ARGV[a + 7], 'state', 'pending' }
+        local row = { 'data', data, 'state', 'pending' }
         if g then row[#row + 1] = 'group'; row[#row + 1] = g end
         if maxa ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = maxa end
         if kind ~= '' then row[#row + 1] = 'kind'; row[#row + 1] = kind end
@@ -716,6 +783,15 @@ local function emq_new_jobs(verb, base, o, g)
           row[#row + 1] = 'run_at'; row[#row + 1] = now + delay
         end
         redis.call('HSET', base .. 'job:' .. id, unpack(row))
+      end
+      local t = takes[i]
+      if t then
+        local v = id
+        if t.mode == 'f' then
+          if now == 0 then now = emq_now() end
+          v = id .. '|' .. (now + t.ttl)
+        end
+        redis.call('HSET', base .. 'dedup', t.key, v)
       end
       if delay > 0 then
         sched[#sched + 1] = now + delay

@@ -16,6 +16,8 @@ pub enum NameKind {
     JobKind,
     /// A schedule name.
     Schedule,
+    /// A dedup key.
+    DedupKey,
 }
 
 impl fmt::Display for NameKind {
@@ -26,6 +28,7 @@ impl fmt::Display for NameKind {
             NameKind::JobId => "job id",
             NameKind::JobKind => "job kind",
             NameKind::Schedule => "schedule name",
+            NameKind::DedupKey => "dedup key",
         })
     }
 }

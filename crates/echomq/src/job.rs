@@ -119,6 +119,9 @@ pub struct NewJob {
     /// This job's own retry curve, used instead of the consumer's; stored on its row (a function
     /// cannot be: [`RetryPolicy::is_storable`](crate::RetryPolicy::is_storable)).
     pub retry: Option<crate::RetryPolicy>,
+    /// A dedup key: enqueues of one key are one job while it holds ([`crate::dedup::DedupMode`]);
+    /// the reply names the job that holds it.
+    pub dedup: Option<crate::dedup::Dedup>,
 }
 
 /// The least urgent priority (0 is the most urgent, and the default).
@@ -182,6 +185,12 @@ impl NewJob {
     /// Sets the kind.
     pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
+        self
+    }
+
+    /// Sets a dedup key and its mode.
+    pub fn with_dedup(mut self, dedup: crate::dedup::Dedup) -> Self {
+        self.dedup = Some(dedup);
         self
     }
 }

@@ -14,6 +14,7 @@
 
 pub mod cancel;
 pub mod consumer;
+pub mod dedup;
 pub mod error;
 pub mod job;
 pub mod keyspace;
@@ -27,9 +28,10 @@ pub mod worker;
 
 pub use cancel::{CancelToken, Cancelled};
 pub use consumer::{Consumer, ConsumerOptions, Handler, JobContext, Verdict};
+pub use dedup::{Dedup, DedupMode};
 pub use error::{Error, Result};
 pub use job::{ClaimedJob, Job, JobRow, JobState, NewJob};
-pub use keyspace::{GroupName, JobId, QueueName};
+pub use keyspace::{DedupKey, GroupName, JobId, QueueName};
 pub use outcome::{Outcome, Output};
 pub use queue::{JobHandle, Push, Queue};
 pub use rate::{RateLimit, RateTarget};

@@ -125,9 +125,9 @@ impl Queue {
     }
 
     fn pushed(&self, reply: Enqueued) -> JobHandle {
-        let duplicate = matches!(reply, Enqueued::Duplicate(_));
+        let duplicate = !matches!(reply, Enqueued::New(_));
         let id = match reply {
-            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+            Enqueued::New(id) | Enqueued::Duplicate(id) | Enqueued::Deduplicated(id) | Enqueued::Debounced(id) => id,
         };
         JobHandle {
             queue: self.clone(),
@@ -150,6 +150,7 @@ pub struct Push<'q> {
     max_attempts: Option<u32>,
     priority: Option<u8>,
     retry: Option<crate::RetryPolicy>,
+    dedup: Option<Result<crate::dedup::Dedup>>,
 }
 
 impl<'q> Push<'q> {
@@ -164,6 +165,7 @@ impl<'q> Push<'q> {
             max_attempts: None,
             priority: None,
             retry: None,
+            dedup: None,
         }
     }
 
@@ -206,6 +208,14 @@ impl<'q> Push<'q> {
         self
     }
 
+    /// A dedup key and its mode: pushes of one key are one job while it holds (see
+    /// [`crate::dedup::DedupMode`]); a push the key answered writes nothing (or, debounced, only
+    /// the waiting job's payload) and its handle is that job's ([`JobHandle::is_duplicate`]).
+    pub fn dedup(mut self, key: &str, mode: crate::dedup::DedupMode) -> Self {
+        self.dedup = Some(crate::keyspace::DedupKey::new(key).and_then(|k| crate::dedup::Dedup::new(k, mode)));
+        self
+    }
+
     async fn send(self) -> Result<JobHandle> {
         let mut job = NewJob::new(self.payload?);
         job.kind = self.kind.map(str::to_string);
@@ -214,6 +224,7 @@ impl<'q> Push<'q> {
         job.max_attempts = self.max_attempts;
         job.priority = self.priority;
         job.retry = self.retry;
+        job.dedup = self.dedup.transpose()?;
         let store = &self.queue.store;
         let replies = match self.group.transpose()? {
             Some(g) => store.genqueue(&self.queue.name, &g, &[job]).await?,
@@ -257,7 +268,8 @@ impl JobHandle {
         &self.queue
     }
 
-    /// True when the push wrote nothing: a job with its caller-given id already existed.
+    /// True when the push made no job of its own: a job with its caller-given id already existed,
+    /// or its dedup key was held (the handle is that job's; a debounced push gave it its payload).
     pub fn is_duplicate(&self) -> bool {
         self.duplicate
     }

@@ -53,13 +53,18 @@ pub enum Enqueued {
     New(JobId),
     /// A caller id whose row already exists (or came earlier in the same batch): nothing written.
     Duplicate(JobId),
+    /// A dedup key another job holds (`until_finished`, `for`): nothing written; that job's id.
+    Deduplicated(JobId),
+    /// A `debounce` key whose job still waits: that job took this payload and starts a window
+    /// from now; its id.
+    Debounced(JobId),
 }
 
 impl Enqueued {
-    /// The job's id either way.
+    /// The job's id: the new job's, or the one that answered for this enqueue.
     pub fn id(&self) -> &JobId {
         match self {
-            Enqueued::New(id) | Enqueued::Duplicate(id) => id,
+            Enqueued::New(id) | Enqueued::Duplicate(id) | Enqueued::Deduplicated(id) | Enqueued::Debounced(id) => id,
         }
     }
 }

@@ -7,6 +7,7 @@ mod steps;
 
 mod admin;
 mod claim;
+mod dedup;
 mod enqueue;
 mod inputs;
 mod priority;
@@ -23,6 +24,7 @@ mod settle;
 fn every_verb_has_a_case() {
     let cases: Vec<&str> = [
         enqueue::CASES,
+        dedup::CASES,
         claim::CASES,
         promote::CASES,
         priority::CASES,

@@ -647,6 +647,113 @@ fn look(db: &Db) -> Result<Look> {
         .map_err(|e| db.err(e))
 }
 
+/// Who answers a job of an enqueue for its dedup key: a job in the store, or an earlier job of the
+/// batch (its index).
+enum Holder {
+    Stored(String),
+    Batch(usize),
+}
+
+/// A dedup key a new job takes: the key, and for a window (`for`) its length in ms.
+struct Take {
+    key: String,
+    till: Option<i64>,
+}
+
+/// What an enqueue's dedup keys decided before its writes (the twin of `emq_new_jobs`'s dedup
+/// reads): per job its holder, whether it debounces, the key it takes, the job whose payload it
+/// is written with, and its delay in ms (a debounce waits at least its window).
+struct DedupRead {
+    held: Vec<Option<Holder>>,
+    bounce: Vec<bool>,
+    takes: Vec<Option<Take>>,
+    payload_at: Vec<Option<usize>>,
+    delays: Vec<i64>,
+}
+
+fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<DedupRead> {
+    use crate::dedup::DedupMode;
+    let n = jobs.len();
+    let mut r = DedupRead {
+        held: (0..n).map(|_| None).collect(),
+        bounce: vec![false; n],
+        takes: (0..n).map(|_| None).collect(),
+        payload_at: vec![None; n],
+        delays: jobs
+            .iter()
+            .map(|j| j.delay.map_or(0, |d| d.as_millis() as i64))
+            .collect(),
+    };
+    let mut first_of: HashMap<&str, usize> = HashMap::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let Some(d) = job.dedup.as_ref().filter(|_| !dup[i]) else {
+            continue;
+        };
+        let key = d.key.as_str();
+        if let DedupMode::Debounce(ttl) = d.mode {
+            r.delays[i] = r.delays[i].max(ttl.as_millis() as i64);
+        }
+        let debounce = matches!(d.mode, DedupMode::Debounce(_));
+        if let Some(&first) = first_of.get(key) {
+            r.held[i] = Some(Holder::Batch(first));
+            if debounce {
+                r.bounce[i] = true;
+                r.payload_at[first] = Some(i);
+            }
+            continue;
+        }
+        if let Some((holder, till)) = dedup_get(db, key)? {
+            let state = || -> Result<Option<String>> { Ok(db.row(&holder)?.and_then(|row| row.state)) };
+            match d.mode {
+                DedupMode::For(_) if till.unwrap_or(0) > db.now() => r.held[i] = Some(Holder::Stored(holder.clone())),
+                DedupMode::UntilFinished if matches!(state()?.as_deref(), Some("pending" | "scheduled" | "active")) => {
+                    r.held[i] = Some(Holder::Stored(holder.clone()))
+                }
+                DedupMode::Debounce(_) if state()?.as_deref() == Some("scheduled") => {
+                    r.held[i] = Some(Holder::Stored(holder.clone()));
+                    r.bounce[i] = true;
+                }
+                _ => {}
+            }
+        }
+        if r.held[i].is_none() {
+            r.takes[i] = Some(Take {
+                key: key.to_string(),
+                till: match d.mode {
+                    DedupMode::For(ttl) => Some(ttl.as_millis() as i64),
+                    _ => None,
+                },
+            });
+            first_of.insert(key, i);
+        }
+    }
+    Ok(r)
+}
+
+/// The holder of a dedup key, and the end of its window (HGET of `emq:{q}:dedup`).
+fn dedup_get(db: &Db, key: &str) -> Result<Option<(String, Option<i64>)>> {
+    db.sql()
+        .prepare_cached("SELECT holder, till FROM emq_dedup WHERE queue = ?1 AND key = ?2")
+        .and_then(|mut s| {
+            rusqlite::OptionalExtension::optional(
+                s.query_row(rusqlite::params![db.queue(), key], |r| Ok((r.get(0)?, r.get(1)?))),
+            )
+        })
+        .map_err(|e| db.err(e))
+}
+
+/// A dedup key taken by `holder` (HSET of `emq:{q}:dedup`), with the end of its window.
+fn dedup_write(db: &Db, key: &str, holder: &str, till: Option<i64>) -> Result<()> {
+    db.sql()
+        .prepare_cached(
+            "INSERT INTO emq_dedup (queue, key, holder, till) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (queue, key) DO UPDATE SET holder = excluded.holder, till = excluded.till",
+        )
+        .and_then(|mut s| s.execute(rusqlite::params![db.queue(), key, holder, till]))
+        .map(drop)
+        .map_err(|e| db.err(e))
+}
+
 /// New jobs for enqueue (g = None) and genqueue, the twin of `emq_new_jobs`: reads first — the
 /// mark, the duplicates, the id counter, the state of the set the ready jobs join — then the
 /// writes: every new job takes one sequence value (a generated id is its sequence), then the ring
@@ -670,14 +777,14 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             }
         }
     }
+    let dd = dedup_read(db, jobs, &dup)?;
+    for (i, h) in dd.held.iter().enumerate() {
+        dup[i] |= h.is_some();
+    }
     let fresh = dup.iter().filter(|d| !**d).count() as i64;
     // a consumer of this process parked offering a claim may take the first ready flat jobs: their
     // rows are written active, as its claim would leave them
-    let ready = jobs
-        .iter()
-        .zip(&dup)
-        .filter(|(j, d)| !**d && j.delay.is_none_or(|d| d.as_millis() == 0))
-        .count();
+    let ready = (0..jobs.len()).filter(|&i| !dup[i] && dd.delays[i] == 0).count();
     let mut direct = match g {
         None => super::handoff::direct(db, ready, !look.paused && !look.ring),
         Some(_) => None,
@@ -703,9 +810,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     // reach the claim's byte bound (the first always)
     let mut to_hand = vec![false; jobs.len()];
     if let Some(t) = direct.as_ref() {
-        let mut ready_jobs: Vec<usize> = (0..jobs.len())
-            .filter(|&i| !dup[i] && jobs[i].delay.is_none_or(|d| d.as_millis() == 0))
-            .collect();
+        let mut ready_jobs: Vec<usize> = (0..jobs.len()).filter(|&i| !dup[i] && dd.delays[i] == 0).collect();
         ready_jobs.sort_by_key(|&i| jobs[i].priority.unwrap_or(0));
         let (mut n, mut bytes) = (0, 0usize);
         for i in ready_jobs {
@@ -728,25 +833,49 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     let mut rows = Vec::with_capacity(jobs.len());
     let mut members = Vec::with_capacity(jobs.len());
     let mut tails = Vec::new();
+    let mut ids: Vec<Option<String>> = vec![None; jobs.len()];
+    let mut taken = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         if dup[i] {
-            // validated by the caller: a duplicate always carries its caller id
-            out.push(Enqueued::Duplicate(
-                job.id.clone().unwrap_or_else(|| JobId::from_store(String::new())),
-            ));
+            let holder = match &dd.held[i] {
+                Some(Holder::Stored(h)) => Some(h.clone()),
+                Some(Holder::Batch(first)) => ids[*first].clone(),
+                None => None,
+            };
+            match holder {
+                Some(h) if dd.bounce[i] => {
+                    // a holder already in the store (one of this batch is written with the payload)
+                    if let Some(Holder::Stored(_)) = dd.held[i] {
+                        let due = db.now() + dd.delays[i];
+                        db.hset(&h, &[Field::Data(&job.payload), Field::RunAt(due)])?;
+                        members.push(("scheduled", due, h.clone()));
+                    }
+                    out.push(Enqueued::Debounced(JobId::from_store(h)));
+                }
+                Some(h) => out.push(Enqueued::Deduplicated(JobId::from_store(h))),
+                // validated by the caller: a duplicate always carries its caller id
+                None => out.push(Enqueued::Duplicate(
+                    job.id.clone().unwrap_or_else(|| JobId::from_store(String::new())),
+                )),
+            }
             continue;
         }
         seq += 1;
         let id = job.id.as_ref().map_or_else(|| seq.to_string(), |i| i.to_string());
+        ids[i] = Some(id.clone());
+        if let Some(t) = &dd.takes[i] {
+            taken.push((t.key.clone(), id.clone(), t.till.map(|ttl| db.now() + ttl)));
+        }
+        let data: &[u8] = &jobs[dd.payload_at[i].unwrap_or(i)].payload;
         let max_attempts = job.max_attempts.map(|m| m.to_string());
         let priority = job.priority.filter(|p| *p > 0).map(|p| p.to_string());
         let retry = job.retry.as_ref().map(|r| r.to_string());
-        let delay = job.delay.map_or(0, |d| d.as_millis() as i64);
+        let delay = dd.delays[i];
         if delay > 0 {
             let due = db.now() + delay;
             rows.push(NewRow {
                 id: id.clone(),
-                data: &job.payload,
+                data,
                 state: "scheduled",
                 max_attempts,
                 kind: job.kind.as_deref(),
@@ -762,7 +891,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                 job.priority.unwrap_or(0),
                 ClaimedJob {
                     id: JobId::from_store(id.clone()),
-                    payload: job.payload.clone(),
+                    payload: data.to_vec(),
                     token: 1,
                     attempts: 1,
                     group: None,
@@ -773,7 +902,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             ));
             rows.push(NewRow {
                 id: id.clone(),
-                data: &job.payload,
+                data,
                 state: "active",
                 max_attempts,
                 kind: job.kind.as_deref(),
@@ -791,7 +920,7 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
             };
             rows.push(NewRow {
                 id: id.clone(),
-                data: &job.payload,
+                data,
                 state: "pending",
                 max_attempts,
                 kind: job.kind.as_deref(),
@@ -812,6 +941,9 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
         out.push(Enqueued::New(JobId::from_store(id)));
     }
     db.insert_rows(g, &rows)?;
+    for (key, holder, till) in taken {
+        dedup_write(db, &key, &holder, till)?;
+    }
     if let Some(taken) = direct.take() {
         // claimed, not claimable: no wake and no ring step of their own (not in flat_ready)
         // in claim order: by priority, then as they came

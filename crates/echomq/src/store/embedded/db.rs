@@ -991,6 +991,7 @@ impl<'a> Db<'a> {
             "emq_records",
             "emq_cancels",
             "emq_schedules",
+            "emq_dedup",
         ] {
             self.tx
                 .execute(&format!("DELETE FROM {table} WHERE queue = ?1"), params![self.q])

@@ -118,6 +118,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE TABLE emq_schedules (
       queue TEXT NOT NULL, name TEXT NOT NULL, field TEXT NOT NULL, value BLOB NOT NULL,
       PRIMARY KEY (queue, name, field)) WITHOUT ROWID;
+    -- emq:{q}:dedup: each dedup key held, its holder and the end of its window (ms; NULL: until
+    -- the holder finishes, or while it waits for a debounce)
+    CREATE TABLE emq_dedup (
+      queue TEXT NOT NULL, key TEXT NOT NULL, holder TEXT NOT NULL, till INTEGER,
+      PRIMARY KEY (queue, key)) WITHOUT ROWID;
     ",
 ];
 

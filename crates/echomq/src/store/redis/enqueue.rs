@@ -48,19 +48,20 @@ pub(super) async fn new_jobs(
     let mut calls = Vec::new();
     let mut batches = Vec::new();
     for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
-        let mut args = Vec::with_capacity(3 + 7 * batch.len());
+        let mut args = Vec::with_capacity(3 + 8 * batch.len());
         args.push(k.base().as_bytes().to_vec());
         if let Some(g) = group {
             args.push(g.as_str().as_bytes().to_vec());
         }
         args.push(num(batch.len()));
-        // the plain layout (payloads alone) when no job has an option: a seventh of the arguments
+        // the plain layout (payloads alone) when no job has an option: an eighth of the arguments
         let plain = batch.iter().all(|j| {
             j.id.is_none()
                 && j.max_attempts.is_none()
                 && j.kind.is_none()
                 && j.priority.is_none_or(|p| p == 0)
                 && j.retry.is_none()
+                && j.dedup.is_none()
                 && j.delay.is_none_or(|d| d.as_millis() == 0)
         });
         for job in batch {
@@ -81,6 +82,7 @@ pub(super) async fn new_jobs(
                         .map(|r| r.to_string().into_bytes())
                         .unwrap_or_default(),
                 );
+                args.push(job.dedup.as_ref().map(|d| d.arg().into_bytes()).unwrap_or_default());
             }
             args.push(job.payload.clone());
         }
@@ -132,8 +134,9 @@ pub(super) async fn new_jobs(
     }
 }
 
-/// One call's reply, `{first sequence, registration owed (nil when none), index of each
-/// duplicate…}`, read into `out` (new jobs take sequences in batch order); the token of the
+/// One call's reply, `{first sequence, registration owed (nil when none), then per job another
+/// answered: its index and that job's id…}` (a caller id's duplicate: '', its own id; a debounce:
+/// the index negated), read into `out` (new jobs take sequences in batch order); the token of the
 /// registration owed, if any.
 fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqueued>) -> Result<Option<String>> {
     let items = reply::array(verb, v)?;
@@ -149,21 +152,29 @@ fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqu
         None | Some(Value::Nil) => None,
         Some(token) => Some(reply::string(verb, token)?),
     };
-    let dups = items
-        .map(|i| reply::int(verb, &i))
-        .collect::<Result<std::collections::HashSet<i64>>>()?;
+    let mut answered = std::collections::HashMap::new();
+    while let Some(index) = items.next() {
+        let index = reply::int(verb, &index)?;
+        let holder = reply::string(verb, items.next().unwrap_or(Value::Nil))?;
+        answered.insert(index.unsigned_abs(), (index < 0, holder));
+    }
     for (i, job) in batch.iter().enumerate() {
-        if dups.contains(&(i as i64 + 1)) {
-            let id = job.id.clone().ok_or_else(|| Error::Protocol {
-                verb,
-                reply: "a generated id reported duplicate".into(),
-            })?;
-            out.push(Enqueued::Duplicate(id));
-        } else {
-            out.push(Enqueued::New(
-                job.id.clone().unwrap_or_else(|| JobId::from_store(seq.to_string())),
-            ));
-            seq += 1;
+        match answered.remove(&(i as u64 + 1)) {
+            Some((_, holder)) if holder.is_empty() => {
+                let id = job.id.clone().ok_or_else(|| Error::Protocol {
+                    verb,
+                    reply: "a generated id reported duplicate".into(),
+                })?;
+                out.push(Enqueued::Duplicate(id));
+            }
+            Some((true, holder)) => out.push(Enqueued::Debounced(JobId::from_store(holder))),
+            Some((false, holder)) => out.push(Enqueued::Deduplicated(JobId::from_store(holder))),
+            None => {
+                out.push(Enqueued::New(
+                    job.id.clone().unwrap_or_else(|| JobId::from_store(seq.to_string())),
+                ));
+                seq += 1;
+            }
         }
     }
     Ok(owed)

@@ -1,0 +1,141 @@
+//! Dedup keys on enqueue and genqueue: `until_finished` (one job while it waits or runs), `for`
+//! (one job per window, finished or not) and `debounce` (one waiting job taking the last payload,
+//! its start pushed back); the reply names the job that holds the key.
+
+use std::time::Duration;
+
+use echomq::store::Enqueued;
+use echomq::{Dedup, DedupKey, DedupMode, Error, JobId, JobState, NewJob};
+
+use crate::harness::Ctx;
+use crate::steps::{claim, complete, group, payloads};
+
+fn keyed(payload: &str, key: &str, mode: DedupMode) -> NewJob {
+    NewJob::new(payload.as_bytes().to_vec()).with_dedup(Dedup::new(DedupKey::new(key).unwrap(), mode).unwrap())
+}
+
+async fn one(ctx: &Ctx, job: NewJob) -> Enqueued {
+    ctx.store.enqueue(&ctx.q, &[job]).await.unwrap().remove(0)
+}
+
+fn new_id(e: &Enqueued) -> JobId {
+    match e {
+        Enqueued::New(id) => id.clone(),
+        other => panic!("a new job, got {other:?}"),
+    }
+}
+
+async fn data(ctx: &Ctx, id: &JobId) -> String {
+    let row = ctx.store.get(&ctx.q, id).await.unwrap().unwrap();
+    String::from_utf8(row.payload).unwrap()
+}
+
+pub async fn enqueue_with_dedup_until_finished_answers_the_job_that_waits_or_runs(ctx: &Ctx) {
+    let u = DedupMode::UntilFinished;
+    let a = new_id(&one(ctx, keyed("a", "k", u)).await);
+    assert_eq!(one(ctx, keyed("b", "k", u)).await, Enqueued::Deduplicated(a.clone()));
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 1, "nothing written");
+    let running = claim(ctx, 10).await;
+    assert_eq!(payloads(&running), ["a"]);
+    assert_eq!(
+        one(ctx, keyed("c", "k", u)).await,
+        Enqueued::Deduplicated(a.clone()),
+        "held while it runs"
+    );
+    complete(ctx, &running[0]).await;
+    let d = new_id(&one(ctx, keyed("d", "k", u)).await);
+    assert_ne!(d, a, "a finished holder lets the key go");
+    // a batch: the key's first job holds it for the rest
+    let batch = ctx
+        .store
+        .enqueue(&ctx.q, &[keyed("e", "k2", u), keyed("f", "k2", u), keyed("g", "k", u)])
+        .await
+        .unwrap();
+    let e = new_id(&batch[0]);
+    assert_eq!(batch[1..], [Enqueued::Deduplicated(e), Enqueued::Deduplicated(d)]);
+    // a lane's jobs too
+    let g = group("g");
+    let lane = ctx
+        .store
+        .genqueue(&ctx.q, &g, &[keyed("h", "k3", u), keyed("i", "k3", u)])
+        .await
+        .unwrap();
+    let h = new_id(&lane[0]);
+    assert_eq!(lane[1], Enqueued::Deduplicated(h.clone()));
+    assert_eq!(data(ctx, &h).await, "h");
+}
+
+pub async fn enqueue_with_dedup_for_a_window_holds_even_once_the_job_finished(ctx: &Ctx) {
+    let window = DedupMode::For(Duration::from_millis(1500));
+    let a = new_id(&one(ctx, keyed("a", "t", window)).await);
+    let job = claim(ctx, 10).await;
+    complete(ctx, &job[0]).await;
+    assert_eq!(
+        one(ctx, keyed("b", "t", window)).await,
+        Enqueued::Deduplicated(a.clone()),
+        "within the window, finished or not"
+    );
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let b = new_id(&one(ctx, keyed("c", "t", window)).await);
+    assert_ne!(a, b, "a new window");
+    assert_eq!(data(ctx, &b).await, "c");
+}
+
+pub async fn enqueue_with_dedup_debounce_gives_the_waiting_job_the_last_payload_and_starts_it_later(ctx: &Ctx) {
+    let window = DedupMode::Debounce(Duration::from_millis(300));
+    let a = new_id(&one(ctx, keyed("0", "d", window)).await);
+    let row = ctx.store.get(&ctx.q, &a).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Scheduled, "a debounced job waits its window");
+    let first_start = row.run_at.unwrap();
+    // 100 enqueues of the key in about a second: one job, the last payload
+    for i in 1..100 {
+        let e = one(ctx, keyed(&i.to_string(), "d", window)).await;
+        assert_eq!(e, Enqueued::Debounced(a.clone()), "enqueue {i}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = ctx.store.get(&ctx.q, &a).await.unwrap().unwrap();
+    assert_eq!(row.payload, b"99");
+    assert!(
+        row.run_at.unwrap() > first_start + 500,
+        "its start pushed back: {row:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    ctx.store
+        .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
+    let ran = claim(ctx, 10).await;
+    assert_eq!(payloads(&ran), ["99"], "one job, the last payload");
+    // once it runs, the key is free: the next enqueue is a new job
+    let b = new_id(&one(ctx, keyed("next", "d", window)).await);
+    assert_ne!(a, b);
+    // within one batch: the first job takes the later payload
+    let batch = ctx
+        .store
+        .enqueue(&ctx.q, &[keyed("x", "d2", window), keyed("y", "d2", window)])
+        .await
+        .unwrap();
+    let x = new_id(&batch[0]);
+    assert_eq!(batch[1], Enqueued::Debounced(x.clone()));
+    assert_eq!(data(ctx, &x).await, "y");
+}
+
+pub async fn enqueue_with_dedup_refuses_bad_keys_and_windows_and_is_gone_after_obliterate(ctx: &Ctx) {
+    assert!(matches!(DedupKey::new(""), Err(Error::InvalidName { .. })));
+    assert!(matches!(DedupKey::new("a b"), Err(Error::InvalidName { .. })));
+    let k = DedupKey::new("k").unwrap();
+    assert!(Dedup::new(k, DedupMode::For(Duration::ZERO)).is_err());
+    // a window outlives its job, but not its queue
+    let window = DedupMode::For(Duration::from_secs(60));
+    new_id(&one(ctx, keyed("a", "k", window)).await);
+    ctx.store.obliterate(&ctx.q, true).await.unwrap();
+    let b = new_id(&one(ctx, keyed("b", "k", window)).await);
+    assert_eq!(data(ctx, &b).await, "b");
+}
+
+crate::conformance!(
+    enqueue_with_dedup_until_finished_answers_the_job_that_waits_or_runs,
+    enqueue_with_dedup_for_a_window_holds_even_once_the_job_finished,
+    enqueue_with_dedup_debounce_gives_the_waiting_job_the_last_payload_and_starts_it_later,
+    enqueue_with_dedup_refuses_bad_keys_and_windows_and_is_gone_after_obliterate,
+);
