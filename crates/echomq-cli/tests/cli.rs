@@ -116,6 +116,37 @@ fn a_duplicate_caller_id_prints_the_existing_id_and_duplicate_on_stderr() {
     assert_eq!(l.job(&q, "order-17").unwrap().payload, b"one");
 }
 
+on_both_stores!(a_dedup_key_answers_with_its_holder_by_each_mode);
+
+fn a_dedup_key_answers_with_its_holder_by_each_mode(b: &Backend) {
+    let q = queue("enq-dedup");
+    let first = b.enqueue(&q, "one", &["--dedup", "order-17"]);
+    let again = b.emq(&["enqueue", &q, "two", "--dedup", "order-17"]);
+    assert_exit(&again, 0);
+    assert_eq!(stdout(&again), format!("{first}\n"), "the holder's id");
+    assert!(stderr(&again).contains("deduplicated"), "{}", stderr(&again));
+    let l = b.lib();
+    assert_eq!(l.counts(&q).pending, 1, "nothing enqueued");
+    assert_eq!(l.job(&q, &first).unwrap().payload, b"one");
+    // debounce: the waiting job takes the last payload
+    let d = b.enqueue(&q, "v1", &["--dedup", "d", "--dedup-mode", "debounce:1h"]);
+    let o = b.emq(&["enqueue", &q, "v2", "--dedup", "d", "--dedup-mode", "debounce:1h"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), format!("{d}\n"));
+    assert!(stderr(&o).contains("debounced"), "{}", stderr(&o));
+    let row = l.job(&q, &d).unwrap();
+    assert_eq!((row.state, row.payload), (JobState::Scheduled, b"v2".to_vec()));
+    // a window: the key holds whatever its job does
+    let w = b.enqueue(&q, "w", &["--dedup", "w", "--dedup-mode", "for:1h"]);
+    assert_eq!(b.enqueue(&q, "w2", &["--dedup", "w", "--dedup-mode", "for(1h)"]), w);
+    // a bad mode is a usage error, a bad key the library's refusal naming it
+    b.assert_usage_error(&["enqueue", &q, "x", "--dedup", "k", "--dedup-mode", "later"]);
+    b.assert_usage_error(&["enqueue", &q, "x", "--dedup-mode", "for:1s"]);
+    let bad = b.emq(&["enqueue", &q, "x", "--dedup", "a b"]);
+    assert_exit(&bad, 1);
+    assert_error_naming(&bad, "a b");
+}
+
 #[test]
 fn payload_dash_reads_one_payload_from_stdin_byte_for_byte() {
     let q = queue("enq-stdin");
