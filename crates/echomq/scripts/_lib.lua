@@ -594,6 +594,24 @@ local function emq_registration_write(base, owed, fresh_life)
   if fresh_life then redis.call('ZADD', base .. 'registered', 0, owed) end
 end
 
+-- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in, read before
+-- the first write (a lane by emq_lane_len, which converts one an earlier version wrote): for
+-- emq_touch and emq_unwait
+local function emq_waits_in_read(base, state, g)
+  if state == 'scheduled' then return 'scheduled' end
+  if g then
+    emq_lane_len(base, g)
+    return 'lane:' .. g
+  end
+  return 'pending'
+end
+
+-- a waiting job taken out of where it waits (`key`: emq_waits_in_read's); false when the row says
+-- it waits but it is not there
+local function emq_unwait(base, id, key)
+  return redis.call('ZREM', base .. key, id) == 1
+end
+
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
 -- budget, priority, retry policy or dedup key of their own — one argument per job instead of
@@ -611,7 +629,8 @@ end
 -- A dedup key is held in the hash `dedup` (key -> `<holder id>`, or `<holder id>|<until ms>` for
 -- a window), looked at when an enqueue of it arrives: `u` is held while the holder waits or runs
 -- (its state pending, scheduled or active), `f` until its window ends, `d` while the holder still
--- waits (scheduled): the holder takes the new payload and starts a window from now (a debounce
+-- waits (pending or scheduled): the holder takes the new payload and starts a window from now
+-- (scheduled again, out of its ready set if it was ready) (a debounce
 -- job waits its window, or its delay if longer, before it starts). A key not held is taken by the
 -- enqueue's new job; a key met twice in a batch is held by its first job (a debounce: which
 -- takes the later payload).
@@ -660,7 +679,7 @@ local function emq_new_jobs(verb, base, o, g)
   local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
   -- dedup: the holder answering a job (an id, or the index of an earlier job of the batch),
   -- whether it debounces, the keys taken, the payload a batch's first job takes, the clock
-  local held, bounce, takes, first_of, payload_at, now = {}, {}, {}, {}, {}, 0
+  local held, bounce, takes, first_of, payload_at, unwait, now = {}, {}, {}, {}, {}, {}, 0
   for i = 1, n do
     local a = o + 8 * (i - 1)
     local id, delay, maxa, prio, dd = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 5], ARGV[a + 7]
@@ -698,9 +717,15 @@ local function emq_new_jobs(verb, base, o, g)
           if now == 0 then now = emq_now() end
           if (tonumber(till) or 0) > now then held[i] = holder end
         elseif holder then
-          local st = redis.call('HGET', base .. 'job:' .. holder, 'state')
+          local row = redis.call('HMGET', base .. 'job:' .. holder, 'state', 'group')
+          local st = row[1]
           if mode == 'u' and (st == 'pending' or st == 'scheduled' or st == 'active') then held[i] = holder end
-          if mode == 'd' and st == 'scheduled' then held[i] = holder; bounce[i] = true end
+          if mode == 'd' and (st == 'pending' or st == 'scheduled') then
+            held[i] = holder
+            bounce[i] = true
+            -- a ready holder goes back to waiting its window: out of its set first
+            if st == 'pending' then unwait[i] = emq_waits_in_read(base, st, row[2]) end
+          end
         end
         if not held[i] then
           takes[i] = { key = key, mode = mode, ttl = ttl }
@@ -731,6 +756,7 @@ local function emq_new_jobs(verb, base, o, g)
     if bounce[i] and type(held[i]) == 'string' then bounced = true end
   end
   if nsched > 0 or bounced then touch[#touch + 1] = 'scheduled' end
+  for _, key in pairs(unwait) do touch[#touch + 1] = key end
   if next(takes) then touch[#touch + 1] = 'dedup' end
   local s, paused, order = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
@@ -752,7 +778,8 @@ local function emq_new_jobs(verb, base, o, g)
         -- a holder already in the store (one of this batch is written with the payload below)
         if type(held[i]) == 'string' then
           if now == 0 then now = emq_now() end
-          redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + 8], 'run_at', now + delays[i])
+          if unwait[i] then emq_unwait(base, h, unwait[i]) end
+          redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + 8], 'state', 'scheduled', 'run_at', now + delays[i])
           sched[#sched + 1] = now + delays[i]
           sched[#sched + 1] = h
         end
@@ -867,24 +894,6 @@ local function emq_lanes_cut(base, cuts)
   end
 end
 
--- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in, read before
--- the first write (a lane by emq_lane_len, which converts one an earlier version wrote): for
--- emq_touch and emq_unwait
-local function emq_waits_in_read(base, state, g)
-  if state == 'scheduled' then return 'scheduled' end
-  if g then
-    emq_lane_len(base, g)
-    return 'lane:' .. g
-  end
-  return 'pending'
-end
-
--- a waiting job taken out of where it waits (`key`: emq_waits_in_read's); false when the row says
--- it waits but it is not there
-local function emq_unwait(base, id, key)
-  return redis.call('ZREM', base .. key, id) == 1
-end
-
 -- the slots of a schedule (its field `slots`: Unix ms, comma-separated, ascending) as numbers
 local function emq_slots_parse(text)
   local out = {}
@@ -897,17 +906,27 @@ end
 -- a schedule's new slots, given by the client (upsert, resume: ARGV from index `o`, ascending, as
 -- Rust computed them), written with its new `version`: those after its last decided slot and not
 -- before `now` are kept, so an edit never decides a slot twice and never fires one late that the
--- client saw as future; the cursor (where a refill starts) is the last given, and the backlog of
--- missed slots known by count starts again at 0. The due entry is the first slot kept (none kept:
--- now, so the next beat asks for a refill); a paused schedule has none.
-local function emq_schedule_slots_write(base, key, name, o, last_slot, now, paused, version)
-  local keep, cursor = {}, now
+-- client saw as future (the client starts a little before its own clock, so a client clock ahead
+-- of the store's loses no slot). An upsert carries (`carry`: the old `slots` text and `backlog`)
+-- the old slots already due but not yet decided, and the count of missed slots not yet recorded:
+-- a change made while a slot is due, or re-adding a schedule after an outage, still fires or
+-- counts them by the misfire policy; a resume carries nothing (a paused schedule misses nothing).
+-- The cursor (where a refill starts) is the last given. The due entry is the first slot kept (none
+-- kept: now, so the next beat asks for a refill); a paused schedule has none.
+local function emq_schedule_slots_write(base, key, name, o, last_slot, now, paused, version, carry)
+  local keep, cursor, backlog = {}, now, 0
+  if carry then
+    for _, s in ipairs(emq_slots_parse(carry.slots)) do
+      if s > (last_slot or -1) and s < now then keep[#keep + 1] = string.format('%d', s) end
+    end
+    backlog = tonumber(carry.backlog) or 0
+  end
   for i = o, #ARGV do
     local s = tonumber(ARGV[i])
     if s > (last_slot or -1) and s >= now then keep[#keep + 1] = ARGV[i] end
     cursor = ARGV[i]
   end
-  redis.call('HSET', key, 'slots', table.concat(keep, ','), 'cursor', cursor, 'backlog', 0, 'version', version)
+  redis.call('HSET', key, 'slots', table.concat(keep, ','), 'cursor', cursor, 'backlog', backlog, 'version', version)
   if paused then
     redis.call('ZREM', base .. 'schedule_due', name)
   else

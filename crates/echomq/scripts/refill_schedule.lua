@@ -19,6 +19,7 @@
 local key = KEYS[1]
 local name, version, cursor, omitted = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if not emq_whole(omitted, 0) then return emq_bad_args('refill_schedule', 'omitted') end
+if not emq_whole(tonumber(cursor), 0) then return emq_bad_args('refill_schedule', 'cursor') end
 for i = 5, #ARGV do
   if not emq_whole(tonumber(ARGV[i]), 0) or tonumber(ARGV[i]) <= tonumber(cursor) then
     return emq_bad_args('refill_schedule', 'slot')

@@ -1,6 +1,7 @@
 -- trigger_schedule — one job of a schedule's template now, outside its slots: its id
 -- `sched:<name>:run<n>` takes the next value of the queue's id counter, so it never meets a
--- slot's id or another trigger's. It becomes the schedule's last job (the overlap policy waits
+-- slot's id or another trigger's (a value whose id a caller gave a job of its own is passed over,
+-- the next 16 at most). It becomes the schedule's last job (the overlap policy waits
 -- for it); the slots and counts are untouched.
 -- Reads first (_lib.lua): the mark, the template, the id counter, the set the job joins and the
 -- ranking, then the writes (the counter's INCR first).
@@ -9,7 +10,8 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] the schedule's name
 --
--- Replies: the job's id, or nil for no such schedule; error EMQOBLITERATING.
+-- Replies: the job's id, or nil for no such schedule; errors EMQOBLITERATING, EMQARGS (the next 16
+-- trigger ids all taken by callers' jobs).
 -- Wakes: one when the job is claimable.
 local key = KEYS[1]
 local base, name = ARGV[1], ARGV[2]
@@ -18,7 +20,16 @@ if redis.call('EXISTS', base .. 'obliterating') == 1 then
 end
 if redis.call('EXISTS', key) == 0 then return false end
 local t = emq_template_read(key)
-local id = string.format('sched:%s:run%d', name, (tonumber(redis.call('GET', base .. 'id')) or 0) + 1)
+-- the next counter values in turn, past any a caller took as its own id (at most 16)
+local counter, step, id = tonumber(redis.call('GET', base .. 'id')) or 0, nil, nil
+for k = 1, 16 do
+  local candidate = string.format('sched:%s:run%d', name, counter + k)
+  if redis.call('EXISTS', base .. 'job:' .. candidate) == 0 then
+    step, id = k, candidate
+    break
+  end
+end
+if not id then return emq_bad_args('trigger_schedule', 'the next 16 trigger ids are taken') end
 local lanes, s = {}, nil
 if t.g then s = emq_lane_read(lanes, base, t.g) else s = emq_flat_read(base) end
 local paused = emq_paused_read(base)
@@ -26,7 +37,7 @@ local now = emq_now()
 local order = emq_order_read(base, now)
 emq_touch(base, { 'job:' .. id, 'ring', 'wake' })
 
-redis.call('INCR', base .. 'id')
+redis.call('INCRBY', base .. 'id', step)
 emq_fire(base, id, t, s, order)
 emq_order_write(base, order)
 local wakes = 1

@@ -1,7 +1,8 @@
 -- upsert_schedule — a schedule created, or changed in place: its definition (the timing text and
 -- zone, the job template, the misfire and overlap policies, the grace) written over the old one,
 -- and its next slots (computed by the client from the timing: the store never parses cron)
--- replacing the old ones (emq_schedule_slots_write: a slot already decided never fires again). The
+-- replacing the old ones (emq_schedule_slots_write: a slot already decided never fires again, and
+-- the old slots already due but not decided are kept with the count of missed ones). The
 -- version comes from the queue's id counter, so it rises across a remove and a new upsert of the
 -- name too: a refill computed from an earlier definition is refused. The counts, the last fire and
 -- whether it is paused are kept. A new queue's registration is owed as an enqueue's is.
@@ -27,7 +28,7 @@ end
 if redis.call('EXISTS', base .. 'obliterating') == 1 then
   return redis.error_reply('EMQOBLITERATING the queue is being obliterated')
 end
-local old = redis.call('HMGET', key, 'last_slot', 'paused')
+local old = redis.call('HMGET', key, 'last_slot', 'paused', 'slots', 'backlog')
 local owed, fresh_life = emq_registration_read(base)
 local queue_paused = emq_paused_read(base)
 local now = emq_now()
@@ -38,7 +39,8 @@ local def = {}
 for i = 4, 3 + 2 * n do def[#def + 1] = ARGV[i] end
 redis.call('HSET', key, unpack(def))
 local paused = old[2] == '1'
-emq_schedule_slots_write(base, key, name, 4 + 2 * n, tonumber(old[1]), now, paused, version)
+local carry = { slots = old[3], backlog = old[4] }
+emq_schedule_slots_write(base, key, name, 4 + 2 * n, tonumber(old[1]), now, paused, version, carry)
 redis.call('ZADD', schedules, 0, name)
 if not paused then emq_wake(base, 1, queue_paused) end
 emq_registration_write(base, owed, fresh_life)

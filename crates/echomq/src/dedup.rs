@@ -56,6 +56,7 @@ impl Dedup {
     }
 
     /// The store's argument: `u:<key>`, `f<ms>:<key>` or `d<ms>:<key>`.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))] // the Redis store's argument only
     pub(crate) fn arg(&self) -> String {
         match self.mode {
             DedupMode::UntilFinished => format!("u:{}", self.key),

@@ -41,6 +41,9 @@ pub const GRACE_MIN: Duration = Duration::from_secs(5);
 /// The shortest interval of an `every` schedule.
 pub const EVERY_MIN: Duration = Duration::from_secs(1);
 
+/// The longest interval: a year (a slot a year apart is the most a refill walks for an interval).
+pub const EVERY_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// The most due schedules one promote step fires; the rest are due at once in the next.
 pub const FIRE_MAX: usize = 64;
 
@@ -112,11 +115,11 @@ pub enum Timing {
 impl Timing {
     /// An interval, checked.
     pub fn every(interval: Duration) -> Result<Self> {
-        if interval < EVERY_MIN || interval.subsec_nanos() % 1_000_000 != 0 {
+        if interval < EVERY_MIN || interval > EVERY_MAX || interval.subsec_nanos() % 1_000_000 != 0 {
             return Err(Error::InvalidOption {
                 field: "every",
                 value: duration_text(interval),
-                reason: "a whole number of milliseconds, at least 1s",
+                reason: "a whole number of milliseconds, from 1s to 365d",
             });
         }
         Ok(Timing::Every(interval))
@@ -164,7 +167,8 @@ impl Timing {
     pub fn slots_after(&self, after_ms: i64) -> Box<dyn Iterator<Item = i64> + '_> {
         match self {
             Timing::Every(d) => {
-                let step = d.as_millis() as i64;
+                // bounded as `Timing::every` checks, so a variant built by hand cannot divide by 0
+                let step = d.as_millis().clamp(1, EVERY_MAX.as_millis()) as i64;
                 let first = (after_ms.div_euclid(step) + 1) * step;
                 Box::new((0..).map(move |i| first + i * step))
             }
@@ -267,6 +271,10 @@ pub enum Misfire {
 /// The most catch-up jobs `all` fires when no bound is given.
 pub const MISFIRE_ALL_DEFAULT: u32 = 100;
 
+/// The largest bound `all:N` takes: a refill lists that many missed slots by time, and the store
+/// keeps them on the schedule until they fire.
+pub const MISFIRE_ALL_MAX: u32 = 1000;
+
 impl Misfire {
     /// How many of the latest missed slots a refill lists by time (the rest are counted).
     pub(crate) fn listed(self) -> usize {
@@ -294,14 +302,14 @@ impl FromStr for Misfire {
         let refuse = || Error::InvalidOption {
             field: "misfire",
             value: s.to_string(),
-            reason: "skip, once, all or all:N (N >= 1)",
+            reason: "skip, once, all or all:N (1 <= N <= 1000)",
         };
         match s {
             "skip" => Ok(Misfire::Skip),
             "once" => Ok(Misfire::Once),
             "all" => Ok(Misfire::All(MISFIRE_ALL_DEFAULT)),
             _ => match s.strip_prefix("all:").map(str::parse::<u32>) {
-                Some(Ok(n)) if n >= 1 => Ok(Misfire::All(n)),
+                Some(Ok(n)) if (1..=MISFIRE_ALL_MAX).contains(&n) => Ok(Misfire::All(n)),
                 _ => Err(refuse()),
             },
         }
@@ -419,6 +427,15 @@ impl Schedule {
         }
         if let Timing::Every(d) = self.timing {
             Timing::every(d)?;
+        }
+        if let Misfire::All(n) = self.misfire {
+            if !(1..=MISFIRE_ALL_MAX).contains(&n) {
+                return Err(Error::InvalidOption {
+                    field: "misfire",
+                    value: self.misfire.to_string(),
+                    reason: "all:N with 1 <= N <= 1000",
+                });
+            }
         }
         Ok(())
     }
@@ -543,9 +560,25 @@ pub(crate) fn slots_read(text: &str) -> Vec<i64> {
     text.split(',').filter_map(|s| s.parse().ok()).collect()
 }
 
-/// The first slots of a new or resumed schedule: the [`SLOTS_AHEAD`] after `now_ms`.
+/// How far before its own clock a client starts the slots of an upsert: the store keeps those not
+/// before its clock, so a client clock ahead of the store's by up to this loses no slot.
+pub const CLOCK_MARGIN_MS: i64 = 60_000;
+
+/// The first slots of a new or changed schedule: those in the [`CLOCK_MARGIN_MS`] before `now_ms`
+/// (the store drops those before its own clock), then the [`SLOTS_AHEAD`] after `now_ms`.
 pub fn first_slots(timing: &Timing, now_ms: i64) -> Vec<i64> {
-    timing.slots_after(now_ms).take(SLOTS_AHEAD).collect()
+    let mut out = Vec::new();
+    let mut ahead = 0;
+    for s in timing.slots_after(now_ms - CLOCK_MARGIN_MS - 1) {
+        if s > now_ms {
+            ahead += 1;
+        }
+        out.push(s);
+        if ahead >= SLOTS_AHEAD {
+            break;
+        }
+    }
+    out
 }
 
 /// A promote's request for more slots of a schedule, and what computing them needs.
@@ -810,6 +843,39 @@ mod tests {
         assert!(ScheduleName::new("x".repeat(65)).is_err());
         assert!(ScheduleName::new("x".repeat(64)).is_ok());
         assert!(ScheduleName::new("bad name").is_err());
+    }
+
+    #[test]
+    fn bounds_refuse_what_would_overflow_or_grow_without_end() {
+        assert!(Timing::every(EVERY_MAX).is_ok());
+        assert!(Timing::every(EVERY_MAX + Duration::from_millis(1)).is_err());
+        assert!(Timing::every(Duration::from_secs(1 << 61)).is_err());
+        // a variant built by hand still gives slots, never a division by zero
+        let zero = Timing::Every(Duration::ZERO);
+        assert_eq!(zero.slots_after(10).take(2).collect::<Vec<_>>(), [11, 12]);
+        assert_eq!("all:1000".parse::<Misfire>().unwrap(), Misfire::All(1000));
+        for bad in ["all:0", "all:1001", "all:4294967295"] {
+            assert!(bad.parse::<Misfire>().is_err(), "{bad}");
+        }
+        let every = Timing::every(Duration::from_secs(1)).unwrap();
+        let mut s = Schedule::new(ScheduleName::new("s").unwrap(), every, JobTemplate::default());
+        s.misfire = Misfire::All(u32::MAX);
+        assert!(matches!(s.check(), Err(Error::InvalidOption { field: "misfire", .. })));
+        s.timing = Timing::Every(Duration::from_secs(1 << 61));
+        s.misfire = Misfire::Once;
+        assert!(matches!(s.check(), Err(Error::InvalidOption { field: "every", .. })));
+    }
+
+    #[test]
+    fn the_first_slots_start_a_margin_before_the_clock_and_reach_past_it() {
+        let every = Timing::every(Duration::from_secs(1)).unwrap();
+        let now = 1_000_000_500;
+        let slots = first_slots(&every, now);
+        assert_eq!(slots.first(), Some(&(now - CLOCK_MARGIN_MS + 500)));
+        assert_eq!(slots.iter().filter(|s| **s > now).count(), SLOTS_AHEAD);
+        assert!(slots.windows(2).all(|w| w[0] < w[1]));
+        let daily = Timing::cron("30 2 * * *", None).unwrap();
+        assert_eq!(first_slots(&daily, now).len(), SLOTS_AHEAD, "none in the margin");
     }
 
     #[test]

@@ -120,6 +120,59 @@ pub async fn enqueue_with_dedup_debounce_gives_the_waiting_job_the_last_payload_
     assert_eq!(data(ctx, &x).await, "y");
 }
 
+pub async fn enqueue_with_dedup_debounce_takes_back_a_ready_job_that_has_not_started(ctx: &Ctx) {
+    let window = DedupMode::Debounce(Duration::from_millis(50));
+    let a = new_id(&one(ctx, keyed("0", "d", window)).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ctx.store
+        .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
+    assert_eq!(
+        ctx.store.get(&ctx.q, &a).await.unwrap().unwrap().state,
+        JobState::Pending
+    );
+    // ready, not started: still waiting, so the push debounces it
+    assert_eq!(one(ctx, keyed("1", "d", window)).await, Enqueued::Debounced(a.clone()));
+    let row = ctx.store.get(&ctx.q, &a).await.unwrap().unwrap();
+    assert_eq!((row.state, row.payload.as_slice()), (JobState::Scheduled, &b"1"[..]));
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.pending, counts.scheduled), (0, 1), "out of the ready set");
+    assert!(claim(ctx, 10).await.is_empty(), "nothing to claim during the window");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ctx.store
+        .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
+    assert_eq!(payloads(&claim(ctx, 10).await), ["1"], "one job, the last payload");
+    // a lane's ready holder too
+    let g = group("g");
+    let h = new_id(
+        &ctx.store
+            .genqueue(&ctx.q, &g, &[keyed("x", "e", window)])
+            .await
+            .unwrap()[0],
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ctx.store
+        .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
+    let again = ctx
+        .store
+        .genqueue(&ctx.q, &g, &[keyed("y", "e", window)])
+        .await
+        .unwrap();
+    assert_eq!(again, [Enqueued::Debounced(h.clone())]);
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 0, "out of its lane");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    ctx.store
+        .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)
+        .await
+        .unwrap();
+    assert_eq!(payloads(&claim(ctx, 10).await), ["y"]);
+}
+
 pub async fn enqueue_with_dedup_refuses_bad_keys_and_windows_and_is_gone_after_obliterate(ctx: &Ctx) {
     assert!(matches!(DedupKey::new(""), Err(Error::InvalidName { .. })));
     assert!(matches!(DedupKey::new("a b"), Err(Error::InvalidName { .. })));
@@ -137,5 +190,6 @@ crate::conformance!(
     enqueue_with_dedup_until_finished_answers_the_job_that_waits_or_runs,
     enqueue_with_dedup_for_a_window_holds_even_once_the_job_finished,
     enqueue_with_dedup_debounce_gives_the_waiting_job_the_last_payload_and_starts_it_later,
+    enqueue_with_dedup_debounce_takes_back_a_ready_job_that_has_not_started,
     enqueue_with_dedup_refuses_bad_keys_and_windows_and_is_gone_after_obliterate,
 );

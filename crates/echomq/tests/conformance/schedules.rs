@@ -435,6 +435,58 @@ pub async fn promote_fires_due_slots_by_each_schedules_misfire_and_overlap_polic
     assert_eq!((serial.fired, serial.skipped), (1, 4));
 }
 
+pub async fn upsert_schedule_keeps_the_due_slots_it_has_not_decided_and_fires_them_by_policy(ctx: &Ctx) {
+    let mut s = every_second("s", "old");
+    s.misfire = Misfire::All(3);
+    s.grace = Some(Duration::from_secs(2));
+    ctx.store.upsert_schedule(&ctx.q, &s).await.unwrap();
+    // every consumer down: ten slots 3 s to 12 s late, one 100 ms ago, none decided
+    let now = ctx.probe.now_ms().await;
+    let mut slots: Vec<u64> = (3..=12).rev().map(|k| now - k * 1000).collect();
+    let on_time = now - 100;
+    slots.extend([on_time, now + 5000]);
+    ctx.probe.set_schedule_slots("s", &slots).await;
+    // the schedule added again (a deploy) before any consumer is back
+    s.template.payload = b"new".to_vec();
+    ctx.store.upsert_schedule(&ctx.q, &s).await.unwrap();
+    let p = promote(ctx).await;
+    assert_eq!(p.fired, 3 + 1, "the three latest missed and the one on time: {p:?}");
+    for k in [5, 4, 3] {
+        assert_eq!(payload(ctx, &slot_id("s", (now - k * 1000) as i64)).await, "new");
+    }
+    assert_eq!(payload(ctx, &slot_id("s", on_time as i64)).await, "new");
+    let i = info(ctx, "s").await;
+    assert_eq!((i.fired, i.missed), (4, 10), "the missed slots counted");
+    assert!(i.next_slot.is_some_and(|n| n > now as i64), "{i:?}");
+}
+
+pub async fn trigger_schedule_passes_over_ids_callers_took(ctx: &Ctx) {
+    ctx.store
+        .upsert_schedule(&ctx.q, &every_second("s", "now"))
+        .await
+        .unwrap();
+    let first = ctx.store.trigger_schedule(&ctx.q, &name("s")).await.unwrap().unwrap();
+    let n: u64 = first.as_str().strip_prefix("sched:s:run").unwrap().parse().unwrap();
+    // two jobs of a caller's own under the next trigger ids (their enqueue takes two counter
+    // values: the next trigger looks from n + 3)
+    let taken: Vec<JobId> = [n + 3, n + 4]
+        .iter()
+        .map(|k| JobId::new(format!("sched:s:run{k}")).unwrap())
+        .collect();
+    let jobs: Vec<_> = taken
+        .iter()
+        .map(|id| echomq::NewJob::new(b"mine".to_vec()).with_id(id.clone()))
+        .collect();
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    let next = ctx.store.trigger_schedule(&ctx.q, &name("s")).await.unwrap().unwrap();
+    assert_eq!(next.as_str(), format!("sched:s:run{}", n + 5));
+    for id in &taken {
+        assert_eq!(payload(ctx, id).await, "mine", "the caller's job is untouched");
+    }
+    assert_eq!(payload(ctx, &next).await, "now");
+    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 4);
+}
+
 crate::conformance!(
     upsert_schedule_fires_each_slot_once_as_a_job_named_by_the_slot,
     upsert_schedule_changes_it_in_place_and_fires_no_decided_slot_again,
@@ -447,4 +499,6 @@ crate::conformance!(
     trigger_schedule_runs_one_job_now_outside_the_slots,
     refill_schedule_is_taken_once_and_only_under_its_version_and_cursor,
     promote_fires_due_slots_by_each_schedules_misfire_and_overlap_policy,
+    upsert_schedule_keeps_the_due_slots_it_has_not_decided_and_fires_them_by_policy,
+    trigger_schedule_passes_over_ids_callers_took,
 );

@@ -669,6 +669,8 @@ struct DedupRead {
     takes: Vec<Option<Take>>,
     payload_at: Vec<Option<usize>>,
     delays: Vec<i64>,
+    /// A debounced holder that was ready: its group, to take it out of its ready set.
+    unwait: Vec<Option<Option<String>>>,
 }
 
 fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<DedupRead> {
@@ -679,6 +681,7 @@ fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<Dedu
         bounce: vec![false; n],
         takes: (0..n).map(|_| None).collect(),
         payload_at: vec![None; n],
+        unwait: vec![None; n],
         delays: jobs
             .iter()
             .map(|j| j.delay.map_or(0, |d| d.as_millis() as i64))
@@ -703,17 +706,31 @@ fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<Dedu
             continue;
         }
         if let Some((holder, till)) = dedup_get(db, key)? {
-            let state = || -> Result<Option<String>> { Ok(db.row(&holder)?.and_then(|row| row.state)) };
+            let row = || -> Result<(Option<String>, Option<String>)> {
+                Ok(db.row(&holder)?.map_or((None, None), |row| (row.state, row.group)))
+            };
             match d.mode {
-                DedupMode::For(_) if till.unwrap_or(0) > db.now() => r.held[i] = Some(Holder::Stored(holder.clone())),
-                DedupMode::UntilFinished if matches!(state()?.as_deref(), Some("pending" | "scheduled" | "active")) => {
-                    r.held[i] = Some(Holder::Stored(holder.clone()))
+                DedupMode::For(_) => {
+                    if till.unwrap_or(0) > db.now() {
+                        r.held[i] = Some(Holder::Stored(holder.clone()));
+                    }
                 }
-                DedupMode::Debounce(_) if state()?.as_deref() == Some("scheduled") => {
-                    r.held[i] = Some(Holder::Stored(holder.clone()));
-                    r.bounce[i] = true;
+                DedupMode::UntilFinished => {
+                    if matches!(row()?.0.as_deref(), Some("pending" | "scheduled" | "active")) {
+                        r.held[i] = Some(Holder::Stored(holder.clone()));
+                    }
                 }
-                _ => {}
+                DedupMode::Debounce(_) => {
+                    let (state, group) = row()?;
+                    if matches!(state.as_deref(), Some("pending" | "scheduled")) {
+                        r.held[i] = Some(Holder::Stored(holder.clone()));
+                        r.bounce[i] = true;
+                        // a ready holder goes back to waiting its window: out of its set first
+                        if state.as_deref() == Some("pending") {
+                            r.unwait[i] = Some(group);
+                        }
+                    }
+                }
             }
         }
         if r.held[i].is_none() {
@@ -847,7 +864,13 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                     // a holder already in the store (one of this batch is written with the payload)
                     if let Some(Holder::Stored(_)) = dd.held[i] {
                         let due = db.now() + dd.delays[i];
-                        db.hset(&h, &[Field::Data(&job.payload), Field::RunAt(due)])?;
+                        if let Some(g) = &dd.unwait[i] {
+                            unwait(db, &h, "pending", g.as_deref())?;
+                        }
+                        db.hset(
+                            &h,
+                            &[Field::Data(&job.payload), Field::State("scheduled"), Field::RunAt(due)],
+                        )?;
                         members.push(("scheduled", due, h.clone()));
                     }
                     out.push(Enqueued::Debounced(JobId::from_store(h)));

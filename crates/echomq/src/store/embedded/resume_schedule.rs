@@ -18,7 +18,7 @@ pub(crate) fn resume_schedule(db: &Db, name: &str) -> Result<bool> {
     let queue_paused = paused_read(db)?;
     let version = db.kv_incr("id", 1)?;
     del(db, name, Some("paused"))?;
-    slots_write(db, name, &[], number(&old, "last_slot"), false, version)?;
+    slots_write(db, name, &[], number(&old, "last_slot"), false, version, None)?;
     wake(db, 1, queue_paused)?;
     Ok(true)
 }

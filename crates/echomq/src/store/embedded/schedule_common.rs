@@ -63,9 +63,17 @@ pub(crate) fn num(n: i64) -> Vec<u8> {
     n.to_string().into_bytes()
 }
 
-/// The twin of `emq_schedule_slots_write`: the given slots after the last decided one and not
-/// before now kept, the cursor at the last given (none: now), the backlog at 0, the version; the
-/// due entry at the first kept slot (none: now), none while paused.
+/// What an upsert carries over from the schedule it changes (the twin's `carry`): its stored
+/// slots (those already due and not decided are kept) and its backlog of missed slots.
+pub(crate) struct Carry {
+    pub(crate) slots: Vec<i64>,
+    pub(crate) backlog: i64,
+}
+
+/// The twin of `emq_schedule_slots_write`: the carried slots after the last decided one and before
+/// now, then the given slots after the last decided one and not before now, kept; the cursor at
+/// the last given (none: now), the backlog carried (else 0), the version; the due entry at the
+/// first kept slot (none: now), none while paused.
 pub(crate) fn slots_write(
     db: &Db,
     name: &str,
@@ -73,13 +81,17 @@ pub(crate) fn slots_write(
     last_slot: Option<i64>,
     paused: bool,
     version: i64,
+    carry: Option<Carry>,
 ) -> Result<()> {
     let now = db.now();
-    let keep: Vec<i64> = given
-        .iter()
-        .copied()
-        .filter(|s| *s > last_slot.unwrap_or(-1) && *s >= now)
-        .collect();
+    let after = last_slot.unwrap_or(-1);
+    let mut keep = Vec::new();
+    let mut backlog = 0;
+    if let Some(c) = carry {
+        keep.extend(c.slots.into_iter().filter(|s| *s > after && *s < now));
+        backlog = c.backlog;
+    }
+    keep.extend(given.iter().copied().filter(|s| *s > after && *s >= now));
     let cursor = given.last().copied().unwrap_or(now);
     set(
         db,
@@ -87,7 +99,7 @@ pub(crate) fn slots_write(
         &[
             ("slots", schedule::slots_text(&keep).into_bytes()),
             ("cursor", num(cursor)),
-            ("backlog", num(0)),
+            ("backlog", num(backlog)),
             ("version", num(version)),
         ],
     )?;

@@ -1,5 +1,6 @@
 //! The twin of `scripts/trigger_schedule.lua`: one job of a schedule's template now, outside its
-//! slots, its id `sched:<name>:run<n>` from the queue's id counter; it becomes the schedule's last job.
+//! slots, its id `sched:<name>:run<n>` from the queue's id counter (past values whose id a caller
+//! took, the next 16 at most); it becomes the schedule's last job.
 
 use super::common::{flat_step, lane_step, paused_read, wake, Order};
 use super::db::Db;
@@ -18,13 +19,28 @@ pub(crate) fn trigger_schedule(db: &Db, name: &str) -> Result<Option<String>> {
         return Ok(None);
     }
     let t = Template::read(&f);
-    let id = format!("sched:{name}:run{}", db.kv_get("id")?.unwrap_or(0) + 1);
+    // the next counter values in turn, past any a caller took as its own id (at most 16)
+    let counter = db.kv_get("id")?.unwrap_or(0);
+    let mut taken = None;
+    for k in 1..=16 {
+        let candidate = format!("sched:{name}:run{}", counter + k);
+        if !db.row_exists(&candidate)? {
+            taken = Some((k, candidate));
+            break;
+        }
+    }
+    let Some((step, id)) = taken else {
+        return Err(Error::Store {
+            verb: "trigger_schedule",
+            reason: "trigger_schedule: the next 16 trigger ids are taken".into(),
+        });
+    };
     let mut joined = Joined::default();
     joined.join(db, t.group.as_deref())?;
     let paused = paused_read(db)?;
     let mut order = Order::read(db)?;
 
-    db.kv_incr("id", 1)?;
+    db.kv_incr("id", step)?;
     fire(db, &id, &t, &mut joined, &mut order)?;
     order.write(db)?;
     let mut wakes = 1;
