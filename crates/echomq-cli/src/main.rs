@@ -17,6 +17,7 @@ macro_rules! out {
 mod audit;
 mod bench;
 mod cancel;
+mod dashboard;
 mod demo;
 mod drain;
 mod enqueue;
@@ -113,6 +114,10 @@ enum Command {
     /// Cron and interval schedules: `add` (again = change in place), `list`, `remove`, `pause`,
     /// `resume`, `trigger`. The consumers of the queue fire them, each slot once.
     Schedule(schedule::Args),
+    /// Serve the web dashboard: every queue's counts (live), a queue's jobs by state, one job's
+    /// fields, the schedules, and the operator's actions. Binds 127.0.0.1:7070 by default; a
+    /// bind other machines can reach needs --auth-token or --auth-user/--auth-password.
+    Dashboard(dashboard::Args),
     /// The crash audit: N jobs through K workers while it kills workers (and redis-server) and
     /// pauses one past its lease, then accounts for every job (lost and double settles must be 0).
     Audit(audit::Args),
@@ -193,6 +198,7 @@ fn main() {
             Command::PriorityAging(a) => priority_aging::run(&cli.url, a).await,
             Command::RateLimit(a) => rate_limit::run(&cli.url, a).await,
             Command::Schedule(a) => schedule::run(&cli.url, a).await,
+            Command::Dashboard(a) => dashboard::run(&cli.url, a).await,
             Command::Audit(a) => audit::run(&cli.url, a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }

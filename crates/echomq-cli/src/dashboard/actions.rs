@@ -1,0 +1,228 @@
+//! The actions: each a POST to the page it acts on plus a verb, carrying the page's CSRF token;
+//! each answers with a redirect back to that page and a line saying what was done.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use echomq::store::{Cancelled, Obliterated, PromotedJob, Redriven, Removed, SettleOptions};
+use echomq::{JobId, JobState};
+use serde::Deserialize;
+
+use super::layout::{self, seg};
+use super::pages::{known_queue, store_failed, PageResult};
+use super::{guard, App};
+
+/// The attempts a retried dead job gets beyond those it used (as `emq retry`).
+const RETRY_EXTRA: u32 = 3;
+
+/// Scheduled jobs "promote all" makes ready in one action, at most.
+const PROMOTE_ALL_MAX: u64 = 100_000;
+
+/// Every action's form: the CSRF token, and for obliterate the queue's name typed again.
+#[derive(Deserialize)]
+pub(crate) struct ActionForm {
+    csrf: Option<String>,
+    confirm: Option<String>,
+}
+
+/// The refusals every action shares: a read-only dashboard, a form without this process's token.
+fn refused(app: &App, form: &ActionForm) -> Option<Response> {
+    if app.read_only {
+        return Some(layout::error_page(StatusCode::FORBIDDEN, "this dashboard is read-only"));
+    }
+    if !guard::csrf_ok(app, form.csrf.as_deref()) {
+        return Some(layout::error_page(
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is missing or stale: reload the page and try again",
+        ));
+    }
+    None
+}
+
+/// Back to `to` with `msg` shown on it.
+fn back(to: &str, msg: &str) -> Response {
+    let sep = if to.contains('?') { '&' } else { '?' };
+    let encoded: String = msg
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b' ' => "+".to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    Redirect::to(&format!("{to}{sep}msg={encoded}")).into_response()
+}
+
+/// `POST /queues/QUEUE/{pause,resume,drain,obliterate,retry-dead,promote-scheduled}`.
+pub(crate) async fn queue(
+    State(app): State<Arc<App>>,
+    Path((name, verb)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> PageResult {
+    if let Some(r) = refused(&app, &form) {
+        return Err(r);
+    }
+    let queue = known_queue(&app, &name).await?;
+    let store = &app.store;
+    let page = format!("/queues/{}", seg(queue.as_str()));
+    let msg = match verb.as_str() {
+        "pause" => {
+            store.pause(&queue).await.map_err(store_failed)?;
+            "paused: consumers claim nothing until it is resumed".to_string()
+        }
+        "resume" => {
+            store.resume(&queue).await.map_err(store_failed)?;
+            "resumed".to_string()
+        }
+        "drain" => {
+            let n = store.drain(&queue).await.map_err(store_failed)?;
+            format!("drained: {} dropped", crate::count(n, "ready or scheduled job"))
+        }
+        "obliterate" => {
+            if form.confirm.as_deref().map(str::trim) != Some(queue.as_str()) {
+                return Err(layout::error_page(
+                    StatusCode::BAD_REQUEST,
+                    &format!("type the queue's name, {queue}, to obliterate it"),
+                ));
+            }
+            return match store.obliterate(&queue, false).await.map_err(store_failed)? {
+                Obliterated::Done { removed } => Ok(back(
+                    "/",
+                    &format!("queue {queue} obliterated: {} deleted", crate::count(removed, "job")),
+                )),
+                Obliterated::Active { active } => Ok(back(
+                    &page,
+                    &format!(
+                        "not obliterated: {} running; pause the queue and let them finish (or use emq obliterate --force)",
+                        crate::count(active, "job is")
+                    ),
+                )),
+            };
+        }
+        "retry-dead" => {
+            let n = store.redrive_all(&queue, RETRY_EXTRA).await.map_err(store_failed)?;
+            format!("{} back to ready", crate::count(n, "dead job"))
+        }
+        "promote-scheduled" => {
+            let mut promoted = 0u64;
+            let mut from = 0u64;
+            while promoted < PROMOTE_ALL_MAX {
+                let ids = store
+                    .list(&queue, JobState::Scheduled, from, 1000)
+                    .await
+                    .map_err(store_failed)?;
+                if ids.is_empty() {
+                    break;
+                }
+                let mut moved = 0;
+                for id in &ids {
+                    if store.promote_job(&queue, id).await.map_err(store_failed)? == PromotedJob::Promoted {
+                        moved += 1;
+                    }
+                }
+                promoted += moved;
+                // those not moved (gone or no longer scheduled meanwhile) are skipped over
+                from += ids.len() as u64 - moved;
+            }
+            format!("{} made ready now", crate::count(promoted, "scheduled job"))
+        }
+        _ => return Err(layout::error_page(StatusCode::NOT_FOUND, &format!("no action {verb}"))),
+    };
+    Ok(back(&page, &msg))
+}
+
+/// `POST /queues/QUEUE/jobs/ID/{retry,promote,cancel,remove}`.
+pub(crate) async fn job(
+    State(app): State<Arc<App>>,
+    Path((name, id, verb)): Path<(String, String, String)>,
+    Form(form): Form<ActionForm>,
+) -> PageResult {
+    if let Some(r) = refused(&app, &form) {
+        return Err(r);
+    }
+    let queue = known_queue(&app, &name).await?;
+    let missing = || layout::error_page(StatusCode::NOT_FOUND, &format!("no job {id} in queue {name}"));
+    let job_id = JobId::parse(&id).map_err(|_| missing())?;
+    let store = &app.store;
+    let page = format!("/queues/{}/jobs/{}", seg(queue.as_str()), seg(job_id.as_str()));
+    let msg = match verb.as_str() {
+        "retry" => match store
+            .redrive(&queue, &job_id, RETRY_EXTRA)
+            .await
+            .map_err(store_failed)?
+        {
+            Redriven::Redriven => "back to ready".to_string(),
+            Redriven::NotDead => "not retried: the job is not dead".to_string(),
+            Redriven::Gone => return Err(missing()),
+        },
+        "promote" => match store.promote_job(&queue, &job_id).await.map_err(store_failed)? {
+            PromotedJob::Promoted => "ready now".to_string(),
+            PromotedJob::NotScheduled => "not promoted: the job is not scheduled".to_string(),
+            PromotedJob::Gone => return Err(missing()),
+        },
+        "cancel" => {
+            let reason = Some("cancelled from the dashboard");
+            match store
+                .cancel(&queue, &job_id, reason, SettleOptions::default())
+                .await
+                .map_err(store_failed)?
+            {
+                Cancelled::Cancelled => "cancelled".to_string(),
+                Cancelled::Requested => "cancel requested: the consumer running it is told to stop".to_string(),
+                Cancelled::Finished => "not cancelled: the job had already finished".to_string(),
+                Cancelled::Gone => return Err(missing()),
+            }
+        }
+        "remove" => match store.remove(&queue, &job_id, false).await.map_err(store_failed)? {
+            Removed::Removed => {
+                return Ok(back(
+                    &format!("/queues/{}", seg(queue.as_str())),
+                    &format!("job {job_id} removed"),
+                ));
+            }
+            Removed::Active => "not removed: the job is running; cancel it first".to_string(),
+            Removed::Gone => return Err(missing()),
+        },
+        _ => return Err(layout::error_page(StatusCode::NOT_FOUND, &format!("no action {verb}"))),
+    };
+    Ok(back(&page, &msg))
+}
+
+/// `POST /queues/QUEUE/schedules/NAME/{pause,resume,trigger,remove}`.
+pub(crate) async fn schedule(
+    State(app): State<Arc<App>>,
+    Path((name, schedule, verb)): Path<(String, String, String)>,
+    Form(form): Form<ActionForm>,
+) -> PageResult {
+    if let Some(r) = refused(&app, &form) {
+        return Err(r);
+    }
+    let queue = known_queue(&app, &name).await?;
+    let missing = || {
+        layout::error_page(
+            StatusCode::NOT_FOUND,
+            &format!("no schedule {schedule} in queue {name}"),
+        )
+    };
+    let s = echomq::schedule::ScheduleName::new(&schedule).map_err(|_| missing())?;
+    let store = &app.store;
+    let found = match verb.as_str() {
+        "pause" => store.pause_schedule(&queue, &s).await.map_err(store_failed)?,
+        "resume" => store.resume_schedule(&queue, &s).await.map_err(store_failed)?,
+        "remove" => store.remove_schedule(&queue, &s).await.map_err(store_failed)?,
+        "trigger" => store
+            .trigger_schedule(&queue, &s)
+            .await
+            .map_err(store_failed)?
+            .is_some(),
+        _ => return Err(layout::error_page(StatusCode::NOT_FOUND, &format!("no action {verb}"))),
+    };
+    if !found {
+        return Err(missing());
+    }
+    let page = format!("/queues/{}/schedules", seg(queue.as_str()));
+    Ok(back(&page, &format!("schedule {s}: {verb} done")))
+}

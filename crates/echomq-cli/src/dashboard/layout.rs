@@ -1,0 +1,134 @@
+//! The page shell (style, script, navigation), the error pages, and the small renderings every
+//! page shares. Every value from the store goes through maud's escaping: a payload of
+//! `<script>` shows as text.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::App;
+
+/// The style sheet, compiled in (no CDN: the dashboard works offline).
+const STYLE: &str = r#"
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:.6em 1.2em;display:flex;gap:1.2em;align-items:center}
+header a{color:#fff;text-decoration:none}header .brand{font-weight:700}
+main{padding:1em 1.2em;max-width:1200px}
+table{border-collapse:collapse;background:#fff;width:100%}
+th,td{border-bottom:1px solid #e3e6eb;padding:.35em .6em;text-align:left;vertical-align:top}
+th{background:#eef0f4;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.tabs a{display:inline-block;padding:.3em .8em;margin-right:.2em;border:1px solid #ccd;border-bottom:none;
+ border-radius:4px 4px 0 0;text-decoration:none;color:#1d2330;background:#eef0f4}
+.tabs a.on{background:#fff;font-weight:600}
+.actions form{display:inline-block;margin:.2em .4em .2em 0}
+button{cursor:pointer;padding:.25em .8em}button.danger{color:#a00}
+pre{background:#fff;border:1px solid #e3e6eb;padding:.6em;overflow:auto;white-space:pre-wrap;word-break:break-all}
+.msg{background:#e8f4e8;border:1px solid #9c9;padding:.4em .8em;margin-bottom:1em}
+.paused{color:#a60;font-weight:600}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}
+dt{font-weight:600}dd{margin:0}
+"#;
+
+/// The live overview: polls the counts every 2 s while the page is visible and writes each
+/// cell whose `data-q`/`data-k` names it (text only: no markup is ever taken from the answer).
+const LIVE: &str = r#"
+(function(){
+  function tick(){
+    if(document.visibilityState!=='visible')return;
+    fetch('api/overview',{credentials:'same-origin'}).then(function(r){return r.json()}).then(function(d){
+      d.queues.forEach(function(q){
+        Object.keys(q.counts).forEach(function(k){
+          var c=document.querySelector('[data-q="'+CSS.escape(q.name)+'"][data-k="'+k+'"]');
+          if(c)c.textContent=String(q.counts[k]);
+        });
+      });
+    }).catch(function(){});
+  }
+  setInterval(tick,2000);
+})();
+"#;
+
+/// A whole page: the shell around `body`, with `title` in the tab and the heading.
+pub(crate) fn page(app: &App, title: &str, body: Markup, live: bool) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · emq dashboard" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    a.brand href="/" { "emq dashboard" }
+                    a href="/" { "Overview" }
+                    @if app.read_only { span { "read-only" } }
+                }
+                main {
+                    h1 { (title) }
+                    (body)
+                }
+                @if live { script { (PreEscaped(LIVE)) } }
+            }
+        }
+    }
+}
+
+/// An error page with its status (404 for an unknown queue or job, 403 for a refused action).
+pub(crate) fn error_page(status: StatusCode, message: &str) -> Response {
+    let body = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head { meta charset="utf-8"; title { (status.as_u16()) " · emq dashboard" } style { (PreEscaped(STYLE)) } }
+            body {
+                header { a.brand href="/" { "emq dashboard" } }
+                main { h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) } p { (message) } }
+            }
+        }
+    };
+    (status, body).into_response()
+}
+
+/// A POST form of one action: its CSRF token, an optional typed confirmation, its button.
+pub(crate) fn action(app: &App, to: &str, label: &str, danger: bool, confirm: Option<&str>) -> Markup {
+    html! {
+        @if !app.read_only {
+            form method="post" action=(to) {
+                input type="hidden" name="csrf" value=(app.csrf);
+                @if let Some(what) = confirm {
+                    input type="text" name="confirm" placeholder=(format!("type {what} to confirm")) required;
+                }
+                button.danger[danger] type="submit" { (label) }
+            }
+        }
+    }
+}
+
+/// A time (ms since the epoch, the store's clock) as UTC text.
+pub(crate) fn time(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(echomq::schedule::utc)
+        .map_or_else(|| ms.to_string(), |t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
+}
+
+/// Bytes for reading: JSON pretty-printed, other UTF-8 as it is, anything else as its length.
+pub(crate) fn bytes(b: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(b) {
+        if v.is_object() || v.is_array() {
+            if let Ok(pretty) = serde_json::to_string_pretty(&v) {
+                return pretty;
+            }
+        }
+    }
+    match std::str::from_utf8(b) {
+        Ok(text) => text.to_string(),
+        Err(_) => format!("({} bytes, not UTF-8)", b.len()),
+    }
+}
+
+/// A path segment escaped for a URL (names are `[A-Za-z0-9._:-]`, so only `:` needs it, and it
+/// needs it only to keep a segment from reading as a scheme).
+pub(crate) fn seg(s: &str) -> String {
+    s.replace(':', "%3A")
+}

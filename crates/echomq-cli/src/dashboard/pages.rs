@@ -1,0 +1,340 @@
+//! The pages: the overview of every queue, a queue's jobs in one state, one job, a queue's
+//! schedules. Each has its own URL, so a link can be shared; an unknown queue or job is a 404.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Json;
+use echomq::store::Counts;
+use echomq::{JobId, JobState, QueueName};
+use maud::html;
+use serde::Deserialize;
+
+use super::layout::{self, action, bytes, page, seg, time};
+use super::App;
+
+/// Jobs a queue page lists at once.
+pub(crate) const PAGE: u32 = 50;
+
+/// The states a queue page has a tab for, in tab order.
+const STATES: [JobState; 6] = [
+    JobState::Pending,
+    JobState::Scheduled,
+    JobState::Active,
+    JobState::Dead,
+    JobState::Completed,
+    JobState::Cancelled,
+];
+
+/// A page's outcome: the page, or an error page (a failed store call is a 502 naming it).
+pub(crate) type PageResult = Result<Response, Response>;
+
+pub(crate) fn store_failed(e: impl std::fmt::Display) -> Response {
+    layout::error_page(StatusCode::BAD_GATEWAY, &format!("the store failed: {e}"))
+}
+
+/// The queue a path names, if it is valid and the store knows it.
+pub(crate) async fn known_queue(app: &App, name: &str) -> Result<QueueName, Response> {
+    let unknown = || layout::error_page(StatusCode::NOT_FOUND, &format!("no queue {name}"));
+    let queue = QueueName::new(name).map_err(|_| unknown())?;
+    let queues = app.store.queues().await.map_err(store_failed)?;
+    if queues.contains(&queue) {
+        Ok(queue)
+    } else {
+        Err(unknown())
+    }
+}
+
+/// A state's count, as the overview and the tabs show it.
+fn count_of(c: &Counts, state: JobState) -> u64 {
+    match state {
+        JobState::Pending => c.pending,
+        JobState::Scheduled => c.scheduled,
+        JobState::Active => c.active,
+        JobState::Dead => c.dead,
+        JobState::Completed => c.completed,
+        JobState::Cancelled => c.cancelled,
+        _ => 0,
+    }
+}
+
+/// `GET /`: every queue with its counts per state and whether it is paused; live.
+pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
+    let rows = counts_of_every_queue(&app).await?;
+    let body = html! {
+        @if rows.is_empty() {
+            p { "No queues yet: enqueue a job (" code { "emq enqueue QUEUE PAYLOAD" } ") and it shows here." }
+        } @else {
+            table {
+                thead { tr {
+                    th { "queue" }
+                    @for s in STATES { th { (s.as_str()) } }
+                    th { "failed" } th { "retried" } th { "" }
+                } }
+                tbody {
+                    @for (q, c) in &rows {
+                        tr {
+                            td { a href=(format!("/queues/{}", seg(q.as_str()))) { (q.as_str()) } }
+                            @for s in STATES {
+                                td.n data-q=(q.as_str()) data-k=(s.as_str()) { (count_of(c, s)) }
+                            }
+                            td.n data-q=(q.as_str()) data-k="failed" { (c.failed) }
+                            td.n data-q=(q.as_str()) data-k="retried" { (c.retried) }
+                            td { @if c.paused { span.paused { "paused" } } }
+                        }
+                    }
+                }
+            }
+            p { small { "Completed, cancelled, failed and retried count every such event since the queue began." } }
+        }
+    };
+    Ok(page(&app, "Queues", body, true).into_response())
+}
+
+async fn counts_of_every_queue(app: &App) -> Result<Vec<(QueueName, Counts)>, Response> {
+    let queues = app.store.queues().await.map_err(store_failed)?;
+    let mut rows = Vec::with_capacity(queues.len());
+    for q in queues {
+        let c = app.store.counts(&q).await.map_err(store_failed)?;
+        rows.push((q, c));
+    }
+    Ok(rows)
+}
+
+/// `GET /api/overview`: the overview's counts as JSON, for its live refresh.
+pub(crate) async fn overview_json(State(app): State<Arc<App>>) -> PageResult {
+    let rows = counts_of_every_queue(&app).await?;
+    let queues: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|(q, c)| {
+            let mut counts = serde_json::Map::new();
+            for s in STATES {
+                counts.insert(s.as_str().into(), count_of(c, s).into());
+            }
+            counts.insert("failed".into(), c.failed.into());
+            counts.insert("retried".into(), c.retried.into());
+            serde_json::json!({ "name": q.as_str(), "paused": c.paused, "counts": counts })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "queues": queues })).into_response())
+}
+
+/// A queue page's query: the tab, where the page starts, a job to find, a message to show.
+#[derive(Deserialize)]
+pub(crate) struct QueueQuery {
+    state: Option<String>,
+    cursor: Option<u64>,
+    find: Option<String>,
+    msg: Option<String>,
+}
+
+/// `GET /queues/QUEUE?state=…&cursor=…`: the queue's counts, a tab per state, a page of its
+/// jobs in that state, and the queue's actions.
+pub(crate) async fn queue(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    Query(q): Query<QueueQuery>,
+) -> PageResult {
+    let queue = known_queue(&app, &name).await?;
+    if let Some(find) = q.find.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
+        return Ok(Redirect::to(&format!("/queues/{}/jobs/{}", seg(queue.as_str()), seg(find))).into_response());
+    }
+    let state = match q.state.as_deref() {
+        None => JobState::Pending,
+        Some(s) => JobState::parse(s)
+            .filter(|s| STATES.contains(s))
+            .ok_or_else(|| layout::error_page(StatusCode::BAD_REQUEST, &format!("no state {s}")))?,
+    };
+    let from = q.cursor.unwrap_or(0);
+    let counts = app.store.counts(&queue).await.map_err(store_failed)?;
+    let ids = app
+        .store
+        .list(&queue, state, from, PAGE + 1)
+        .await
+        .map_err(store_failed)?;
+    let more = ids.len() > PAGE as usize;
+    let mut rows = Vec::new();
+    for id in ids.iter().take(PAGE as usize) {
+        if let Some(row) = app.store.get(&queue, id).await.map_err(store_failed)? {
+            rows.push(row);
+        }
+    }
+    let base = format!("/queues/{}", seg(queue.as_str()));
+    let body = html! {
+        @if let Some(m) = &q.msg { div.msg { (m) } }
+        p {
+            @if counts.paused { span.paused { "paused" } " · " }
+            a href=(format!("{base}/schedules")) { "schedules" }
+        }
+        div.actions {
+            @if counts.paused { (action(&app, &format!("{base}/resume"), "Resume", false, None)) }
+            @else { (action(&app, &format!("{base}/pause"), "Pause", false, None)) }
+            (action(&app, &format!("{base}/retry-dead"), "Retry all dead", false, None))
+            (action(&app, &format!("{base}/promote-scheduled"), "Promote all scheduled", false, None))
+            (action(&app, &format!("{base}/drain"), "Drain", true, None))
+            (action(&app, &format!("{base}/obliterate"), "Obliterate", true, Some(queue.as_str())))
+        }
+        form method="get" action=(base) {
+            input type="text" name="find" placeholder="job id";
+            button type="submit" { "Find" }
+        }
+        nav.tabs {
+            @for s in STATES {
+                a.on[s == state] href=(format!("{base}?state={}", s.as_str())) {
+                    (s.as_str()) " (" (count_of(&counts, s)) ")"
+                }
+            }
+        }
+        table {
+            thead { tr { th { "id" } th { "attempts" } th { "group" } th { "kind" } th { "priority" } th { "time" } th { "last error" } } }
+            tbody {
+                @for row in &rows {
+                    tr {
+                        td { a href=(format!("{base}/jobs/{}", seg(row.id.as_str()))) { (row.id.as_str()) } }
+                        td.n { (row.attempts) }
+                        td { (row.group.as_ref().map(|g| g.as_str()).unwrap_or("")) }
+                        td { (row.kind.as_deref().unwrap_or("")) }
+                        td.n { (row.priority) }
+                        td { (when(row)) }
+                        td { (row.last_error.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+        @if rows.is_empty() { p { "No " (state.as_str()) " jobs." } }
+        p {
+            @if from > 0 {
+                a href=(format!("{base}?state={}&cursor={}", state.as_str(), from.saturating_sub(PAGE as u64))) { "← newer" }
+                " "
+            }
+            @if more {
+                a href=(format!("{base}?state={}&cursor={}", state.as_str(), from + PAGE as u64)) { "next →" }
+            }
+        }
+    };
+    Ok(page(&app, &format!("Queue {queue}"), body, false).into_response())
+}
+
+/// The time a row's state is about: due, lease deadline, death, finish.
+fn when(row: &echomq::JobRow) -> String {
+    match row.state {
+        JobState::Scheduled => row.run_at.map(|t| format!("due {}", time(t))),
+        JobState::Active => row.score.map(|t| format!("lease until {}", time(t))),
+        JobState::Dead => row.score.map(|t| format!("died {}", time(t))),
+        JobState::Completed | JobState::Cancelled => row.finished_at.map(|t| format!("finished {}", time(t))),
+        _ => None,
+    }
+    .unwrap_or_default()
+}
+
+/// A job page's query: a message to show.
+#[derive(Deserialize)]
+pub(crate) struct JobQuery {
+    msg: Option<String>,
+}
+
+/// `GET /queues/QUEUE/jobs/ID`: every field of the job, and the actions its state allows.
+pub(crate) async fn job(
+    State(app): State<Arc<App>>,
+    Path((name, id)): Path<(String, String)>,
+    Query(q): Query<JobQuery>,
+) -> PageResult {
+    let queue = known_queue(&app, &name).await?;
+    let missing = || layout::error_page(StatusCode::NOT_FOUND, &format!("no job {id} in queue {name}"));
+    let job_id = JobId::parse(&id).map_err(|_| missing())?;
+    let row = app
+        .store
+        .get(&queue, &job_id)
+        .await
+        .map_err(store_failed)?
+        .ok_or_else(missing)?;
+    let base = format!("/queues/{}/jobs/{}", seg(queue.as_str()), seg(row.id.as_str()));
+    let opt = |v: Option<u64>| v.map(time).unwrap_or_default();
+    let body = html! {
+        @if let Some(m) = &q.msg { div.msg { (m) } }
+        p { a href=(format!("/queues/{}?state={}", seg(queue.as_str()), row.state.as_str())) { "← queue " (queue.as_str()) } }
+        div.actions {
+            @if row.state == JobState::Dead { (action(&app, &format!("{base}/retry"), "Retry", false, None)) }
+            @if row.state == JobState::Scheduled { (action(&app, &format!("{base}/promote"), "Promote", false, None)) }
+            @if matches!(row.state, JobState::Pending | JobState::Scheduled | JobState::Active) {
+                (action(&app, &format!("{base}/cancel"), "Cancel", true, None))
+            }
+            (action(&app, &format!("{base}/remove"), "Remove", true, None))
+        }
+        dl {
+            dt { "id" } dd { (row.id.as_str()) }
+            dt { "state" } dd { (row.state.as_str()) }
+            dt { "attempts" } dd { (row.attempts) @if let Some(m) = row.max_attempts { " of " (m) } }
+            @if row.free > 0 { dt { "claims without an attempt" } dd { (row.free) } }
+            dt { "group" } dd { (row.group.as_ref().map(|g| g.as_str()).unwrap_or("—")) }
+            dt { "kind" } dd { (row.kind.as_deref().unwrap_or("—")) }
+            dt { "priority" } dd { (row.priority) }
+            @if let Some(r) = &row.retry { dt { "retry policy" } dd { (r) } }
+            @if row.state == JobState::Scheduled { dt { "due" } dd { (opt(row.run_at)) } }
+            @if row.state == JobState::Active { dt { "lease deadline" } dd { (opt(row.score)) } }
+            @if row.state == JobState::Dead { dt { "died" } dd { (opt(row.score)) } }
+            @if row.finished_at.is_some() { dt { "finished" } dd { (opt(row.finished_at)) } }
+            @if row.stalled > 0 { dt { "stalled" } dd { (row.stalled) } }
+            @if let Some(c) = &row.cancel { dt { "cancel requested" } dd { (if c.is_empty() { "(no reason)" } else { c }) } }
+            @if let Some(e) = &row.last_error { dt { "last error" } dd { pre { (e) } } }
+        }
+        h2 { "payload" }
+        pre.payload { (bytes(&row.payload)) }
+        @if let Some(out) = &row.output { h2 { "output" } pre.output { (bytes(out)) } }
+        @if let Some(n) = row.output_dropped { p { "Its output (" (n) " bytes) was over the queue's cap and not kept." } }
+    };
+    Ok(page(&app, &format!("Job {}", row.id), body, false).into_response())
+}
+
+/// `GET /queues/QUEUE/schedules`: each schedule's timing, zone, next and last fire, counts, and
+/// its actions.
+pub(crate) async fn schedules(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    Query(q): Query<JobQuery>,
+) -> PageResult {
+    let queue = known_queue(&app, &name).await?;
+    let list = app.store.list_schedules(&queue).await.map_err(store_failed)?;
+    let base = format!("/queues/{}/schedules", seg(queue.as_str()));
+    let fire = |ms: Option<i64>, zone| {
+        ms.map(|m| echomq::schedule::local_text(m, zone))
+            .unwrap_or_else(|| "—".into())
+    };
+    let body = html! {
+        @if let Some(m) = &q.msg { div.msg { (m) } }
+        p { a href=(format!("/queues/{}", seg(queue.as_str()))) { "← queue " (queue.as_str()) } }
+        @if list.is_empty() { p { "No schedules: " code { "emq schedule add QUEUE NAME --every 1m" } } }
+        @else {
+            table {
+                thead { tr { th { "name" } th { "timing" } th { "next fire" } th { "last fire" } th { "fired" } th { "missed" } th { "skipped" } th { "" } } }
+                tbody {
+                    @for s in &list {
+                        @let zone = s.schedule.timing.zone();
+                        @let path = format!("{base}/{}", seg(s.schedule.name.as_str()));
+                        tr {
+                            td { (s.schedule.name.as_str()) @if s.paused { " " span.paused { "paused" } } }
+                            td { (s.schedule.timing.to_string()) }
+                            td { (fire(s.next_slot, zone)) }
+                            td { (fire(s.last_fire, zone)) }
+                            td.n { (s.fired) } td.n { (s.missed) } td.n { (s.skipped) }
+                            td.actions {
+                                @if s.paused { (action(&app, &format!("{path}/resume"), "Resume", false, None)) }
+                                @else { (action(&app, &format!("{path}/pause"), "Pause", false, None)) }
+                                (action(&app, &format!("{path}/trigger"), "Trigger", false, None))
+                                (action(&app, &format!("{path}/remove"), "Remove", true, None))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(page(&app, &format!("Schedules of {queue}"), body, false).into_response())
+}
+
+/// Any other path.
+pub(crate) async fn not_found() -> Response {
+    layout::error_page(StatusCode::NOT_FOUND, "no such page")
+}
