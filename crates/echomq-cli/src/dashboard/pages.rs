@@ -261,7 +261,7 @@ pub(crate) async fn job(
             @if matches!(row.state, JobState::Pending | JobState::Scheduled | JobState::Active) {
                 (action(&app, &format!("{base}/cancel"), "Cancel", true, None))
             }
-            (action(&app, &format!("{base}/remove"), "Remove", true, None))
+            @if row.state != JobState::Active { (action(&app, &format!("{base}/remove"), "Remove", true, None)) }
         }
         dl {
             dt { "id" } dd { (row.id.as_str()) }
