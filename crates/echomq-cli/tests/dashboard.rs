@@ -525,9 +525,20 @@ impl Browser {
         (status == 200).then(|| v[ELEMENT].as_str().unwrap().to_string())
     }
 
+    /// The element `css` selects, waited for up to 10 s (a click's page may still be loading).
     #[track_caller]
     fn element(&self, css: &str) -> String {
-        self.find(css).unwrap_or_else(|| panic!("no element {css} on the page"))
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(e) = self.find(css) {
+                return e;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no element {css} on the page within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn text(&self, css: &str) -> String {
