@@ -5,7 +5,7 @@
 //! Safe by default: it binds 127.0.0.1 unless told otherwise, and refuses a bind another machine
 //! can reach without `--auth-token` or `--auth-user`/`--auth-password`; every action is a POST
 //! carrying the page's CSRF token; `--read-only` hides and refuses every action; every value a job
-//! carries is escaped.
+//! carries is escaped. `GET /metrics` serves the store's gauges and counters as Prometheus text.
 
 mod actions;
 mod guard;
@@ -116,6 +116,7 @@ fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(pages::overview))
         .route("/api/overview", get(pages::overview_json))
+        .route("/metrics", get(pages::metrics))
         .route("/queues/{queue}", get(pages::queue))
         .route("/queues/{queue}/schedules", get(pages::schedules))
         .route("/queues/{queue}/jobs/{id}", get(pages::job))

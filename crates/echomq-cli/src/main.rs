@@ -27,6 +27,7 @@ mod list;
 mod obliterate;
 mod pause;
 mod priority_aging;
+mod prometheus;
 mod promote;
 mod rate_limit;
 mod remove;

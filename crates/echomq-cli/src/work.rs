@@ -143,6 +143,11 @@ pub struct Args {
     /// may run twice.
     #[arg(long)]
     pub no_locks: bool,
+    /// Serve Prometheus metrics on this address (`GET /metrics`): each command's run time by
+    /// queue and outcome (`emq_job_duration_seconds`), and the store's counts of the worker's
+    /// queues (`emq_jobs`, `emq_events_total`, `emq_queue_paused`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_bind: Option<std::net::SocketAddr>,
 }
 
 /// `--recovery`: the recovery leg of the consumer's beat.
@@ -228,6 +233,10 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     // refusal no retry mends (a missing password, a server that is not Redis) ends the worker at
     // its first round
     let store: Arc<dyn echomq::Store> = Arc::from(echomq::store::open_lazy(url).await?);
+    // the recorder first: each consumer registers its histograms with it when it starts
+    if let Some(bind) = args.metrics_bind {
+        crate::prometheus::serve_worker(bind, store.clone(), queues.clone()).await?;
+    }
     let groups: Groups = Arc::default();
     let emq = std::env::current_exe().context("cannot find this program to run each command under it")?;
     let mut consumers = Vec::with_capacity(queues.len());

@@ -375,6 +375,102 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     assert!(l.job(&q, "kept").is_some());
 }
 
+on_both_stores!(metrics_equal_the_stats_and_a_worker_exports_its_run_times);
+
+/// Prometheus text parsed: every sample line `name{labels} value` (a malformed line fails), by
+/// its name and labels as written.
+fn samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(comment) = line.strip_prefix('#') {
+            let mut words = comment.split_whitespace();
+            let kind = words.next().unwrap();
+            assert!(kind == "HELP" || kind == "TYPE", "a comment line: {line}");
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("a sample line: {line}"));
+        let name = series.split('{').next().unwrap();
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "a metric name: {line}"
+        );
+        if let Some(labels) = series.strip_prefix(name) {
+            assert!(
+                labels.is_empty() || (labels.starts_with('{') && labels.ends_with('}')),
+                "labels: {line}"
+            );
+        }
+        let v = match value {
+            "+Inf" => f64::INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("a value: {line}")),
+        };
+        out.insert(series.to_string(), v);
+    }
+    out
+}
+
+fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
+    let q = queue("metrics");
+    for _ in 0..5 {
+        b.enqueue(&q, "ok", &[]);
+    }
+    b.enqueue(&q, "fail", &["--max-attempts", "1"]);
+    b.enqueue(&q, "later", &["--delay", "1h"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let worker = b.work(&q, r#"test "$(cat)" != fail"#, &["--metrics-bind", &bind]);
+    let l = b.lib();
+    wait_until(Duration::from_secs(30), "the worker ran the ready jobs", || {
+        let c = l.counts(&q);
+        c.completed == 5 && c.dead == 1
+    });
+    let addr: SocketAddr = bind.parse().unwrap();
+    let scraped = http(addr, "GET", "/metrics", &[], None);
+    assert_eq!(scraped.status, 200);
+    assert!(scraped.header("content-type").unwrap().starts_with("text/plain"));
+    let m = samples(&scraped.body);
+    let run = |outcome: &str, suffix: &str| {
+        m.iter()
+            .find(|(k, _)| {
+                k.starts_with(&format!("emq_job_duration_seconds{suffix}{{"))
+                    && k.contains(&format!("queue=\"{q}\""))
+                    && k.contains(&format!("outcome=\"{outcome}\""))
+                    && (suffix != "_bucket" || k.contains("le=\"+Inf\""))
+            })
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("emq_job_duration_seconds{suffix} of {outcome} in {}", scraped.body))
+    };
+    assert_eq!(run("completed", "_count"), 5.0);
+    assert_eq!(run("completed", "_bucket"), 5.0);
+    assert_eq!(run("failed", "_count"), 1.0);
+    assert!(run("completed", "_sum") > 0.0);
+    assert_eq!(m[&format!("emq_jobs{{queue=\"{q}\",state=\"scheduled\"}}")], 1.0);
+    worker.stop();
+
+    // the dashboard's scrape equals `emq stats`
+    let d = Dashboard::start(b, &[]);
+    let scraped = d.get("/metrics");
+    assert_eq!(scraped.status, 200);
+    let m = samples(&scraped.body);
+    let stats = b.stats(&q);
+    for state in ["pending", "scheduled", "active", "dead"] {
+        let series = format!("emq_jobs{{queue=\"{q}\",state=\"{state}\"}}");
+        assert_eq!(m[&series], stats[state].as_f64().unwrap(), "{series}");
+    }
+    for event in ["completed", "cancelled"] {
+        let series = format!("emq_events_total{{queue=\"{q}\",event=\"{event}\"}}");
+        assert_eq!(m[&series], stats[event].as_f64().unwrap(), "{series}");
+    }
+    assert_eq!(m[&format!("emq_events_total{{queue=\"{q}\",event=\"failed\"}}")], 1.0);
+    assert_eq!(m[&format!("emq_queue_paused{{queue=\"{q}\"}}")], 0.0);
+    assert!(scraped.body.contains("# TYPE emq_jobs gauge"));
+    assert!(scraped.body.contains("# TYPE emq_events_total counter"));
+}
+
 #[test]
 fn a_bind_other_machines_reach_needs_authentication_and_gets_it() {
     let b = Backend::embedded();

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     /// The refusal no retry mends that ended the loop ([`Error::Misconfigured`]): `stop` and
     /// `wait_for` return it, so the consumer's owner learns why it ended.
     pub(crate) refused: Mutex<Option<Error>>,
+    /// Each handler's run time, by outcome ([`crate::telemetry`]).
+    pub(crate) timings: crate::telemetry::JobTimings,
 }
 
 /// How long a cancel request for a job not tracked here is remembered: the race it covers (a
@@ -223,6 +225,7 @@ impl Consumer {
     ) -> Result<Consumer> {
         opts.validate()?;
         let runtime = current_runtime("a consumer starts inside a tokio runtime (call it from a task)")?;
+        let timings = crate::telemetry::JobTimings::new(&queue);
         let shared = Arc::new(Shared {
             store,
             queue,
@@ -240,6 +243,7 @@ impl Consumer {
             started: std::time::Instant::now(),
             closing: CancellationToken::new(),
             refused: Mutex::new(None),
+            timings,
         });
         let mut aborts = Vec::new();
         if shared.opts.cancel {

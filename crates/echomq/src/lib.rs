@@ -24,6 +24,7 @@ pub mod rate;
 pub mod retry;
 pub mod schedule;
 pub mod store;
+pub mod telemetry;
 pub mod worker;
 
 pub use cancel::{CancelToken, Cancelled};

@@ -121,6 +121,14 @@ pub(crate) async fn overview_json(State(app): State<Arc<App>>) -> PageResult {
     Ok(Json(serde_json::json!({ "queues": queues })).into_response())
 }
 
+/// `GET /metrics`: every queue's counts as Prometheus text (one `counts` per queue a scrape).
+pub(crate) async fn metrics(State(app): State<Arc<App>>) -> PageResult {
+    let text = crate::prometheus::store_metrics(&*app.store, None)
+        .await
+        .map_err(store_failed)?;
+    Ok(crate::prometheus::text(text))
+}
+
 /// A queue page's query: the tab, where the page starts, a job to find, a message to show.
 #[derive(Deserialize)]
 pub(crate) struct QueueQuery {

@@ -461,7 +461,9 @@ impl Launcher {
                             }
                         },
                     };
-                    log_verdict(&queue, &id, &verdict, began.elapsed());
+                    let took = began.elapsed();
+                    tracked.timings.record(&verdict, took);
+                    log_verdict(&queue, &id, &verdict, took);
                     // before the settle is sent: a renewal that meets it is not a lost lease
                     tracked.settling(&id, token);
                     // the slot goes with the verdict: free for a claim once its settle is sent.

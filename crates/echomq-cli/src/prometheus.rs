@@ -1,0 +1,129 @@
+//! Prometheus text: the store's gauges and counters per queue, read at scrape time (one `counts`
+//! per queue), and for `emq work --metrics-bind` the worker's own histograms beside them.
+//!
+//! | name | type | labels |
+//! | --- | --- | --- |
+//! | `emq_jobs` | gauge | `queue`, `state` (`pending`, `scheduled`, `active`, `dead`) |
+//! | `emq_events_total` | counter | `queue`, `event` (`completed`, `cancelled`, `failed`, `retried`, `stalled`, `reaped`) |
+//! | `emq_queue_paused` | gauge | `queue` (1 while paused) |
+//! | `emq_job_duration_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use echomq::store::Counts;
+use echomq::{QueueName, Store};
+
+/// The buckets of the run-time histogram, in seconds.
+const DURATION_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// The store's metrics of `queues` as Prometheus text (every queue the store knows when `None`).
+pub async fn store_metrics(store: &dyn Store, queues: Option<&[QueueName]>) -> echomq::Result<String> {
+    let all;
+    let queues = match queues {
+        Some(q) => q,
+        None => {
+            all = store.queues().await?;
+            &all[..]
+        }
+    };
+    let mut counts = Vec::with_capacity(queues.len());
+    for q in queues {
+        counts.push((q, store.counts(q).await?));
+    }
+    Ok(render(&counts))
+}
+
+fn render(counts: &[(&QueueName, Counts)]) -> String {
+    let mut out = String::new();
+    let family = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    family(&mut out, "emq_jobs", "gauge", "Jobs in each state, per queue.");
+    for (q, c) in counts {
+        for (state, n) in [
+            ("pending", c.pending),
+            ("scheduled", c.scheduled),
+            ("active", c.active),
+            ("dead", c.dead),
+        ] {
+            let _ = writeln!(out, "emq_jobs{{queue=\"{q}\",state=\"{state}\"}} {n}");
+        }
+    }
+    family(
+        &mut out,
+        "emq_events_total",
+        "counter",
+        "Events counted by the store since the queue began, per queue.",
+    );
+    for (q, c) in counts {
+        let events = [
+            ("completed", c.completed),
+            ("cancelled", c.cancelled),
+            ("failed", c.failed),
+            ("retried", c.retried),
+            ("stalled", c.stalled),
+            ("reaped", c.reaped),
+        ];
+        for (event, n) in events {
+            let _ = writeln!(out, "emq_events_total{{queue=\"{q}\",event=\"{event}\"}} {n}");
+        }
+    }
+    family(&mut out, "emq_queue_paused", "gauge", "1 while the queue is paused.");
+    for (q, c) in counts {
+        let _ = writeln!(out, "emq_queue_paused{{queue=\"{q}\"}} {}", u8::from(c.paused));
+    }
+    out
+}
+
+/// `emq work --metrics-bind`: installs the Prometheus recorder (before any consumer starts, so
+/// theirs are the histograms it exports) and serves `GET /metrics` on `bind` — the worker's
+/// histograms, then the store's metrics of its queues. Returns the address it listens on.
+#[allow(clippy::print_stderr)] // where it serves, on stderr (a test reads the port from it)
+pub async fn serve_worker(
+    bind: SocketAddr,
+    store: Arc<dyn Store>,
+    queues: Vec<QueueName>,
+) -> anyhow::Result<SocketAddr> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&DURATION_BUCKETS)?
+        .install_recorder()?;
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {bind} for metrics: {e}"))?;
+    let addr = listener.local_addr()?;
+    let route = axum::routing::get(move || {
+        let (handle, store, queues) = (handle.clone(), store.clone(), queues.clone());
+        async move {
+            match store_metrics(&*store, Some(&queues)).await {
+                Ok(gauges) => text(format!("{}{gauges}", handle.render())),
+                Err(e) => (axum::http::StatusCode::BAD_GATEWAY, format!("the store failed: {e}\n")).into_response(),
+            }
+        }
+    });
+    let app = axum::Router::new().route("/metrics", route);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "the metrics endpoint stopped");
+        }
+    });
+    eprintln!("emq work: metrics on http://{addr}/metrics");
+    Ok(addr)
+}
+
+use axum::response::IntoResponse as _;
+
+/// A Prometheus text reply.
+pub fn text(body: String) -> axum::response::Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
