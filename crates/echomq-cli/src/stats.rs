@@ -28,6 +28,19 @@ pub struct Args {
     /// `retried_per_s`, `failed_per_s` (null on the first draw).
     #[arg(long)]
     pub watch: bool,
+    /// The queue's jobs completed and dead-lettered per minute over its last MINUTES minutes
+    /// (default 60, at most 1440; the store keeps about a day), oldest first: one line per minute,
+    /// `2026-12-05 20:59 UTC completed=12 failed=0`, or with --json one object per line (queue,
+    /// minute in minutes since the epoch, at, completed, failed).
+    #[arg(
+        long,
+        value_name = "MINUTES",
+        num_args = 0..=1,
+        default_missing_value = "60",
+        requires = "queue",
+        conflicts_with = "watch"
+    )]
+    pub history: Option<u32>,
 }
 
 /// Runs `emq stats`.
@@ -36,6 +49,23 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let store = crate::open(url).await?;
     if args.watch {
         return watch(store.as_ref(), named.as_ref(), args.json).await;
+    }
+    if let (Some(minutes), Some(q)) = (args.history, named.as_ref()) {
+        let h = store.history(q, minutes).await?;
+        for (i, (done, failed)) in h.completed.iter().zip(&h.failed).enumerate() {
+            let minute = h.first_minute + i as u64;
+            let at = echomq::schedule::utc(minute as i64 * 60_000)
+                .map_or_else(|| minute.to_string(), |t| t.format("%Y-%m-%d %H:%M UTC").to_string());
+            if args.json {
+                let line = serde_json::json!({
+                    "queue": q.as_str(), "minute": minute, "at": at, "completed": done, "failed": failed,
+                });
+                out!("{line}");
+            } else {
+                out!("{at} completed={done} failed={failed}");
+            }
+        }
+        return Ok(0);
     }
     let rows = read(store.as_ref(), named.as_ref()).await?;
     if args.json {

@@ -206,6 +206,11 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     assert_eq!(cell(&home.body, &q, "pending"), 3);
     assert_eq!(cell(&home.body, &q, "scheduled"), 1);
     assert_eq!(cell(&home.body, &q, "dead"), 1);
+    assert!(
+        home.body.contains("last hour: 0 completed, 1 dead-lettered"),
+        "the hour's chart: {}",
+        home.body
+    );
     let api = d.get("/api/overview");
     assert_eq!(api.status, 200);
     let json: serde_json::Value = serde_json::from_str(&api.body).unwrap();
@@ -450,6 +455,36 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     assert!(run("completed", "_sum") > 0.0);
     assert_eq!(m[&format!("emq_jobs{{queue=\"{q}\",state=\"scheduled\"}}")], 1.0);
     worker.stop();
+
+    // the minutes the worker ran, from `emq stats --history`
+    let text = b.emq(&["stats", &q, "--history"]);
+    assert_exit(&text, 0);
+    let lines: Vec<String> = common::stdout(&text).lines().map(str::to_string).collect();
+    assert_eq!(lines.len(), 60, "a line a minute of the last hour");
+    let sum = |key: &str| -> u64 {
+        lines
+            .iter()
+            .map(|l| {
+                let field = l.split(' ').find_map(|w| w.strip_prefix(key)).unwrap();
+                field.parse::<u64>().unwrap()
+            })
+            .sum()
+    };
+    assert_eq!((sum("completed="), sum("failed=")), (5, 1), "{lines:?}");
+    let json = b.emq(&["stats", &q, "--history", "5", "--json"]);
+    assert_exit(&json, 0);
+    let minutes: Vec<serde_json::Value> = common::stdout(&json)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(minutes.len(), 5);
+    assert_eq!(minutes.iter().map(|m| m["completed"].as_u64().unwrap()).sum::<u64>(), 5);
+    assert!(minutes
+        .windows(2)
+        .all(|w| w[1]["minute"].as_u64() == w[0]["minute"].as_u64().map(|m| m + 1)));
+    b.assert_usage_error(&["stats", "--history"]);
+    let refused = b.emq(&["stats", &q, "--history", "0"]);
+    assert_exit(&refused, 1);
 
     // the dashboard's scrape equals `emq stats`
     let d = Dashboard::start(b, &[]);

@@ -429,9 +429,20 @@ local function emq_record(base, recmax, id, status, attempts, field, value, now)
   end
 end
 
--- a counter of emq:{q}:metrics:<event>
-local function emq_count(base, event, n)
-  if n > 0 then redis.call('HINCRBY', base .. 'metrics:' .. event, 'count', n) end
+-- a counter of emq:{q}:metrics:<event>; for `completed` and `failed` also this minute's count,
+-- the field m<minute> (minute = now ms / 60000) of the same hash, one command per call however
+-- many jobs it counts: the first count of a minute also deletes the field of a day before, so
+-- the hash keeps about a day of minutes (the history verb reads them)
+local function emq_count(base, event, n, now)
+  if n <= 0 then return end
+  local key = base .. 'metrics:' .. event
+  redis.call('HINCRBY', key, 'count', n)
+  if event == 'completed' or event == 'failed' then
+    local minute = math.floor(now / 60000)
+    if redis.call('HINCRBY', key, 'm' .. minute, n) == n then
+      redis.call('HDEL', key, 'm' .. (minute - 1440))
+    end
+  end
 end
 
 -- a job made ready again, in the flat set or its lane at a fresh rank of its priority `p` (the
@@ -497,7 +508,8 @@ local function emq_settle_finished(base, active, entries, state, recmax)
   emq_touch(base, touch)
   local ret = emq_retention_read(base, #done)
   local now = ret.now or 0
-  if recmax > 0 and now == 0 then now = emq_now() end
+  -- the clock for the record, and for a completion's minute in the history
+  if (recmax > 0 or state == 'completed') and now == 0 then now = emq_now() end
   local gone, rows = {}, {}
   for k, h in ipairs(done) do
     gone[k] = h.e.id
@@ -514,7 +526,7 @@ local function emq_settle_finished(base, active, entries, state, recmax)
     if h.g then wakes = wakes + emq_lane_leave(base, h.g, lanes[h.g]) end
   end
   emq_wake(base, wakes, paused)
-  emq_count(base, state, #done)
+  emq_count(base, state, #done, now)
   return reply
 end
 

@@ -37,7 +37,7 @@ local ret = emq_retention_read(base, 1, now)
 emq_unwait(base, id, waits_in)
 emq_expire(base, ret)
 emq_finish(base, id, 'cancelled', now, ret, 'last_error', reason)
-emq_count(base, 'cancelled', 1)
+emq_count(base, 'cancelled', 1, now)
 emq_record(base, recmax, id, 'cancelled', emq_used(r[3], r[4]), 'error', reason, now)
 emq_notify(base, r[5], id)
 return 1

@@ -337,8 +337,8 @@ for _, j in ipairs(settled) do
   emq_record(base, recmax, j.id, j.kind, j.attempt, 'error', j.reason, now)
   emq_notify(base, j.waited, j.id)
 end
-emq_count(base, 'failed', failed)
-emq_count(base, 'cancelled', cancelled)
+emq_count(base, 'failed', failed, now)
+emq_count(base, 'cancelled', cancelled, now)
 out[nout + 1] = wait
 out[nout + 2] = stopped and 1 or 0
 return out

@@ -32,7 +32,7 @@ if redis.call('ZREM', active, id) == 0 then return 0 end
 local now = emq_now()
 emq_bury(base, id, now, err)
 if g then emq_wake(base, emq_lane_leave(base, g, lanes[g]), paused) end
-emq_count(base, 'failed', 1)
+emq_count(base, 'failed', 1, now)
 emq_record(base, recmax, id, 'dead', emq_used(r[1], r[3]), 'error', err, now)
 emq_notify(base, r[4], id)
 return 2

@@ -225,7 +225,7 @@ local wakes = nflat
 if flat then emq_flat_step(base, flat) end
 for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end
 emq_wake(base, wakes, paused)
-emq_count(base, 'failed', failed)
+emq_count(base, 'failed', failed, now)
 local reply = { moved, next_ms, #fired }
 for _, v in ipairs(refills) do reply[#reply + 1] = v end
 return reply

@@ -102,6 +102,6 @@ for i = #lapsed, 1, -1 do
 end
 if flat then emq_flat_step(base, flat) end
 emq_wake(base, back + freed, paused)
-emq_count(base, 'failed', failed)
-emq_count(base, 'reaped', back)
+emq_count(base, 'failed', failed, now)
+emq_count(base, 'reaped', back, now)
 return back

@@ -45,7 +45,7 @@ if redis.call('ZREM', active, id) == 0 then return 0 end
 local reply, wakes = 1, 0
 if dead then
   emq_bury(base, id, now, err)
-  emq_count(base, 'failed', 1)
+  emq_count(base, 'failed', 1, now)
   emq_record(base, recmax, id, 'dead', used, 'error', err, now)
   emq_notify(base, r[5], id)
   reply = 2
@@ -62,7 +62,7 @@ else
       wakes = 1
     end
   end
-  emq_count(base, 'retried', 1)
+  emq_count(base, 'retried', 1, now)
 end
 -- after the job is back in its lane, so the ring step sees it
 if g then wakes = wakes + emq_lane_leave(base, g, lanes[g]) end

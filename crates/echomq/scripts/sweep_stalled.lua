@@ -162,7 +162,14 @@ if flat and not flat_ringed then -- the ring step for the flat set
   redis.call('RPUSH', p .. 'ring', '~')
   redis.call('HSET', groups, 'r:~', 1)
 end
-if #buried > 0 then redis.call('HINCRBY', p .. 'metrics:failed', 'count', #buried) end
+if #buried > 0 then
+  redis.call('HINCRBY', p .. 'metrics:failed', 'count', #buried)
+  -- this minute's count in the history, as every counting script keeps it (_lib.lua emq_count)
+  local minute = math.floor(now / 60000)
+  if redis.call('HINCRBY', p .. 'metrics:failed', 'm' .. minute, #buried) == #buried then
+    redis.call('HDEL', p .. 'metrics:failed', 'm' .. (minute - 1440))
+  end
+end
 if #recovered > 0 then redis.call('HINCRBY', p .. 'metrics:stalled', 'count', #recovered) end
 local wakes = #recovered + freed
 -- one wake per job made claimable, at most 16; none while paused (resume pushes them)

@@ -304,6 +304,34 @@ pub struct Counts {
     pub paused: bool,
 }
 
+/// The most minutes [`Store::history`] reads: the store keeps about a day of them.
+pub const HISTORY_MINUTES_MAX: u32 = 1440;
+
+/// Jobs completed and dead-lettered per minute (history): each settle counts its jobs in the
+/// minute it ran, once per call however many jobs it settles.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct History {
+    /// The first minute's start, in minutes since the Unix epoch (store clock).
+    pub first_minute: u64,
+    /// Jobs completed in each minute, oldest first.
+    pub completed: Vec<u64>,
+    /// Jobs dead-lettered in each minute, oldest first.
+    pub failed: Vec<u64>,
+}
+
+/// Refuses a history of 0 minutes or of more than [`HISTORY_MINUTES_MAX`].
+pub(crate) fn check_history_minutes(minutes: u32) -> Result<()> {
+    if minutes == 0 || minutes > HISTORY_MINUTES_MAX {
+        return Err(Error::InvalidOption {
+            field: "minutes",
+            value: minutes.to_string(),
+            reason: "1 to 1440",
+        });
+    }
+    Ok(())
+}
+
 /// Which limit set_group_limit sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LimitTarget {
@@ -686,6 +714,10 @@ pub trait Store: Send + Sync {
 
     /// counts: sizes per state and the counters.
     async fn counts(&self, queue: &QueueName) -> Result<Counts>;
+
+    /// history: the jobs completed and dead-lettered in each of the queue's last `minutes` minutes
+    /// (1 to [`HISTORY_MINUTES_MAX`], the current one included), on the store's clock.
+    async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History>;
 
     /// list: up to `limit` ids in `state`, from `offset` (pending in claim order per member, scheduled
     /// by due time, active by lease deadline, dead and completed/cancelled newest first).

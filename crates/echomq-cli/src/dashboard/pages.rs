@@ -60,9 +60,14 @@ fn count_of(c: &Counts, state: JobState) -> u64 {
     }
 }
 
-/// `GET /`: every queue with its counts per state and whether it is paused; live.
+/// `GET /`: every queue with its counts per state, whether it is paused, and its jobs
+/// completed and dead-lettered per minute over the last hour as a chart; the counts live.
 pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
     let rows = counts_of_every_queue(&app).await?;
+    let mut charts = Vec::with_capacity(rows.len());
+    for (q, _) in &rows {
+        charts.push(app.store.history(q, 60).await.map_err(store_failed)?);
+    }
     let body = html! {
         @if rows.is_empty() {
             p { "No queues yet: enqueue a job (" code { "emq enqueue QUEUE PAYLOAD" } ") and it shows here." }
@@ -71,10 +76,10 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
                 thead { tr {
                     th { "queue" }
                     @for s in STATES { th { (s.as_str()) } }
-                    th { "failed" } th { "retried" } th { "" }
+                    th { "failed" } th { "retried" } th { "" } th { "last hour" }
                 } }
                 tbody {
-                    @for (q, c) in &rows {
+                    @for ((q, c), h) in rows.iter().zip(&charts) {
                         tr {
                             td { a href=(format!("/queues/{}", seg(q.as_str()))) { (q.as_str()) } }
                             @for s in STATES {
@@ -83,6 +88,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
                             td.n data-q=(q.as_str()) data-k="failed" { (c.failed) }
                             td.n data-q=(q.as_str()) data-k="retried" { (c.retried) }
                             td { @if c.paused { span.paused { "paused" } } }
+                            td { (chart(h)) }
                         }
                     }
                 }
@@ -91,6 +97,39 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
         }
     };
     Ok(page(&app, "Queues", body, true).into_response())
+}
+
+/// A queue's last hour as bars, a minute each: completed up from the middle line, dead-lettered
+/// down from it, each scaled to the busiest minute of its kind.
+fn chart(h: &echomq::store::History) -> maud::Markup {
+    let (w, mid) = (3usize, 16.0f64);
+    let top = |v: &[u64]| v.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let (done_max, failed_max) = (top(&h.completed), top(&h.failed));
+    let total = |v: &[u64]| v.iter().sum::<u64>();
+    let title = format!(
+        "last hour: {} completed, {} dead-lettered (a bar a minute)",
+        total(&h.completed),
+        total(&h.failed)
+    );
+    let width = w * h.completed.len();
+    html! {
+        svg.chart width=(width) height="32" viewBox=(format!("0 0 {width} 32")) role="img" aria-label=(title) {
+            title { (title) }
+            line x1="0" y1="16" x2=(width) y2="16" stroke="#ccd" stroke-width="0.5" {}
+            @for (i, n) in h.completed.iter().enumerate() {
+                @if *n > 0 {
+                    @let bar = (*n as f64 / done_max * (mid - 1.0)).max(1.0);
+                    rect x=(i * w) y=(format!("{:.1}", mid - bar)) width=(w - 1) height=(format!("{bar:.1}")) fill="#3a8a3a" {}
+                }
+            }
+            @for (i, n) in h.failed.iter().enumerate() {
+                @if *n > 0 {
+                    @let bar = (*n as f64 / failed_max * (mid - 1.0)).max(1.0);
+                    rect x=(i * w) y="16" width=(w - 1) height=(format!("{bar:.1}")) fill="#b33" {}
+                }
+            }
+        }
+    }
 }
 
 async fn counts_of_every_queue(app: &App) -> Result<Vec<(QueueName, Counts)>, Response> {

@@ -51,6 +51,7 @@ mod enqueue;
 mod extend_lock;
 mod genqueue;
 mod get;
+mod history;
 mod list;
 mod list_schedules;
 mod mark_waited;
@@ -103,8 +104,8 @@ use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleNam
 use crate::store::{
     check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive,
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
-    Extended, Handoff, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention,
-    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT,
+    Extended, Handoff, History, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
+    Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT,
     PAYLOAD_LIMIT_DEFAULT,
 };
 use db::Db;
@@ -1115,6 +1116,14 @@ impl Store for EmbeddedStore {
 
     async fn counts(&self, queue: &QueueName) -> Result<Counts> {
         self.run(queue.as_str(), "counts", On::Thread, counts::counts).await
+    }
+
+    async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {
+        crate::store::check_history_minutes(minutes)?;
+        self.run(queue.as_str(), "history", On::Thread, move |db| {
+            history::history(db, minutes)
+        })
+        .await
     }
 
     async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {

@@ -35,8 +35,8 @@ use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 use crate::store::{
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
-    Extended, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention, Retried, Round,
-    SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
+    Extended, History, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention,
+    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
 };
 
 mod args;
@@ -59,6 +59,7 @@ mod enqueue;
 mod extend_lock;
 mod genqueue;
 mod get;
+mod history;
 mod list;
 mod obliterate;
 mod pause;
@@ -593,6 +594,11 @@ impl Store for RedisStore {
 
     async fn counts(&self, queue: &QueueName) -> Result<Counts> {
         counts::counts(self, queue).await
+    }
+
+    async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {
+        crate::store::check_history_minutes(minutes)?;
+        history::history(self, queue, minutes).await
     }
 
     async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {

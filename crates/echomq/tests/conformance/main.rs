@@ -9,6 +9,7 @@ mod admin;
 mod claim;
 mod dedup;
 mod enqueue;
+mod history;
 mod inputs;
 mod priority;
 mod promote;
@@ -35,6 +36,7 @@ fn every_verb_has_a_case() {
         results::CASES,
         schedules::CASES,
         admin::CASES,
+        history::CASES,
         inputs::CASES,
     ]
     .concat();

@@ -362,8 +362,17 @@ impl<'a> Db<'a> {
 
     /// HINCRBY emq:{q}:metrics:<event> count n
     pub(crate) fn count(&self, event: &str, n: i64) -> R<()> {
-        if n > 0 {
-            self.kv_incr(&format!("metrics:{event}"), n)?;
+        if n <= 0 {
+            return Ok(());
+        }
+        self.kv_incr(&format!("metrics:{event}"), n)?;
+        // this minute's count in the history (the field m<minute> of the script's hash): the
+        // first count of a minute deletes the minute of a day before
+        if event == "completed" || event == "failed" {
+            let minute = self.now().div_euclid(60_000);
+            if self.kv_incr(&format!("metrics:{event}:m{minute}"), n)? == n {
+                self.kv_del(&format!("metrics:{event}:m{}", minute - 1440))?;
+            }
         }
         Ok(())
     }

@@ -29,6 +29,7 @@ const READS: &[&str] = &[
     "priority_aging",
     "rate_limits",
     "list_schedules",
+    "history",
 ];
 
 /// How a script publishes, and how it publishes on a cluster.
@@ -207,6 +208,7 @@ scripts! {
     refill_schedule: true,
     mark_waited: true,
     counts: true,
+    history: true,
     list: true,
     queues: true,
 }
