@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use echomq::{Consumer, ConsumerOptions, JobContext, NewJob, QueueName, Store, Verdict};
 use serde_json::{json, Value};
 
+mod dashboard;
 mod rate;
 
 /// The benchmark queue.
@@ -58,6 +59,9 @@ enum Workload {
         #[arg(long, default_value_t = 1, requires = "rate_limit")]
         burst: u32,
     },
+    /// f_dashboard: the dashboard's pages with N waiting jobs in G groups, R requests each
+    /// (median and 99th percentile), `/metrics` against the empty queue's.
+    Dashboard(dashboard::DashboardArgs),
     /// e_rate_limit: consumer processes against a queue rate limit (or a group's among unlimited
     /// groups, with --groups), the starts on the store's clock.
     RateLimit(rate::RateArgs),
@@ -292,6 +296,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             process(&store, &q, &meter, jobs, concurrency, typed, priorities).await?
         }
         Workload::RateLimit(a) => rate::run(&store, url, &q, a).await?,
+        Workload::Dashboard(a) => dashboard::run(&store, &q, a).await?,
         Workload::RateLimitChild(_) => {}
         Workload::Latency {
             concurrency,

@@ -95,6 +95,25 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The dashboard on a free loopback port in this process, open and not read-only, for the
+/// benchmark; its address.
+pub(crate) async fn serve_in_process(store: Arc<dyn Store>) -> anyhow::Result<SocketAddr> {
+    let app = Arc::new(App {
+        store,
+        csrf: guard::random_token()?,
+        read_only: false,
+        auth: guard::Auth::Open,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router(app)).await {
+            tracing::warn!(error = %e, "the benchmark's dashboard stopped");
+        }
+    });
+    Ok(addr)
+}
+
 /// Resolves at SIGINT (Ctrl-C) or SIGTERM: the server stops taking connections and ends.
 async fn stopped() {
     let term = async {
