@@ -160,6 +160,21 @@ fn unchunk(mut rest: &str) -> String {
     out
 }
 
+/// A nightly cron schedule in Berlin, added with `emq schedule add`.
+fn add_nightly(b: &Backend, q: &str) {
+    let add = [
+        "schedule",
+        "add",
+        q,
+        "nightly",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+    ];
+    assert_exit(&b.emq(&add), 0);
+}
+
 fn queue(name: &str) -> String {
     queue_named("dash", name)
 }
@@ -316,19 +331,7 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     assert_eq!(l.counts(&q).pending, 0);
 
     // schedules: listed, triggered, paused, removed
-    assert_exit(
-        &b.emq(&[
-            "schedule",
-            "add",
-            &q,
-            "nightly",
-            "--cron",
-            "30 2 * * *",
-            "--tz",
-            "Europe/Berlin",
-        ]),
-        0,
-    );
+    add_nightly(b, &q);
     let s = d.get(&format!("/queues/{q}/schedules"));
     assert_eq!(s.status, 200);
     assert!(
@@ -776,19 +779,7 @@ fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and
         r#"{"report":"daily","pages":[1,2,3]}"#,
         &["--id", "report-7", "--delay", "1h", "--priority", "3"],
     );
-    assert_exit(
-        &b.emq(&[
-            "schedule",
-            "add",
-            &q,
-            "nightly",
-            "--cron",
-            "30 2 * * *",
-            "--tz",
-            "Europe/Berlin",
-        ]),
-        0,
-    );
+    add_nightly(&b, &q);
     let d = Dashboard::start(&b, &[]);
     let web = Browser::start();
     let at = |path: &str| format!("http://{}{path}", d.addr);

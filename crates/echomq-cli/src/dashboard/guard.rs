@@ -39,7 +39,10 @@ impl Auth {
                 if u.is_empty() || u.contains(':') || p.is_empty() {
                     anyhow::bail!("--auth-user must be non-empty without ':', and --auth-password non-empty");
                 }
-                Ok(Auth::Basic(format!("Basic {}", base64(format!("{u}:{p}").as_bytes()))))
+                Ok(Auth::Basic(format!(
+                    "Basic {}",
+                    crate::job::base64(format!("{u}:{p}").as_bytes())
+                )))
             }
             _ => Ok(Auth::Open),
         }
@@ -128,35 +131,16 @@ pub(crate) fn random_token() -> anyhow::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Standard base64 with padding (the basic credentials' encoding).
-fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn basic_credentials_encode_as_browsers_send_them() {
-        assert_eq!(base64(b"Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
-        assert_eq!(base64(b"a:b"), "YTpi");
-        assert_eq!(base64(b"ab:cd"), "YWI6Y2Q=");
+        assert_eq!(
+            crate::job::base64(b"Aladdin:open sesame"),
+            "QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
     }
 
