@@ -282,6 +282,11 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     assert_eq!(d.get(&format!("/queues/{q}/jobs/nope")).status, 404);
     assert_eq!(d.get(&format!("/queues/{q}?state=sleeping")).status, 400);
     assert_eq!(d.get("/no/such/page").status, 404);
+    assert_eq!(
+        d.get(&format!("/queues/{q}?find=a%0D%0ASet-Cookie:x")).status,
+        404,
+        "no header from input"
+    );
 
     // an action without the page's CSRF token is refused and changes nothing
     let forged = d.post(&format!("/queues/{q}/jobs/doomed/retry"), "");

@@ -186,7 +186,10 @@ pub(crate) async fn queue(
 ) -> PageResult {
     let queue = known_queue(&app, &name).await?;
     if let Some(find) = q.find.as_deref().map(str::trim).filter(|f| !f.is_empty()) {
-        return Ok(Redirect::to(&format!("/queues/{}/jobs/{}", seg(queue.as_str()), seg(find))).into_response());
+        // only a valid id reaches the Location header
+        let id = JobId::parse(find)
+            .map_err(|_| layout::error_page(StatusCode::NOT_FOUND, &format!("no job {find} in queue {name}")))?;
+        return Ok(Redirect::to(&format!("/queues/{}/jobs/{}", seg(queue.as_str()), seg(id.as_str()))).into_response());
     }
     let state = match q.state.as_deref() {
         None => JobState::Pending,
