@@ -91,6 +91,15 @@ pub async fn serve_worker(
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&DURATION_BUCKETS)?
         .install_recorder()?;
+    // the recorder keeps each sample until its histogram is folded: fold them every few
+    // seconds, scraped or not, so an unscraped worker's memory stays flat
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {bind} for metrics: {e}"))?;

@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long)]
     pub watch: bool,
     /// The queue's jobs completed and dead-lettered per minute over its last MINUTES minutes
-    /// (default 60, at most 1440; the store keeps about a day), oldest first: one line per minute,
+    /// (default 60, at most 1440), oldest first: one line per minute,
     /// `2026-12-05 20:59 UTC completed=12 failed=0`, or with --json one object per line (queue,
     /// minute in minutes since the epoch, at, completed, failed).
     #[arg(

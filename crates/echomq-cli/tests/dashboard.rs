@@ -105,7 +105,10 @@ fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], fo
 fn exchange(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -218,6 +221,16 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     // the overview: the queue's counts, live from the JSON beside it
     let home = d.get("/");
     assert_eq!(home.status, 200, "{}", home.body);
+    assert_eq!(
+        home.header("x-frame-options"),
+        Some("DENY"),
+        "never framed by another site"
+    );
+    // served to loopback names only: a name rebound to 127.0.0.1 gets nothing
+    let rebound = d.request("GET", "/", &[("Host", "evil.example")], None);
+    assert_eq!(rebound.status, 403);
+    assert!(!rebound.body.contains("name=\"csrf\""));
+    assert_eq!(d.request("GET", "/", &[("Host", "localhost:7070")], None).status, 200);
     assert_eq!(cell(&home.body, &q, "pending"), 3);
     assert_eq!(cell(&home.body, &q, "scheduled"), 1);
     assert_eq!(cell(&home.body, &q, "dead"), 1);
@@ -362,6 +375,11 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
         d.post(&format!("/queues/{q}/schedules/nightly/remove"), &token).status,
         404
     );
+    // a name of dots only is no path segment: listed, with no action that would reach the queue's
+    assert_exit(&b.emq(&["schedule", "add", &q, "..", "--every", "1h"]), 0);
+    let dots = d.get(&format!("/queues/{q}/schedules")).body;
+    assert!(dots.contains("every 1h") && !dots.contains("/schedules/../"), "{dots}");
+    assert_exit(&b.emq(&["schedule", "remove", &q, ".."]), 0);
 
     // obliterate asks for the queue's name typed again
     let unconfirmed = d.post(&format!("/queues/{q}/obliterate"), &format!("{token}&confirm=other"));
@@ -536,10 +554,22 @@ fn a_bind_other_machines_reach_needs_authentication_and_gets_it() {
     assert_eq!((login.status, login.header("location")), (303, Some("/")));
     let cookie = login.header("set-cookie").unwrap();
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"),
         "{cookie}"
     );
     let kept = cookie.split(';').next().unwrap();
+    assert!(d.get("/").header("www-authenticate").unwrap().starts_with("Bearer"));
+    let deep = d.get("/queues/x?state=dead&token=s3cret");
+    assert_eq!(
+        deep.header("location"),
+        Some("/queues/x?state=dead"),
+        "the page kept, the token dropped"
+    );
+    assert_eq!(
+        d.get("//evil.example/?token=s3cret").header("location"),
+        Some("/"),
+        "never off the site"
+    );
     assert_eq!(d.request("GET", "/", &[("Cookie", kept)], None).status, 200);
     assert_eq!(
         d.post("/queues/x/pause", "").status,

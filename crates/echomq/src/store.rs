@@ -304,7 +304,7 @@ pub struct Counts {
     pub paused: bool,
 }
 
-/// The most minutes [`Store::history`] reads: the store keeps about a day of them.
+/// The most minutes [`Store::history`] reads: a day, what a queue busy every minute keeps.
 pub const HISTORY_MINUTES_MAX: u32 = 1440;
 
 /// Jobs completed and dead-lettered per minute (history): each settle counts its jobs in the

@@ -1,7 +1,7 @@
 //! The metrics a consumer records, through the [`metrics`] facade: an application exports them
 //! with the recorder of its choice (Prometheus, StatsD, …), installed before its workers start;
-//! with none installed, recording costs next to nothing. `emq work --metrics-bind` and `emq
-//! dashboard` export them, with the store's gauges, as Prometheus text.
+//! with none installed, recording costs next to nothing. `emq work --metrics-bind` exports them,
+//! with the store's gauges of its queues, as Prometheus text.
 //!
 //! | name | type | labels | what |
 //! | --- | --- | --- | --- |

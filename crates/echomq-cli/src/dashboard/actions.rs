@@ -107,16 +107,14 @@ pub(crate) async fn queue(
             format!("{} back to ready", crate::count(n, "dead job"))
         }
         "promote-scheduled" => {
+            // every job of a page leaves `scheduled` (promoted here, or by a consumer's beat
+            // meanwhile, or gone): each page is the set's head again
             let mut promoted = 0u64;
-            let mut from = 0u64;
             while promoted < PROMOTE_ALL_MAX {
                 let ids = store
-                    .list(&queue, JobState::Scheduled, from, 1000)
+                    .list(&queue, JobState::Scheduled, 0, 1000)
                     .await
                     .map_err(store_failed)?;
-                if ids.is_empty() {
-                    break;
-                }
                 let mut moved = 0;
                 for id in &ids {
                     if store.promote_job(&queue, id).await.map_err(store_failed)? == PromotedJob::Promoted {
@@ -124,8 +122,9 @@ pub(crate) async fn queue(
                     }
                 }
                 promoted += moved;
-                // those not moved (gone or no longer scheduled meanwhile) are skipped over
-                from += ids.len() as u64 - moved;
+                if moved == 0 {
+                    break;
+                }
             }
             format!("{} made ready now", crate::count(promoted, "scheduled job"))
         }

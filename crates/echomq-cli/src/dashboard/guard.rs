@@ -56,10 +56,43 @@ impl Auth {
 
 /// The middleware: a request that does not authenticate gets 401 (with the basic challenge
 /// when basic is asked); a browser's `?token=T` on a GET is kept in a cookie and the page
-/// reloaded without it, so the token does not stay in the address bar or the history.
+/// reloaded without it, so the token does not stay in the address bar or the history. Without
+/// authentication (a loopback bind) only a loopback `Host` is served: a site whose name was
+/// rebound to 127.0.0.1 cannot read the pages or their CSRF token. No page may be framed by
+/// another site (clickjacking).
 pub(crate) async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let mut r = authenticated(&app, req, next).await;
+    let h = r.headers_mut();
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    r
+}
+
+/// Whether a `Host` header names this machine's loopback (`localhost`, `127.0.0.1`, `[::1]`, any
+/// port).
+fn loopback_host(host: Option<&str>) -> bool {
+    let Some(host) = host else { return false };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+async fn authenticated(app: &App, req: Request, next: Next) -> Response {
     match &app.auth {
-        Auth::Open => next.run(req).await,
+        Auth::Open => {
+            if !loopback_host(header_value(req.headers(), header::HOST)) {
+                return layout::error_page(
+                    StatusCode::FORBIDDEN,
+                    "this dashboard serves loopback names only (localhost, 127.0.0.1, [::1])",
+                );
+            }
+            next.run(req).await
+        }
         Auth::Token(t) => {
             let headers = req.headers();
             let bearer = header_value(headers, header::AUTHORIZATION)
@@ -74,17 +107,39 @@ pub(crate) async fn check(State(app): State<Arc<App>>, req: Request, next: Next)
                 .query()
                 .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
             if req.method() == axum::http::Method::GET && given.is_some_and(|g| same(g, t)) {
-                let mut r = Redirect::to(req.uri().path()).into_response();
-                let value = format!("{TOKEN_COOKIE}={t}; HttpOnly; SameSite=Strict; Path=/");
+                // the same page without the token: a path of this site only (never `//host`)
+                let path = req.uri().path();
+                let path = if path.starts_with("//") { "/" } else { path };
+                let rest: Vec<&str> = req
+                    .uri()
+                    .query()
+                    .unwrap_or("")
+                    .split('&')
+                    .filter(|kv| !kv.is_empty() && !kv.starts_with("token="))
+                    .collect();
+                let to = if rest.is_empty() {
+                    path.to_string()
+                } else {
+                    format!("{path}?{}", rest.join("&"))
+                };
+                let mut r = Redirect::to(&to).into_response();
+                // Lax: a link to a page, followed from elsewhere, still carries it (every action
+                // is a POST, and needs the page's CSRF token besides)
+                let value = format!("{TOKEN_COOKIE}={t}; HttpOnly; SameSite=Lax; Path=/");
                 if let Ok(v) = HeaderValue::from_str(&value) {
                     r.headers_mut().insert(header::SET_COOKIE, v);
                 }
                 return r;
             }
-            layout::error_page(
+            let mut r = layout::error_page(
                 StatusCode::UNAUTHORIZED,
                 "a token is needed: open /?token=… or send Authorization: Bearer …",
-            )
+            );
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"emq dashboard\""),
+            );
+            r
         }
         Auth::Basic(expected) => {
             let given = header_value(req.headers(), header::AUTHORIZATION);
@@ -142,6 +197,13 @@ mod tests {
             "QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
         );
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+        for ok in ["127.0.0.1:7070", "localhost:1", "LOCALHOST", "[::1]:80", "127.1.2.3"] {
+            assert!(loopback_host(Some(ok)), "{ok}");
+        }
+        for bad in ["evil.example:7070", "10.0.0.1", "[::2]:80", "localhost.evil.example"] {
+            assert!(!loopback_host(Some(bad)), "{bad}");
+        }
+        assert!(!loopback_host(None));
     }
 
     #[test]

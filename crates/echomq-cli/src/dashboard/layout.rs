@@ -127,6 +127,19 @@ pub(crate) fn bytes(b: &[u8]) -> String {
     }
 }
 
+/// Whether a name can be a path segment: `.` and `..` (valid names) are read by every browser
+/// as the current and the parent folder, so a link to them would reach another page.
+pub(crate) fn addressable(name: &str) -> bool {
+    !name.bytes().all(|b| b == b'.')
+}
+
+/// A link to `to` labelled `text`, or the text alone when its last segment is not addressable.
+pub(crate) fn link(to: &str, text: &str) -> Markup {
+    html! {
+        @if addressable(text) { a href=(to) { (text) } } @else { (text) }
+    }
+}
+
 /// A path segment escaped for a URL (names are `[A-Za-z0-9._:-]`, so only `:` needs it, and it
 /// needs it only to keep a segment from reading as a scheme).
 pub(crate) fn seg(s: &str) -> String {

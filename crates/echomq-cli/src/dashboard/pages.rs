@@ -12,7 +12,7 @@ use echomq::{JobId, JobState, QueueName};
 use maud::html;
 use serde::Deserialize;
 
-use super::layout::{self, action, bytes, page, seg, time};
+use super::layout::{self, action, addressable, bytes, link, page, seg, time};
 use super::App;
 
 /// Jobs a queue page lists at once.
@@ -81,7 +81,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
                 tbody {
                     @for ((q, c), h) in rows.iter().zip(&charts) {
                         tr {
-                            td { a href=(format!("/queues/{}", seg(q.as_str()))) { (q.as_str()) } }
+                            td { (link(&format!("/queues/{}", seg(q.as_str())), q.as_str())) }
                             @for s in STATES {
                                 td.n data-q=(q.as_str()) data-k=(s.as_str()) { (count_of(c, s)) }
                             }
@@ -242,7 +242,7 @@ pub(crate) async fn queue(
             tbody {
                 @for row in &rows {
                     tr {
-                        td { a href=(format!("{base}/jobs/{}", seg(row.id.as_str()))) { (row.id.as_str()) } }
+                        td { (link(&format!("{base}/jobs/{}", seg(row.id.as_str())), row.id.as_str())) }
                         td.n { (row.attempts) }
                         td { (row.group.as_ref().map(|g| g.as_str()).unwrap_or("")) }
                         td { (row.kind.as_deref().unwrap_or("")) }
@@ -260,7 +260,7 @@ pub(crate) async fn queue(
                 " "
             }
             @if more {
-                a href=(format!("{base}?state={}&cursor={}", state.as_str(), from + PAGE as u64)) { "next →" }
+                a href=(format!("{base}?state={}&cursor={}", state.as_str(), from.saturating_add(PAGE as u64))) { "next →" }
             }
         }
     };
@@ -370,10 +370,13 @@ pub(crate) async fn schedules(
                             td { (fire(s.last_fire, zone)) }
                             td.n { (s.fired) } td.n { (s.missed) } td.n { (s.skipped) }
                             td.actions {
-                                @if s.paused { (action(&app, &format!("{path}/resume"), "Resume", false, None)) }
-                                @else { (action(&app, &format!("{path}/pause"), "Pause", false, None)) }
-                                (action(&app, &format!("{path}/trigger"), "Trigger", false, None))
-                                (action(&app, &format!("{path}/remove"), "Remove", true, None))
+                                // a name of dots only cannot be a path segment: no action
+                                @if addressable(s.schedule.name.as_str()) {
+                                    @if s.paused { (action(&app, &format!("{path}/resume"), "Resume", false, None)) }
+                                    @else { (action(&app, &format!("{path}/pause"), "Pause", false, None)) }
+                                    (action(&app, &format!("{path}/trigger"), "Trigger", false, None))
+                                    (action(&app, &format!("{path}/remove"), "Remove", true, None))
+                                }
                             }
                         }
                     }
