@@ -138,6 +138,8 @@ fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(pages::metrics))
         .route("/queues/{queue}", get(pages::queue))
         .route("/queues/{queue}/schedules", get(pages::schedules))
+        .route("/queues/{queue}/groups", get(pages::groups))
+        .route("/queues/{queue}/groups/{group}/limit", post(actions::group_limit))
         .route("/queues/{queue}/jobs/{id}", get(pages::job))
         .route("/queues/{queue}/{action}", post(actions::queue))
         .route("/queues/{queue}/jobs/{id}/{action}", post(actions::job))

@@ -330,6 +330,27 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     assert_eq!(d.post(&format!("/queues/{q}/jobs/json-job/remove"), &token).status, 303);
     assert!(l.job(&q, "json-job").is_none());
 
+    // the groups: waiting and running jobs, the limit set in place
+    b.enqueue(&q, "g", &["--group", "tenant-a"]);
+    let groups = d.get(&format!("/queues/{q}/groups"));
+    assert_eq!(groups.status, 200);
+    assert!(
+        groups.body.contains("tenant-a") && groups.body.contains("0 / 1 (default)"),
+        "{}",
+        groups.body
+    );
+    let set = d.post(
+        &format!("/queues/{q}/groups/tenant-a/limit"),
+        &format!("{token}&limit=5"),
+    );
+    assert_eq!(set.status, 303);
+    assert!(d.get(&format!("/queues/{q}/groups")).body.contains("0 / 5<"));
+    let zero = d.post(
+        &format!("/queues/{q}/groups/tenant-a/limit"),
+        &format!("{token}&limit=0"),
+    );
+    assert_eq!(zero.status, 400);
+
     // the queue actions
     assert_eq!(d.post(&format!("/queues/{q}/pause"), &token).status, 303);
     assert!(l.counts(&q).paused);

@@ -304,6 +304,36 @@ pub struct Counts {
     pub paused: bool,
 }
 
+/// How many groups a page of [`Store::groups`] holds: at least this many unless it is the last
+/// (a Redis page ends where a chunk of the groups hash ends, so it may hold a chunk's more).
+pub const GROUPS_PAGE: usize = 100;
+
+/// A group as [`Store::groups`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupRow {
+    /// The group.
+    pub group: GroupName,
+    /// Its ready jobs (its lane's length).
+    pub waiting: u64,
+    /// Its running jobs (the slots it holds).
+    pub active: u64,
+    /// Its own concurrency limit; `None`: the queue's default.
+    pub limit: Option<u32>,
+}
+
+/// A page of [`Store::groups`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct GroupsPage {
+    /// The page's groups, by name.
+    pub groups: Vec<GroupRow>,
+    /// The queue's default limit, for groups without their own.
+    pub default_limit: u32,
+    /// The cursor of the next page; `None` after the last. Opaque: a store's own.
+    pub next: Option<String>,
+}
+
 /// The most minutes [`Store::history`] reads: a day, what a queue busy every minute keeps.
 pub const HISTORY_MINUTES_MAX: u32 = 1440;
 
@@ -714,6 +744,11 @@ pub trait Store: Send + Sync {
 
     /// counts: sizes per state and the counters.
     async fn counts(&self, queue: &QueueName) -> Result<Counts>;
+
+    /// groups: a page of the queue's groups — each with waiting or running jobs or a limit of its
+    /// own — from `cursor` (`None` for the first page; the page's `next` for the one after),
+    /// about [`GROUPS_PAGE`] groups a page, by name within a page.
+    async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage>;
 
     /// history: the jobs completed and dead-lettered in each of the queue's last `minutes` minutes
     /// (1 to [`HISTORY_MINUTES_MAX`], the current one included), on the store's clock.

@@ -21,11 +21,13 @@ const RETRY_EXTRA: u32 = 3;
 /// Scheduled jobs "promote all" makes ready in one action, at most.
 const PROMOTE_ALL_MAX: u64 = 100_000;
 
-/// Every action's form: the CSRF token, and for obliterate the queue's name typed again.
+/// Every action's form: the CSRF token, for obliterate the queue's name typed again, for a
+/// group's limit the new limit.
 #[derive(Deserialize)]
 pub(crate) struct ActionForm {
     csrf: Option<String>,
     confirm: Option<String>,
+    limit: Option<String>,
 }
 
 /// The refusals every action shares: a read-only dashboard, a form without this process's token.
@@ -224,4 +226,31 @@ pub(crate) async fn schedule(
     }
     let page = format!("/queues/{}/schedules", seg(queue.as_str()));
     Ok(back(&page, &format!("schedule {s}: {verb} done")))
+}
+
+/// `POST /queues/QUEUE/groups/GROUP/limit` (form field `limit`, at least 1): the group's
+/// concurrency limit, set in place.
+pub(crate) async fn group_limit(
+    State(app): State<Arc<App>>,
+    Path((name, group)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> PageResult {
+    if let Some(r) = refused(&app, &form) {
+        return Err(r);
+    }
+    let queue = known_queue(&app, &name).await?;
+    let g = echomq::GroupName::new(&group)
+        .map_err(|_| layout::error_page(StatusCode::NOT_FOUND, &format!("no group {group}")))?;
+    let limit = form
+        .limit
+        .as_deref()
+        .and_then(|l| l.trim().parse::<u32>().ok())
+        .filter(|l| *l >= 1)
+        .ok_or_else(|| layout::error_page(StatusCode::BAD_REQUEST, "a limit is a whole number, at least 1"))?;
+    app.store
+        .set_group_limit(&queue, &echomq::store::LimitTarget::Group(g.clone()), limit)
+        .await
+        .map_err(store_failed)?;
+    let page = format!("/queues/{}/groups", seg(queue.as_str()));
+    Ok(back(&page, &format!("group {g}: limit {limit}")))
 }

@@ -217,6 +217,8 @@ pub(crate) async fn queue(
         p {
             @if counts.paused { span.paused { "paused" } " · " }
             a href=(format!("{base}/schedules")) { "schedules" }
+            " · "
+            a href=(format!("{base}/groups")) { "groups" }
         }
         div.actions {
             @if counts.paused { (action(&app, &format!("{base}/resume"), "Resume", false, None)) }
@@ -385,6 +387,92 @@ pub(crate) async fn schedules(
         }
     };
     Ok(page(&app, &format!("Schedules of {queue}"), body, false).into_response())
+}
+
+/// A groups page's query: where the page starts, a message to show.
+#[derive(Deserialize)]
+pub(crate) struct GroupsQuery {
+    cursor: Option<String>,
+    msg: Option<String>,
+}
+
+/// `GET /queues/QUEUE/groups?cursor=…`: a page of the queue's groups — waiting and running jobs,
+/// concurrency limit (editable in place), rate limit and its state.
+pub(crate) async fn groups(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    Query(q): Query<GroupsQuery>,
+) -> PageResult {
+    let queue = known_queue(&app, &name).await?;
+    let page = app
+        .store
+        .groups(&queue, q.cursor.as_deref())
+        .await
+        .map_err(store_failed)?;
+    let rates = app.store.rate_limits(&queue).await.map_err(store_failed)?;
+    let base = format!("/queues/{}/groups", seg(queue.as_str()));
+    let rate_of = |g: &echomq::GroupName| -> String {
+        match rates.groups.iter().find(|r| &r.group == g) {
+            Some(r) if r.state.wait.is_zero() => format!("{} (admits now)", r.state.limit),
+            Some(r) => format!("{} (next in {} ms)", r.state.limit, r.state.wait.as_millis()),
+            None => rates
+                .group_default
+                .as_ref()
+                .map_or_else(|| "—".to_string(), |d| format!("{d} (default)")),
+        }
+    };
+    let body = html! {
+        @if let Some(m) = &q.msg { div.msg { (m) } }
+        p {
+            a href=(format!("/queues/{}", seg(queue.as_str()))) { "← queue " (queue.as_str()) }
+            " · default limit " (page.default_limit)
+            @if rates.throttled > 0 { " · " (rates.throttled) " held back by their rate limit" }
+        }
+        @if page.groups.is_empty() { p { "No groups with waiting or running jobs or a limit of their own." } }
+        @else {
+            table {
+                thead { tr { th { "group" } th { "waiting" } th { "running / limit" } th { "rate limit" } th { "" } } }
+                tbody {
+                    @for g in &page.groups {
+                        @let limit = g.limit.unwrap_or(page.default_limit);
+                        tr {
+                            td { (g.group.as_str()) }
+                            td.n { (g.waiting) }
+                            td.n { (g.active) " / " (limit) @if g.limit.is_none() { " (default)" } }
+                            td { (rate_of(&g.group)) }
+                            td.actions {
+                                @if !app.read_only && addressable(g.group.as_str()) {
+                                    form method="post" action=(format!("{base}/{}/limit", seg(g.group.as_str()))) {
+                                        input type="hidden" name="csrf" value=(app.csrf);
+                                        input type="number" name="limit" min="1" value=(limit) required;
+                                        button type="submit" { "Set limit" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(next) = &page.next {
+            p { a href=(format!("{base}?cursor={}", form_encode(next))) { "next →" } }
+        }
+    };
+    Ok(page_of(&app, &format!("Groups of {queue}"), body))
+}
+
+/// A value for a query string (the store's cursor is opaque).
+fn form_encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn page_of(app: &App, title: &str, body: maud::Markup) -> Response {
+    page(app, title, body, false).into_response()
 }
 
 /// Any other path.

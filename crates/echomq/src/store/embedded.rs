@@ -51,6 +51,7 @@ mod enqueue;
 mod extend_lock;
 mod genqueue;
 mod get;
+mod groups;
 mod history;
 mod list;
 mod list_schedules;
@@ -101,6 +102,7 @@ use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
+use crate::store::GroupsPage;
 use crate::store::{
     check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive,
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
@@ -1116,6 +1118,14 @@ impl Store for EmbeddedStore {
 
     async fn counts(&self, queue: &QueueName) -> Result<Counts> {
         self.run(queue.as_str(), "counts", On::Thread, counts::counts).await
+    }
+
+    async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage> {
+        let after = cursor.map(str::to_string);
+        self.run(queue.as_str(), "groups", On::Thread, move |db| {
+            groups::groups(db, after.as_deref())
+        })
+        .await
     }
 
     async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {

@@ -33,6 +33,7 @@ use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
+use crate::store::GroupsPage;
 use crate::store::{
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
     Extended, History, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention,
@@ -59,6 +60,7 @@ mod enqueue;
 mod extend_lock;
 mod genqueue;
 mod get;
+mod groups;
 mod history;
 mod list;
 mod obliterate;
@@ -594,6 +596,10 @@ impl Store for RedisStore {
 
     async fn counts(&self, queue: &QueueName) -> Result<Counts> {
         counts::counts(self, queue).await
+    }
+
+    async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage> {
+        groups::groups(self, queue, cursor).await
     }
 
     async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {

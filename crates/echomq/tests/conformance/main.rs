@@ -9,6 +9,7 @@ mod admin;
 mod claim;
 mod dedup;
 mod enqueue;
+mod groups;
 mod history;
 mod inputs;
 mod priority;
@@ -37,6 +38,7 @@ fn every_verb_has_a_case() {
         schedules::CASES,
         admin::CASES,
         history::CASES,
+        groups::CASES,
         inputs::CASES,
     ]
     .concat();

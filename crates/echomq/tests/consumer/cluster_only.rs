@@ -741,6 +741,7 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.list(&q, JobState::Pending, 0, 10).await.unwrap();
     store.counts(&q).await.unwrap();
     store.history(&q, 60).await.unwrap();
+    store.groups(&q, None).await.unwrap();
     store.queues().await.unwrap();
     store.pause(&q).await.unwrap();
     store.resume(&q).await.unwrap();

@@ -30,6 +30,7 @@ const READS: &[&str] = &[
     "rate_limits",
     "list_schedules",
     "history",
+    "groups",
 ];
 
 /// How a script publishes, and how it publishes on a cluster.
@@ -209,6 +210,7 @@ scripts! {
     mark_waited: true,
     counts: true,
     history: true,
+    groups: true,
     list: true,
     queues: true,
 }
