@@ -180,5 +180,6 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     out!("  emq job {QUEUE} <id> --json            one job, every field");
     out!("  emq retry {QUEUE} --all-dead           run the dead ones again");
     out!("  emq work {QUEUE} --exec 'cat'          a worker in any language: the payload on stdin");
+    out!("  emq dashboard                      all of it in a browser: http://127.0.0.1:7070/");
     Ok(0)
 }

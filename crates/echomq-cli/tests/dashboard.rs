@@ -554,6 +554,27 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
 }
 
 #[test]
+fn the_demo_then_the_dashboard_shows_its_queue_at_once() {
+    let b = Backend::embedded();
+    let demo = b.emq(&["demo", "--jobs", "2000"]);
+    assert_exit(&demo, 0);
+    let said = common::stdout(&demo);
+    assert!(
+        said.contains("look further") && said.contains("emq dashboard"),
+        "{said}"
+    );
+    let d = Dashboard::start(&b, &[]);
+    let home = d.get("/");
+    assert_eq!(home.status, 200);
+    assert!(cell(&home.body, "demo", "completed") > 0, "{}", home.body);
+    assert!(cell(&home.body, "demo", "dead") > 0, "the demo's dead jobs show");
+    assert!(
+        !home.body.contains("last hour: 0 completed"),
+        "the hour's chart has the demo's jobs"
+    );
+}
+
+#[test]
 fn a_bind_other_machines_reach_needs_authentication_and_gets_it() {
     let b = Backend::embedded();
     let open = b.emq(&["dashboard", "--bind", "0.0.0.0:0"]);
