@@ -22,22 +22,10 @@ const DURATION_BUCKETS: [f64; 14] = [
 
 /// The store's metrics of `queues` as Prometheus text (every queue the store knows when `None`).
 pub async fn store_metrics(store: &dyn Store, queues: Option<&[QueueName]>) -> echomq::Result<String> {
-    let all;
-    let queues = match queues {
-        Some(q) => q,
-        None => {
-            all = store.queues().await?;
-            &all[..]
-        }
-    };
-    let mut counts = Vec::with_capacity(queues.len());
-    for q in queues {
-        counts.push((q, store.counts(q).await?));
-    }
-    Ok(render(&counts))
+    Ok(render(&crate::stats::counts_of(store, queues).await?))
 }
 
-fn render(counts: &[(&QueueName, Counts)]) -> String {
+fn render(counts: &[(QueueName, Counts)]) -> String {
     let mut out = String::new();
     let family = |out: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

@@ -85,11 +85,20 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
 
 /// The counts of the named queue, or of every queue by name.
 async fn read(store: &dyn Store, named: Option<&QueueName>) -> anyhow::Result<Vec<(QueueName, Counts)>> {
-    let mut queues = match named {
-        Some(q) => vec![q.clone()],
-        None => store.queues().await?,
+    Ok(counts_of(store, named.map(std::slice::from_ref)).await?)
+}
+
+/// The counts of `queues`, in their order, or of every queue the store knows, by name: one
+/// `counts` a queue (`emq stats`, the dashboard's overview and its `/metrics` read them here).
+pub async fn counts_of(store: &dyn Store, queues: Option<&[QueueName]>) -> echomq::Result<Vec<(QueueName, Counts)>> {
+    let queues = match queues {
+        Some(q) => q.to_vec(),
+        None => {
+            let mut all = store.queues().await?;
+            all.sort();
+            all
+        }
     };
-    queues.sort();
     let mut rows = Vec::with_capacity(queues.len());
     for q in queues {
         let counts = store.counts(&q).await?;

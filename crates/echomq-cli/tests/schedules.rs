@@ -138,7 +138,7 @@ fn an_every_second_schedule_fires_each_slot_once_while_its_workers_are_killed(b:
     let mut workers: Vec<Worker> = (0..4).map(|_| work(b, &q, &file)).collect();
     let began = Instant::now();
     let mut kills = 0;
-    // a random victim each time (xorshift from the clock; the seed printed for a rerun)
+    // a random victim each time (xorshift from the clock; its start value printed for a rerun)
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64)

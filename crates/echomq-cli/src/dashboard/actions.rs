@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use echomq::store::{Cancelled, Obliterated, PromotedJob, Redriven, Removed, SettleOptions};
-use echomq::{JobId, JobState};
+use echomq::{JobId, JobState, QueueName};
 use serde::Deserialize;
 
 use super::layout::{self, seg};
@@ -47,15 +47,15 @@ fn refused(app: &App, form: &ActionForm) -> Option<Response> {
 /// Back to `to` with `msg` shown on it.
 fn back(to: &str, msg: &str) -> Response {
     let sep = if to.contains('?') { '&' } else { '?' };
-    let encoded: String = msg
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            b' ' => "+".to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    Redirect::to(&format!("{to}{sep}msg={encoded}")).into_response()
+    Redirect::to(&format!("{to}{sep}msg={}", layout::query_value(msg))).into_response()
+}
+
+/// What every action checks first: the refusals above, then the queue the path names.
+async fn admitted(app: &App, form: &ActionForm, name: &str) -> Result<QueueName, Response> {
+    if let Some(r) = refused(app, form) {
+        return Err(r);
+    }
+    known_queue(app, name).await
 }
 
 /// `POST /queues/QUEUE/{pause,resume,drain,obliterate,retry-dead,promote-scheduled}`.
@@ -64,10 +64,7 @@ pub(crate) async fn queue(
     Path((name, verb)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> PageResult {
-    if let Some(r) = refused(&app, &form) {
-        return Err(r);
-    }
-    let queue = known_queue(&app, &name).await?;
+    let queue = admitted(&app, &form, &name).await?;
     let store = &app.store;
     let page = format!("/queues/{}", seg(queue.as_str()));
     let msg = match verb.as_str() {
@@ -141,10 +138,7 @@ pub(crate) async fn job(
     Path((name, id, verb)): Path<(String, String, String)>,
     Form(form): Form<ActionForm>,
 ) -> PageResult {
-    if let Some(r) = refused(&app, &form) {
-        return Err(r);
-    }
-    let queue = known_queue(&app, &name).await?;
+    let queue = admitted(&app, &form, &name).await?;
     let missing = || layout::error_page(StatusCode::NOT_FOUND, &format!("no job {id} in queue {name}"));
     let job_id = JobId::parse(&id).map_err(|_| missing())?;
     let store = &app.store;
@@ -198,10 +192,7 @@ pub(crate) async fn schedule(
     Path((name, schedule, verb)): Path<(String, String, String)>,
     Form(form): Form<ActionForm>,
 ) -> PageResult {
-    if let Some(r) = refused(&app, &form) {
-        return Err(r);
-    }
-    let queue = known_queue(&app, &name).await?;
+    let queue = admitted(&app, &form, &name).await?;
     let missing = || {
         layout::error_page(
             StatusCode::NOT_FOUND,
@@ -235,10 +226,7 @@ pub(crate) async fn group_limit(
     Path((name, group)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> PageResult {
-    if let Some(r) = refused(&app, &form) {
-        return Err(r);
-    }
-    let queue = known_queue(&app, &name).await?;
+    let queue = admitted(&app, &form, &name).await?;
     let g = echomq::GroupName::new(&group)
         .map_err(|_| layout::error_page(StatusCode::NOT_FOUND, &format!("no group {group}")))?;
     let limit = form

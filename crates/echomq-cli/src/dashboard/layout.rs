@@ -127,6 +127,17 @@ pub(crate) fn bytes(b: &[u8]) -> String {
     }
 }
 
+/// A value for a query string, percent-encoded (a space as `+`).
+pub(crate) fn query_value(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b' ' => "+".to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// Whether a name can be a path segment: `.` and `..` (valid names) are read by every browser
 /// as the current and the parent folder, so a link to them would reach another page.
 pub(crate) fn addressable(name: &str) -> bool {

@@ -9,14 +9,18 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Json;
 use echomq::store::Counts;
 use echomq::{JobId, JobState, QueueName};
+use futures::{StreamExt, TryStreamExt};
 use maud::html;
 use serde::Deserialize;
 
-use super::layout::{self, action, addressable, bytes, link, page, seg, time};
+use super::layout::{self, action, addressable, bytes, link, page, query_value, seg, time};
 use super::App;
 
 /// Jobs a queue page lists at once.
 pub(crate) const PAGE: u32 = 50;
+
+/// The rows of a queue page read at once.
+const ROWS_IN_FLIGHT: usize = 16;
 
 /// The states a queue page has a tab for, in tab order.
 const STATES: [JobState; 6] = [
@@ -133,13 +137,7 @@ fn chart(h: &echomq::store::History) -> maud::Markup {
 }
 
 async fn counts_of_every_queue(app: &App) -> Result<Vec<(QueueName, Counts)>, Response> {
-    let queues = app.store.queues().await.map_err(store_failed)?;
-    let mut rows = Vec::with_capacity(queues.len());
-    for q in queues {
-        let c = app.store.counts(&q).await.map_err(store_failed)?;
-        rows.push((q, c));
-    }
-    Ok(rows)
+    crate::stats::counts_of(&*app.store, None).await.map_err(store_failed)
 }
 
 /// `GET /api/overview`: the overview's counts as JSON, for its live refresh.
@@ -205,12 +203,19 @@ pub(crate) async fn queue(
         .await
         .map_err(store_failed)?;
     let more = ids.len() > PAGE as usize;
-    let mut rows = Vec::new();
-    for id in ids.iter().take(PAGE as usize) {
-        if let Some(row) = app.store.get(&queue, id).await.map_err(store_failed)? {
-            rows.push(row);
-        }
-    }
+    // the page's rows read a few at a time, in the list's order (a row gone meanwhile is left out)
+    let rows: Vec<echomq::JobRow> = futures::stream::iter(ids.into_iter().take(PAGE as usize))
+        .map(|id| {
+            let (store, queue) = (app.store.clone(), queue.clone());
+            async move { store.get(&queue, &id).await }
+        })
+        .buffered(ROWS_IN_FLIGHT)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(store_failed)?
+        .into_iter()
+        .flatten()
+        .collect();
     let base = format!("/queues/{}", seg(queue.as_str()));
     let body = html! {
         @if let Some(m) = &q.msg { div.msg { (m) } }
@@ -404,7 +409,7 @@ pub(crate) async fn groups(
     Query(q): Query<GroupsQuery>,
 ) -> PageResult {
     let queue = known_queue(&app, &name).await?;
-    let page = app
+    let listed = app
         .store
         .groups(&queue, q.cursor.as_deref())
         .await
@@ -425,16 +430,16 @@ pub(crate) async fn groups(
         @if let Some(m) = &q.msg { div.msg { (m) } }
         p {
             a href=(format!("/queues/{}", seg(queue.as_str()))) { "← queue " (queue.as_str()) }
-            " · default limit " (page.default_limit)
+            " · default limit " (listed.default_limit)
             @if rates.throttled > 0 { " · " (rates.throttled) " held back by their rate limit" }
         }
-        @if page.groups.is_empty() { p { "No groups with waiting or running jobs or a limit of their own." } }
+        @if listed.groups.is_empty() { p { "No groups with waiting or running jobs or a limit of their own." } }
         @else {
             table {
                 thead { tr { th { "group" } th { "waiting" } th { "running / limit" } th { "rate limit" } th { "" } } }
                 tbody {
-                    @for g in &page.groups {
-                        @let limit = g.limit.unwrap_or(page.default_limit);
+                    @for g in &listed.groups {
+                        @let limit = g.limit.unwrap_or(listed.default_limit);
                         tr {
                             td { (g.group.as_str()) }
                             td.n { (g.waiting) }
@@ -454,25 +459,11 @@ pub(crate) async fn groups(
                 }
             }
         }
-        @if let Some(next) = &page.next {
-            p { a href=(format!("{base}?cursor={}", form_encode(next))) { "next →" } }
+        @if let Some(next) = &listed.next {
+            p { a href=(format!("{base}?cursor={}", query_value(next))) { "next →" } }
         }
     };
-    Ok(page_of(&app, &format!("Groups of {queue}"), body))
-}
-
-/// A value for a query string (the store's cursor is opaque).
-fn form_encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn page_of(app: &App, title: &str, body: maud::Markup) -> Response {
-    page(app, title, body, false).into_response()
+    Ok(page(&app, &format!("Groups of {queue}"), body, false).into_response())
 }
 
 /// Any other path.
