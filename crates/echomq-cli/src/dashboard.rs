@@ -1,6 +1,7 @@
 //! `emq dashboard`: a web dashboard over any store — every queue's counts, a queue's jobs by
-//! state, one job's fields, the schedules — with the operator's actions (pause, resume, drain,
-//! obliterate, retry, promote, cancel, remove), server-rendered, every asset compiled in.
+//! state, one job's fields, the schedules, the groups, the consumers alive now — with the
+//! operator's actions (pause, resume, drain, obliterate, retry, promote, cancel, remove), server-
+//! rendered, every asset compiled in.
 //!
 //! Safe by default: it binds 127.0.0.1 unless told otherwise, and refuses a bind another machine
 //! can reach without `--auth-token` or `--auth-user`/`--auth-password`; every action is a POST
@@ -136,6 +137,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/", get(pages::overview))
         .route("/api/overview", get(pages::overview_json))
         .route("/metrics", get(pages::metrics))
+        .route("/workers", get(pages::workers))
         .route("/queues/{queue}", get(pages::queue))
         .route("/queues/{queue}/schedules", get(pages::schedules))
         .route("/queues/{queue}/groups", get(pages::groups))

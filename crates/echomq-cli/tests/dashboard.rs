@@ -553,6 +553,37 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     assert!(scraped.body.contains("# TYPE emq_events_total counter"));
 }
 
+on_both_stores!(the_workers_page_lists_the_consumers_alive_now);
+fn the_workers_page_lists_the_consumers_alive_now(b: &Backend) {
+    let q = queue("workers");
+    b.enqueue(&q, "x", &[]);
+    let d = Dashboard::start(b, &[]);
+    let empty = d.get("/workers");
+    assert_eq!(empty.status, 200);
+    assert!(empty.body.contains("No consumer is running"), "{}", empty.body);
+    let calm = b.work(&q, "cat >/dev/null", &["--concurrency", "4"]);
+    let killed = b.work(&q, "cat >/dev/null", &[]);
+    let row = |pid: u32| format!("<td class=\"n\">{pid}</td>");
+    wait_until(Duration::from_secs(20), "both workers listed", || {
+        let body = d.get("/workers").body;
+        body.contains(&row(calm.pid())) && body.contains(&row(killed.pid()))
+    });
+    let body = d.get("/workers").body;
+    assert!(body.contains(&format!(">{q}</a>")), "each line links its queue");
+    assert!(body.contains("<td class=\"n\">4</td>"), "the concurrency shows: {body}");
+    // a worker that stops leaves at once; one killed, once it has missed its beats
+    let (calm_pid, killed_pid) = (calm.pid(), killed.pid());
+    calm.stop();
+    assert!(
+        !d.get("/workers").body.contains(&row(calm_pid)),
+        "a stopped worker leaves at once"
+    );
+    killed.kill();
+    wait_until(Duration::from_secs(10), "the killed worker lapsed", || {
+        !d.get("/workers").body.contains(&row(killed_pid))
+    });
+}
+
 #[test]
 fn the_demo_then_the_dashboard_shows_its_queue_at_once() {
     let b = Backend::embedded();
@@ -894,6 +925,16 @@ fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and
     wait_until(Duration::from_secs(30), "the slow job runs", || {
         l.job(&q, "slow").is_some_and(|j| j.state == JobState::Active)
     });
+    // the worker running it, with the job in hand
+    wait_until(
+        Duration::from_secs(10),
+        "the worker listed with its job in hand",
+        || {
+            web.open(&at("/workers"));
+            web.text("tbody").contains(&worker.pid().to_string()) && web.text("td[data-k=\"in_hand\"]") == "1"
+        },
+    );
+    web.screenshot("workers");
     web.open(&at(&format!("/queues/{q}/jobs/slow")));
     assert!(web.text("dl").contains("active"));
     web.screenshot("job");

@@ -48,6 +48,8 @@ pub const SUFFIXES: &[&str] = &[
     "schedules",
     "schedule_due",
     "dedup",
+    "consumers",
+    "consumer_entries",
 ];
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
@@ -238,6 +240,14 @@ impl QueueKeys {
     /// `emq:{q}:ring` — ring members in round-robin order.
     pub fn ring(&self) -> String {
         self.key("ring")
+    }
+    /// `emq:{q}:consumers` — the registry of live consumers: id → deadline (ms, the store's clock).
+    pub fn consumers(&self) -> String {
+        self.key("consumers")
+    }
+    /// `emq:{q}:consumer_entries` — each registered consumer's entry (its host, pid, concurrency, …).
+    pub fn consumer_entries(&self) -> String {
+        self.key("consumer_entries")
     }
     /// `emq:{q}:groups` — per-group active counts, limits and ring flags.
     pub fn groups(&self) -> String {

@@ -21,6 +21,7 @@ pub mod keyspace;
 pub mod outcome;
 pub mod queue;
 pub mod rate;
+pub mod registry;
 pub mod retry;
 pub mod schedule;
 pub mod store;

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::job::{ClaimedJob, JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::registry::ConsumerEntry;
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 
 #[cfg(feature = "embedded")]
@@ -749,6 +750,20 @@ pub trait Store: Send + Sync {
     /// own — from `cursor` (`None` for the first page; the page's `next` for the one after),
     /// about [`GROUPS_PAGE`] groups a page, by name within a page.
     async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage>;
+
+    /// register_consumer: the consumer's entry in the registry of live consumers written, its beat
+    /// stamped on the store's clock and its deadline that beat plus its ttl; answers the beat (Unix
+    /// ms), which the consumer keeps in its entry's `beat_ms`. A consumer calls it at most once per
+    /// beat. On its first registration (`beat_ms` 0) up to ten entries of other consumers past
+    /// their deadline are deleted. Refuses an entry [`crate::registry`] cannot keep.
+    async fn register_consumer(&self, queue: &QueueName, entry: &ConsumerEntry) -> Result<i64>;
+
+    /// unregister_consumer: the consumer's entry removed (it stops); true when there was one.
+    async fn unregister_consumer(&self, queue: &QueueName, id: &str) -> Result<bool>;
+
+    /// consumers: the live consumers of the queue (entries not past their deadline on the store's
+    /// clock), by id, at most [`crate::registry::CONSUMERS_LISTED_MAX`].
+    async fn consumers(&self, queue: &QueueName) -> Result<Vec<ConsumerEntry>>;
 
     /// history: the jobs completed and dead-lettered in each of the queue's last `minutes` minutes
     /// (1 to [`HISTORY_MINUTES_MAX`], the current one included), on the store's clock.

@@ -62,6 +62,7 @@ pub(crate) fn page(app: &App, title: &str, body: Markup, live: bool) -> Markup {
                 header {
                     a.brand href="/" { "emq dashboard" }
                     a href="/" { "Overview" }
+                    a href="/workers" { "Workers" }
                     @if app.read_only { span { "read-only" } }
                 }
                 main {

@@ -1,5 +1,5 @@
 //! The pages: the overview of every queue, a queue's jobs in one state, one job, a queue's
-//! schedules. Each has its own URL, so a link can be shared; an unknown queue or job is a 404.
+//! schedules and groups, the consumers alive now. Each has its own URL, so a link can be shared; an unknown queue or job is a 404.
 
 use std::sync::Arc;
 
@@ -464,6 +464,48 @@ pub(crate) async fn groups(
         }
     };
     Ok(page(&app, &format!("Groups of {queue}"), body, false).into_response())
+}
+
+/// `GET /workers`: the consumers alive now, of every queue — host, pid, queue, concurrency, jobs in
+/// hand, started, last beat — from the registry each consumer writes once a beat.
+pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
+    let queues = app.store.queues().await.map_err(store_failed)?;
+    let mut rows = Vec::new();
+    for q in queues {
+        for c in app.store.consumers(&q).await.map_err(store_failed)? {
+            rows.push((q.clone(), c));
+        }
+    }
+    let ms = |v: i64| time(u64::try_from(v).unwrap_or(0));
+    let body = html! {
+        @if rows.is_empty() {
+            p { "No consumer is running: start one with " code { "emq work QUEUE --exec CMD" } " (or a "
+                code { "Worker" } " of the library) and it shows here within a beat." }
+        } @else {
+            table {
+                thead { tr {
+                    th { "host" } th { "pid" } th { "queue" } th { "concurrency" } th { "in hand" }
+                    th { "started" } th { "last beat" } th { "id" }
+                } }
+                tbody {
+                    @for (q, c) in &rows {
+                        tr {
+                            td { (c.host) }
+                            td.n { (c.pid) }
+                            td { (link(&format!("/queues/{}", seg(q.as_str())), q.as_str())) }
+                            td.n { (c.concurrency) }
+                            td.n data-k="in_hand" { (c.in_hand) }
+                            td { (ms(c.started_ms)) }
+                            td { (ms(c.beat_ms)) }
+                            td { code { (c.id) } }
+                        }
+                    }
+                }
+            }
+            p { small { "A consumer writes its line once a beat; one that stops leaves at once, one that dies or is cut off once it has missed five beats." } }
+        }
+    };
+    Ok(page(&app, "Workers", body, false).into_response())
 }
 
 /// Any other path.

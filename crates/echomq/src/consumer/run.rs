@@ -51,7 +51,15 @@ struct Beat {
     /// When a rate limit that held work back at the last claim admits a start again, and whether
     /// it is the queue's own (nothing of the queue starts sooner).
     admits_at: Option<(Instant, bool)>,
+    /// The consumer's entry in the registry of live consumers, and when it was last written.
+    entry: crate::registry::ConsumerEntry,
+    registered: Option<Instant>,
 }
+
+/// How many beats a consumer's registry entry outlives its last registration: a consumer writes it
+/// once a beat at most, and a round (a drain leg of up to a beat, then a park of up to a beat) may
+/// take two beats and a little, so an entry lapses only when a consumer has missed a few beats.
+const REGISTRY_TTL_BEATS: u32 = 5;
 
 /// How close to a rate limit's next admission a park is aimed at the admission itself, so that the
 /// consumer claims on time (a limit of 200/s keeps its rate only when the claim comes within half
@@ -77,6 +85,9 @@ pub(crate) async fn run(
     settler: JoinHandle<()>,
 ) {
     let slots = launcher.slots.clone();
+    let concurrency = u32::try_from(shared.opts.concurrency).unwrap_or(u32::MAX);
+    let ttl = (shared.opts.beat * REGISTRY_TTL_BEATS).min(crate::registry::CONSUMER_TTL_MAX);
+    let entry = crate::registry::ConsumerEntry::for_this_process(concurrency, ttl);
     let mut beat = Beat {
         shared: shared.clone(),
         launcher,
@@ -86,6 +97,8 @@ pub(crate) async fn run(
         degraded_since: None,
         reached: false,
         admits_at: None,
+        entry,
+        registered: None,
     };
     loop {
         match beat.once().await {
@@ -136,6 +149,12 @@ pub(crate) async fn run(
     let tracker = beat.launcher.tracker.clone();
     tracker.close();
     tracker.wait().await;
+    // the registry's entry goes with the consumer (a failure leaves it to lapse)
+    if beat.registered.is_some() {
+        if let Err(e) = shared.store.unregister_consumer(&shared.queue, &beat.entry.id).await {
+            tracing::debug!(queue = %shared.queue, error = %e, "unregistering the consumer failed; its entry lapses");
+        }
+    }
     drop(beat);
     let _ = settler.await;
     // the forwarder and the locks plane end with the loop (after a stop, or its ttl)
@@ -157,17 +176,30 @@ impl Beat {
         let opts = &shared.opts;
         // the claim before parking: any free slot, not only a batch of them
         let want = self.slots.available_permits().min(BATCH_MAX);
-        let round = self
-            .shared
-            .store
-            .recover_promote_claim(
+        let registration = self.registration_due();
+        let (round, beat_ms) = tokio::join!(
+            self.shared.store.recover_promote_claim(
                 &self.shared.queue,
                 opts.recovery,
                 opts.pump_batch,
                 opts.schedule_grace(),
                 self.claim(want),
-            )
-            .await;
+            ),
+            async {
+                let entry = registration.as_ref()?;
+                shared
+                    .store
+                    .register_consumer(&shared.queue, entry)
+                    .await
+                    .inspect_err(|e| {
+                        tracing::debug!(queue = %shared.queue, error = %e, "registering the consumer failed; the next beat tries again");
+                    })
+                    .ok()
+            }
+        );
+        if let Some(ms) = beat_ms {
+            self.entry.beat_ms = ms;
+        }
         let round = match round {
             Ok(r) => r,
             Err(e) => return Leg::Degraded(e),
@@ -206,6 +238,18 @@ impl Beat {
             return Leg::Healthy;
         }
         self.park(next_due).await
+    }
+
+    /// The entry to write in the registry of live consumers when a beat has passed since the last
+    /// write (at most one write a beat), with the jobs in hand now.
+    fn registration_due(&mut self) -> Option<crate::registry::ConsumerEntry> {
+        if self.registered.is_some_and(|at| at.elapsed() < self.shared.opts.beat) {
+            return None;
+        }
+        self.registered = Some(Instant::now());
+        let free = self.slots.available_permits();
+        self.entry.in_hand = u32::try_from(self.shared.opts.concurrency.saturating_sub(free)).unwrap_or(u32::MAX);
+        Some(self.entry.clone())
     }
 
     fn claim(&self, n: usize) -> ClaimRequest {

@@ -36,6 +36,7 @@ mod checkpoint;
 mod common;
 mod db;
 mod handoff;
+mod registry;
 mod schema;
 mod txn;
 
@@ -44,6 +45,7 @@ mod claim;
 mod complete;
 mod complete_cancelled;
 mod complete_many;
+mod consumers;
 mod counts;
 mod discard;
 mod drain;
@@ -68,6 +70,7 @@ mod rate_limits;
 mod reap;
 mod redrive;
 mod refill_schedule;
+mod register_consumer;
 mod release;
 mod remove;
 mod remove_schedule;
@@ -82,6 +85,7 @@ mod set_rate_limit;
 mod set_retention;
 mod sweep_stalled;
 mod trigger_schedule;
+mod unregister_consumer;
 mod update_data;
 mod upsert_schedule;
 
@@ -101,6 +105,7 @@ use crate::error::{Error, Result};
 use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::registry::ConsumerEntry;
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 use crate::store::GroupsPage;
 use crate::store::{
@@ -194,6 +199,8 @@ struct Worker {
     /// `PRAGMA data_version` as of the thread's last transaction: it changes when another
     /// connection (another process, another handle) commits.
     data_version: Arc<AtomicI64>,
+    /// The registry of live consumers' own file, opened by its first verb (`embedded/registry.rs`).
+    registry: Option<Connection>,
 }
 
 /// The in-process wake of each queue.
@@ -331,6 +338,7 @@ impl EmbeddedStore {
                     conn,
                     wakes: thread_wakes,
                     data_version: thread_version,
+                    registry: None,
                 }));
                 let _ = ready_tx.send(Ok(worker.clone()));
                 // the thread ends when every store handle is gone
@@ -519,6 +527,25 @@ impl EmbeddedStore {
         }
     }
 
+    /// Runs `f` on the store's thread with the registry's connection (opened on first use).
+    async fn on_registry<T, F>(&self, verb: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let path = self.path.clone();
+        self.on_thread(verb, move |w: &mut Worker| {
+            let conn = match w.registry.take() {
+                Some(c) => c,
+                None => registry::open(&path)?,
+            };
+            let out = f(&conn);
+            w.registry = Some(conn);
+            out
+        })
+        .await
+    }
+
     /// `PRAGMA data_version` of the store's connection: it moves when another connection (another
     /// process, or another handle on the file) commits.
     async fn foreign_commits(&self) -> Result<i64> {
@@ -561,6 +588,7 @@ impl EmbeddedStore {
                 conn,
                 wakes,
                 data_version,
+                ..
             } = w;
             let t = txn::Txn::begin(conn).map_err(|e| sql_error(verb, e))?;
             transact(t, wakes, data_version, &q, verb, f)
@@ -590,6 +618,7 @@ impl EmbeddedStore {
             conn,
             wakes,
             data_version,
+            ..
         } = &mut *guard;
         if conn.busy_timeout(Duration::ZERO).is_err() {
             return Err(f);
@@ -1126,6 +1155,35 @@ impl Store for EmbeddedStore {
             groups::groups(db, after.as_deref())
         })
         .await
+    }
+
+    async fn register_consumer(&self, queue: &QueueName, entry: &ConsumerEntry) -> Result<i64> {
+        crate::registry::check(entry)?;
+        let (q, id, text) = (
+            queue.as_str().to_string(),
+            entry.id.clone(),
+            crate::registry::encode(entry),
+        );
+        let (ttl, first) = (crate::registry::ttl_ms(entry.ttl), entry.beat_ms == 0);
+        self.on_registry("register_consumer", move |c| {
+            register_consumer::register_consumer(c, &q, &id, &text, ttl, first)
+        })
+        .await
+    }
+
+    async fn unregister_consumer(&self, queue: &QueueName, id: &str) -> Result<bool> {
+        crate::registry::check_id(id)?;
+        let (q, id) = (queue.as_str().to_string(), id.to_string());
+        self.on_registry("unregister_consumer", move |c| {
+            unregister_consumer::unregister_consumer(c, &q, &id)
+        })
+        .await
+    }
+
+    async fn consumers(&self, queue: &QueueName) -> Result<Vec<ConsumerEntry>> {
+        let q = queue.as_str().to_string();
+        self.on_registry("consumers", move |c| consumers::consumers(c, &q))
+            .await
     }
 
     async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {

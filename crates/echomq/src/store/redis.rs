@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::job::{JobRow, JobState, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::registry::ConsumerEntry;
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 use crate::store::GroupsPage;
 use crate::store::{
@@ -72,6 +73,7 @@ mod queues;
 mod rate_limits;
 mod reap;
 mod redrive;
+mod registry;
 mod release;
 mod remove;
 mod resume;
@@ -600,6 +602,18 @@ impl Store for RedisStore {
 
     async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage> {
         groups::groups(self, queue, cursor).await
+    }
+
+    async fn register_consumer(&self, queue: &QueueName, entry: &ConsumerEntry) -> Result<i64> {
+        registry::register(self, queue, entry).await
+    }
+
+    async fn unregister_consumer(&self, queue: &QueueName, id: &str) -> Result<bool> {
+        registry::unregister(self, queue, id).await
+    }
+
+    async fn consumers(&self, queue: &QueueName) -> Result<Vec<ConsumerEntry>> {
+        registry::consumers(self, queue).await
     }
 
     async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {

@@ -16,6 +16,7 @@ mod priority;
 mod promote;
 mod rate;
 mod recovery;
+mod registry;
 mod release;
 mod results;
 mod schedules;
@@ -39,6 +40,7 @@ fn every_verb_has_a_case() {
         admin::CASES,
         history::CASES,
         groups::CASES,
+        registry::CASES,
         inputs::CASES,
     ]
     .concat();
@@ -57,6 +59,7 @@ const EMBEDDED_SUPPORT: &[&str] = &[
     "db",
     "handoff",
     "rate",
+    "registry",
     "schedule_common",
     "schema",
     "txn",

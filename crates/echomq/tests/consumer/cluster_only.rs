@@ -738,6 +738,10 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.cancel(&q, &ids[7], None, settle).await.unwrap();
     store.get(&q, &ids[6]).await.unwrap();
     store.remove(&q, &ids[6], true).await.unwrap();
+    let entry = echomq::registry::ConsumerEntry::for_this_process(1, Duration::from_secs(5));
+    store.register_consumer(&q, &entry).await.unwrap();
+    store.consumers(&q).await.unwrap();
+    store.unregister_consumer(&q, &entry.id).await.unwrap();
     store.list(&q, JobState::Pending, 0, 10).await.unwrap();
     store.counts(&q).await.unwrap();
     store.history(&q, 60).await.unwrap();

@@ -42,7 +42,7 @@ fn thread_ticks(name: &str) -> u64 {
 /// The consumer, its store and their connections run on a runtime of their own whose threads are
 /// named, so the CPU they use is theirs alone, not the other tests' of this binary.
 #[test]
-fn an_idle_consumer_at_a_beat_of_1s_sends_at_most_12_commands_a_second_and_uses_no_measurable_cpu() {
+fn an_idle_consumer_at_a_beat_of_1s_sends_at_most_16_commands_a_second_and_uses_no_measurable_cpu() {
     const THREADS: &str = "emq-idle-test";
     let server = OwnedServer::start(&["--appendonly", "no"]);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -83,7 +83,9 @@ fn an_idle_consumer_at_a_beat_of_1s_sends_at_most_12_commands_a_second_and_uses_
         "idle: {rate:.2} commands/s, consumer {consumer_pct:.2} % CPU, redis-server {:.2} % CPU",
         redis_cpu / secs * 100.0
     );
-    assert!(rate <= 12.0, "an idle consumer sent {rate:.1} commands/s");
+    // the beat's round (9 commands), its park, and its entry in the registry of live consumers (one
+    // script call: EVALSHA, TIME, ZADD, HSET)
+    assert!(rate <= 16.0, "an idle consumer sent {rate:.1} commands/s");
     assert!(
         rate >= 3.0,
         "an idle consumer sent only {rate:.1} commands/s: is it running at all?"

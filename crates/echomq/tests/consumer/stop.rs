@@ -241,7 +241,52 @@ fn a_supervisor_started_outside_a_runtime_is_refused_with_an_error() {
     );
 }
 
+async fn a_running_consumer_is_in_the_registry_until_it_stops(ctx: &Ctx) {
+    let (store, q) = (&ctx.store, &ctx.q);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let started = Arc::new(AtomicUsize::new(0));
+    let (r, s) = (release.clone(), started.clone());
+    let c = Consumer::start(
+        store.clone(),
+        q.clone(),
+        move |_job: JobContext| {
+            let (r, s) = (r.clone(), s.clone());
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                r.notified().await;
+                Verdict::Done
+            }
+        },
+        fast().with_concurrency(3),
+    )
+    .unwrap();
+    let listed = || async { store.consumers(q).await.unwrap() };
+    wait_until(Duration::from_secs(5), "the consumer registered", || async {
+        listed().await.len() == 1
+    })
+    .await;
+    let entry = &listed().await[0];
+    assert_eq!(
+        (entry.concurrency, entry.in_hand, entry.pid),
+        (3, 0, std::process::id())
+    );
+    assert_eq!(entry.ttl, Duration::from_millis(200) * 5, "five beats");
+    // its jobs in hand at a later beat
+    store.enqueue(q, &[NewJob::new("a"), NewJob::new("b")]).await.unwrap();
+    wait_until(Duration::from_secs(5), "two jobs in hand", || async {
+        started.load(Ordering::SeqCst) == 2 && listed().await.first().is_some_and(|e| e.in_hand == 2)
+    })
+    .await;
+    let beat = listed().await[0].beat_ms;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(listed().await[0].beat_ms > beat, "it beats on");
+    release.notify_waiters();
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    assert!(listed().await.is_empty(), "a stopped consumer leaves the registry");
+}
+
 crate::consumer_cases!(
+    a_running_consumer_is_in_the_registry_until_it_stops,
     stop_waits_for_a_long_handler_and_settles_it,
     stop_past_its_timeout_releases_the_job_with_its_attempt_unused,
     a_stop_racing_the_enqueue_that_wakes_it_leaves_no_job_held,

@@ -31,6 +31,7 @@ const READS: &[&str] = &[
     "list_schedules",
     "history",
     "groups",
+    "consumers",
 ];
 
 /// How a script publishes, and how it publishes on a cluster.
@@ -211,6 +212,9 @@ scripts! {
     counts: true,
     history: true,
     groups: true,
+    register_consumer: true,
+    unregister_consumer: false,
+    consumers: true,
     list: true,
     queues: true,
 }

@@ -1,0 +1,39 @@
+//! The file of the registry of live consumers: `PATH-consumers` beside the store's file `PATH`,
+//! opened by the store's thread on the first registry verb. A file of its own because a commit to
+//! the store's file moves `PRAGMA data_version`, which ends other processes' parks: an entry written
+//! every beat there would end every park of every other process every beat. Its twins
+//! (`register_consumer.rs`, `unregister_consumer.rs`, `consumers.rs`) follow their scripts on it.
+
+use rusqlite::Connection;
+
+use super::{open_error, BUSY_TIMEOUT};
+use crate::error::Result;
+
+/// The registry file of the store at `path`.
+pub(crate) fn path_of(store_path: &str) -> String {
+    format!("{store_path}-consumers")
+}
+
+/// Opens (creating when missing) the registry file of the store at `store_path`. Losing it loses
+/// nothing but entries every live consumer writes again within a beat, so commits are not synced.
+pub(crate) fn open(store_path: &str) -> Result<Connection> {
+    let path = path_of(store_path);
+    let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| open_error(&path, e))?;
+    super::until_not_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(|e| open_error(&path, e))?;
+    conn.pragma_update(None, "synchronous", "OFF")
+        .map_err(|e| open_error(&path, e))?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS emq_consumers (
+           queue TEXT NOT NULL, id TEXT NOT NULL, deadline INTEGER NOT NULL, entry TEXT NOT NULL,
+           PRIMARY KEY (queue, id)) WITHOUT ROWID;
+         CREATE INDEX IF NOT EXISTS emq_consumers_deadline ON emq_consumers (queue, deadline);",
+    )
+    .map_err(|e| open_error(&path, e))?;
+    Ok(conn)
+}
+
+/// The store's time in ms (the registry's clock: this machine's, as the store's file uses).
+pub(crate) fn now_ms() -> i64 {
+    crate::registry::unix_ms()
+}
