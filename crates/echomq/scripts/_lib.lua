@@ -147,6 +147,42 @@ local function emq_lane_len(base, g)
   return #ids
 end
 
+-- the count of the jobs waiting in the queue's lanes (the field lane_jobs of the groups hash, so
+-- that counts reads them in O(1) where summing the lanes is O(groups)) for a script that moves
+-- jobs into or out of lanes, read before its first write: `field` is the field as the script read
+-- it. A queue keeps the count from its first lane job on; for one that keeps none yet (written by
+-- an earlier version, or never given a lane job) the lanes are summed here over the groups hash
+-- (the groups with a non-empty lane are those with an a: or r: field), by reads alone.
+-- Returns {n = the count before the script's writes, kept = whether the queue keeps it}.
+local function emq_lane_jobs_of(base, field)
+  if field then return { n = tonumber(field) or 0, kept = true } end
+  local total, seen, cursor = 0, {}, '0'
+  repeat
+    local scan = redis.call('HSCAN', base .. 'groups', cursor, 'COUNT', 1000)
+    cursor = scan[1]
+    for i = 1, #scan[2], 2 do
+      local kind, g = string.sub(scan[2][i], 1, 2), string.sub(scan[2][i], 3)
+      if (kind == 'a:' or kind == 'r:') and g ~= '~' and not seen[g] then
+        seen[g] = true
+        total = total + emq_lane_len(base, g)
+      end
+    end
+  until cursor == '0'
+  return { n = total, kept = false }
+end
+
+-- `n` jobs joined (n > 0) or left (n < 0) the lanes (lj: emq_lane_jobs_of's): the count moved,
+-- written first from lj's sum when the queue kept none (HSETNX: of several such writes in one
+-- script, each from the same sum taken before the writes, the first starts the count)
+local function emq_lane_jobs_add(base, lj, n)
+  if n == 0 then return end
+  if not lj.kept then
+    redis.call('HSETNX', base .. 'groups', 'lane_jobs', lj.n)
+    lj.kept = true
+  end
+  redis.call('HINCRBY', base .. 'groups', 'lane_jobs', n)
+end
+
 -- how the queue ranks the jobs it makes ready (the hash emq:{q}:order, its fields `clock`, the
 -- last rank's clock part, and `aging`, the priority aging in ms, absent = 60000, 0 = strict),
 -- read before the first write with the store's time `now` (ms). emq_rank ranks with it;
@@ -187,16 +223,17 @@ end
 -- what a lane job of g leaving `active`, or ready jobs joining g's lane, need of g, read once per
 -- script before its first write (lanes[g] keeps it, and the writes keep it up to date): its active
 -- count a:<g>, whether it is on the ring (r:<g>), its limit (its own, else the queue default l:~,
--- else 1) and its lane's length
+-- else 1), its lane's length and the count of every lane's jobs (lj: emq_lane_jobs_of)
 local function emq_lane_read(lanes, base, g)
   local s = lanes[g]
   if s then return s end
-  local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~')
+  local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~', 'lane_jobs')
   s = {
     a = tonumber(f[1]) or 0,
     ringed = f[2] and true or false,
     limit = tonumber(f[3]) or tonumber(f[4]) or 1,
     len = emq_lane_len(base, g),
+    lj = emq_lane_jobs_of(base, f[5]),
   }
   lanes[g] = s
   return s
@@ -250,6 +287,7 @@ local function emq_lane_front(base, g, s, id)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
   redis.call('ZADD', base .. 'lane:' .. g, 0, id)
   s.len = s.len + 1
+  emq_lane_jobs_add(base, s.lj, 1)
 end
 
 -- what the flat set's ring step needs, read before the first write: whether '~' is on the ring
@@ -453,6 +491,7 @@ local function emq_ready(base, id, g, s, o, p)
   local rank = emq_rank(o, tonumber(p) or 0)
   if g then
     redis.call('ZADD', base .. 'lane:' .. g, rank, id)
+    emq_lane_jobs_add(base, s.lj, 1)
   else
     redis.call('ZADD', base .. 'pending', rank, id)
   end
@@ -545,6 +584,7 @@ local function emq_publish_ready(base, g, s, ready, paused, o)
   emq_order_write(base, o)
   if g then
     emq_bulk('ZADD', base .. 'lane:' .. g, ready)
+    emq_lane_jobs_add(base, s.lj, added)
     s.len = s.len + added
     emq_wake(base, emq_lane_step(base, g, s, added), paused)
   else
@@ -608,20 +648,22 @@ end
 
 -- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in, read before
 -- the first write (a lane by emq_lane_len, which converts one an earlier version wrote): for
--- emq_touch and emq_unwait
+-- emq_touch and emq_unwait; and for a lane, the count of the lanes' jobs (emq_lane_jobs_of)
 local function emq_waits_in_read(base, state, g)
   if state == 'scheduled' then return 'scheduled' end
   if g then
     emq_lane_len(base, g)
-    return 'lane:' .. g
+    return 'lane:' .. g, emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs'))
   end
   return 'pending'
 end
 
--- a waiting job taken out of where it waits (`key`: emq_waits_in_read's); false when the row says
--- it waits but it is not there
-local function emq_unwait(base, id, key)
-  return redis.call('ZREM', base .. key, id) == 1
+-- a waiting job taken out of where it waits (`key`, and `lj` for a lane: emq_waits_in_read's);
+-- false when the row says it waits but it is not there
+local function emq_unwait(base, id, key, lj)
+  local gone = redis.call('ZREM', base .. key, id) == 1
+  if gone and lj then emq_lane_jobs_add(base, lj, -1) end
+  return gone
 end
 
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
@@ -736,7 +778,7 @@ local function emq_new_jobs(verb, base, o, g)
             held[i] = holder
             bounce[i] = true
             -- a ready holder goes back to waiting its window: out of its set first
-            if st == 'pending' then unwait[i] = emq_waits_in_read(base, st, row[2]) end
+            if st == 'pending' then unwait[i] = { emq_waits_in_read(base, st, row[2]) } end
           end
         end
         if not held[i] then
@@ -768,7 +810,7 @@ local function emq_new_jobs(verb, base, o, g)
     if bounce[i] and type(held[i]) == 'string' then bounced = true end
   end
   if nsched > 0 or bounced then touch[#touch + 1] = 'scheduled' end
-  for _, key in pairs(unwait) do touch[#touch + 1] = key end
+  for _, u in pairs(unwait) do touch[#touch + 1] = u[1] end
   if next(takes) then touch[#touch + 1] = 'dedup' end
   local s, paused, order = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
@@ -790,7 +832,7 @@ local function emq_new_jobs(verb, base, o, g)
         -- a holder already in the store (one of this batch is written with the payload below)
         if type(held[i]) == 'string' then
           if now == 0 then now = emq_now() end
-          if unwait[i] then emq_unwait(base, h, unwait[i]) end
+          if unwait[i] then emq_unwait(base, h, unwait[i][1], unwait[i][2]) end
           redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + 8], 'state', 'scheduled', 'run_at', now + delays[i])
           sched[#sched + 1] = now + delays[i]
           sched[#sched + 1] = h
@@ -874,10 +916,10 @@ end
 -- over the groups `fields` names in order (the groups with a non-empty lane are exactly those with
 -- an a: or r: field). A group named again is past its first field, where its lane was emptied. The
 -- walk stops where the budget is spent or a lane keeps jobs. Returns the cuts ({lane, ids}: the
--- head of each lane, for emq_lanes_cut), the jobs they hold, and whether the walk got through
--- every field.
+-- head of each lane, for emq_lanes_cut; with `lj`, the count of the lanes' jobs, emq_lane_jobs_of),
+-- the jobs they hold, and whether the walk got through every field.
 local function emq_lanes_read(base, budget, fields)
-  local cuts, removed, seen = {}, 0, {}
+  local cuts, removed, seen = { lj = false }, 0, {}
   for _, f in ipairs(fields) do
     local kind, g = string.sub(f, 1, 2), string.sub(f, 3)
     if (kind == 'a:' or kind == 'r:') and g ~= '~' then
@@ -888,6 +930,7 @@ local function emq_lanes_read(base, budget, fields)
         local len = emq_lane_len(base, g)
         local ids = redis.call('ZRANGE', lane, 0, budget - removed - 1)
         cuts[#cuts + 1] = { lane = lane, ids = ids }
+        if not cuts.lj then cuts.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs')) end
         removed = removed + #ids
         if len > #ids then return cuts, removed, false end
       end
@@ -898,12 +941,15 @@ end
 
 -- the cuts emq_lanes_read planned: each lane's head jobs deleted, rows and entries
 local function emq_lanes_cut(base, cuts)
+  local cut = 0
   for _, c in ipairs(cuts) do
     if #c.ids > 0 then
       emq_del_rows(base, c.ids)
       redis.call('ZREMRANGEBYRANK', c.lane, 0, #c.ids - 1)
+      cut = cut + #c.ids
     end
   end
+  if cuts.lj then emq_lane_jobs_add(base, cuts.lj, -cut) end
 end
 
 -- the slots of a schedule (its field `slots`: Unix ms, comma-separated, ascending) as numbers

@@ -66,8 +66,9 @@ if ring_len == 0 and redis.call('ZCARD', throttled) == 0 then return {0, 0} end
 local now_us = emq_now_us()
 local now = math.floor(now_us / 1000)
 local call, jobs = redis.call, base .. 'job:'
--- the queue's limit and the groups' default (each group's own is read with its fields)
-local specs = call('HMGET', groups, 'rate', 'rate:~')
+-- the queue's limit and the groups' default (each group's own is read with its fields), and the
+-- count of the lanes' jobs as the queue keeps it
+local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs')
 local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us)
 local default_rate = specs[2]
 
@@ -280,6 +281,12 @@ if #settled > 0 then
 end
 local ret = { keep = 0, expired = {} }
 if cancelled > 0 then ret = emq_retention_read(base, cancelled, now) end
+-- the count of the lanes' jobs, which the lane jobs taken leave (emq_lane_jobs_of)
+local laned, lj = 0, nil
+for _, s in ipairs(order) do
+  if s.group then laned = laned + s.taken end
+end
+if laned > 0 then lj = emq_lane_jobs_of(base, specs[3]) end
 
 -- The writes.
 -- the ring: the members popped leave its head, those pushed back and not taken again join its tail
@@ -294,8 +301,9 @@ for _, s in ipairs(order) do
     call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1)
   end
 end
--- the groups hash: the dropped members' flags first, then each group's active count (the hash never
--- holds more fields than before the claim, so it keeps its encoding)
+-- the groups hash: the dropped members' flags first, then each group's active count and the lanes'
+-- count (the hash holds no more fields than before the claim but for a first count, so it keeps
+-- its encoding)
 if #dropped > 0 then emq_bulk('HDEL', groups, dropped) end
 local counts = {}
 for _, s in ipairs(order) do
@@ -303,6 +311,10 @@ for _, s in ipairs(order) do
     counts[#counts + 1] = 'a:' .. s.group
     counts[#counts + 1] = s.a
   end
+end
+if lj then
+  counts[#counts + 1] = 'lane_jobs'
+  counts[#counts + 1] = lj.n - laned
 end
 if #counts > 0 then emq_bulk('HSET', groups, counts) end
 for i = 1, #tokens, 2 do call('HSET', tokens[i], 'state', 'active', 'attempts', tokens[i + 1]) end

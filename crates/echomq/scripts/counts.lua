@@ -1,6 +1,8 @@
--- counts — sizes per state and the counters of a queue. Lane jobs are summed over the groups hash
--- in HSCAN chunks: the client loops on the cursor and de-duplicates groups (a group may show an a:
--- and an r: field in different chunks). Reads only.
+-- counts — sizes per state and the counters of a queue, in O(1): the lanes' jobs are the count the
+-- groups hash keeps (its field lane_jobs, kept by every script that moves a job into or out of a
+-- lane). A queue an earlier version wrote keeps none until a job next joins a lane: then its lane
+-- jobs are summed over the groups hash in HSCAN chunks — the client loops on the cursor and
+-- de-duplicates groups (a group may show an a: and an r: field in different chunks). Reads only.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)
@@ -12,7 +14,8 @@
 -- ARGV[2] the HSCAN cursor ('0' on the first call)
 --
 -- Replies: {pending flat, scheduled, active, dead, paused (1/0), completed, cancelled, failed,
---           retried, stalled, reaped, next cursor, {group, lane length, …}}.
+--           retried, stalled, reaped, next cursor, {group, lane length, …}, lane jobs (-1 when
+--           the queue keeps no count: then the chunk's lanes are listed, else none and cursor 0)}.
 local base, cursor = ARGV[1], ARGV[2]
 local reply = {
   redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
@@ -20,6 +23,13 @@ local reply = {
 }
 for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
   reply[#reply + 1] = tonumber(redis.call('HGET', base .. 'metrics:' .. event, 'count')) or 0
+end
+local kept = redis.call('HGET', KEYS[6], 'lane_jobs')
+if kept then
+  reply[#reply + 1] = '0'
+  reply[#reply + 1] = {}
+  reply[#reply + 1] = tonumber(kept)
+  return reply
 end
 local scan = redis.call('HSCAN', KEYS[6], cursor, 'COUNT', 200)
 local lanes = {}
@@ -32,4 +42,5 @@ for i = 1, #scan[2], 2 do
 end
 reply[#reply + 1] = scan[1]
 reply[#reply + 1] = lanes
+reply[#reply + 1] = -1
 return reply

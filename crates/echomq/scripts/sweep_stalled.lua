@@ -52,6 +52,9 @@ end
 
 local rows, lanes = {}, {}
 local flat_ringed = nil -- the flat set's ring flag, read when a flat job may recover
+-- the count of the lanes' jobs (the groups hash's lane_jobs), when the queue keeps one: a lane job
+-- recovered joins it
+local lane_count = nil
 local dies, recovers, lane_jobs = false, false, false
 for i, id in ipairs(exp) do
   local jk = p .. 'job:' .. id
@@ -67,6 +70,7 @@ for i, id in ipairs(exp) do
     local g = row[2]
     if (tonumber(row[3]) or 0) + 1 >= maxst then dies = true else recovers = true end
     if g then
+      if not lane_jobs then lane_count = redis.call('HGET', groups, 'lane_jobs') end
       lane_jobs = true
       if not lanes[g] then
         local f = redis.call('HMGET', groups, 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~')
@@ -143,6 +147,7 @@ for i = #exp, 1, -1 do
       if s then
         redis.call('ZADD', p .. 'lane:' .. g, 0, id)
         s.len = s.len + 1
+        if lane_count then redis.call('HINCRBY', groups, 'lane_jobs', 1) end
       else
         redis.call('ZADD', pending, 0, id)
         flat = true

@@ -75,6 +75,7 @@ redis_cases!(
     retry_refuses_a_token_that_is_no_number_and_writes_nothing,
     an_enqueue_reply_owes_the_registration_until_the_client_pays_it,
     a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new_jobs,
+    the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_lane_move,
 );
 
 owned_server_cases!(
@@ -1506,6 +1507,69 @@ async fn a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new
         got,
         ["a", "c", "d", "new-urgent", "new-late"],
         "the old jobs first, in their order"
+    );
+    assert_slot_invariant(ctx).await;
+}
+
+/// A queue an earlier version wrote keeps no count of its lanes' jobs (the groups hash's field
+/// lane_jobs): counts sums its lanes instead, and the first script after it that moves a job into
+/// or out of a lane — a claim, a cancel, a genqueue — starts the count from that sum.
+async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_lane_move(ctx: &Ctx) {
+    let (conn, base) = raw(ctx);
+    let groups = format!("{base}groups");
+    ctx.store
+        .set_group_limit(&ctx.q, &echomq::store::LimitTarget::Default, 10)
+        .await
+        .unwrap();
+    ctx.store.genqueue(&ctx.q, &group("g1"), &jobs(5)).await.unwrap();
+    let three = ctx.store.genqueue(&ctx.q, &group("g2"), &jobs(3)).await.unwrap();
+    add(ctx, "flat").await;
+    let kept = |mut conn: MultiplexedConnection, groups: String| async move {
+        let v: Option<i64> = conn.hget(&groups, "lane_jobs").await.unwrap();
+        v
+    };
+    assert_eq!(
+        kept(conn.clone(), groups.clone()).await,
+        Some(8),
+        "kept from the first lane job on"
+    );
+    // as an earlier version left it
+    let forget = |mut conn: MultiplexedConnection, groups: String| async move {
+        let _: () = conn.hdel(&groups, "lane_jobs").await.unwrap();
+    };
+    forget(conn.clone(), groups.clone()).await;
+    assert_eq!(counts(ctx).await.pending, 9, "summed over the lanes");
+    assert_eq!(kept(conn.clone(), groups.clone()).await, None, "counts only reads");
+    let held = claim(ctx, 4, LEASE).await;
+    let laned = held.iter().filter(|j| j.group.is_some()).count() as i64;
+    assert_eq!(
+        kept(conn.clone(), groups.clone()).await,
+        Some(8 - laned),
+        "a claim starts it"
+    );
+    assert_slot_invariant(ctx).await;
+    forget(conn.clone(), groups.clone()).await;
+    let waiting = ctx.store.list(&ctx.q, JobState::Pending, 0, 100).await.unwrap();
+    let g2 = waiting
+        .iter()
+        .find(|w| three.iter().any(|t| t.id() == *w))
+        .expect("a g2 job waits");
+    ctx.store
+        .cancel(&ctx.q, g2, None, SettleOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        kept(conn.clone(), groups.clone()).await,
+        Some(8 - laned - 1),
+        "a cancel starts it"
+    );
+    assert_slot_invariant(ctx).await;
+    forget(conn.clone(), groups.clone()).await;
+    ctx.store.genqueue(&ctx.q, &group("g3"), &jobs(2)).await.unwrap();
+    assert_eq!(
+        kept(conn.clone(), groups.clone()).await,
+        Some(8 - laned + 1),
+        "a genqueue starts it"
     );
     assert_slot_invariant(ctx).await;
 }

@@ -367,8 +367,17 @@ impl Ctx {
 mod consumer_kit;
 pub use consumer_kit::wait_until;
 
-/// The slot invariant: for every group, a:<g> equals the number of its jobs in active.
+/// The slot invariant: for every group, a:<g> equals the number of its jobs in active; and the
+/// waiting jobs `counts` reports (kept by the writes, not counted at the read) are those listed.
 pub async fn assert_slot_invariant(ctx: &Ctx) {
+    let listed = ctx
+        .store
+        .list(&ctx.q, JobState::Pending, 0, 10_000)
+        .await
+        .expect("list pending")
+        .len() as u64;
+    let counted = ctx.store.counts(&ctx.q).await.expect("counts").pending;
+    assert_eq!(counted, listed, "counts' pending must equal the waiting jobs listed");
     let active = ctx
         .store
         .list(&ctx.q, JobState::Active, 0, 10_000)

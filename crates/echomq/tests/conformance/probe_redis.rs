@@ -134,6 +134,8 @@ impl RedisProbe {
 
     pub async fn group_fields(&self) -> Vec<String> {
         let mut fields: Vec<String> = self.conn.clone().hkeys(self.key("groups")).await.expect("HKEYS");
+        // the count of the lanes' jobs is no group's field (the embedded store counts them apart)
+        fields.retain(|f| f != "lane_jobs");
         fields.sort();
         fields
     }

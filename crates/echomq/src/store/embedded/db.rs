@@ -356,6 +356,16 @@ impl<'a> Db<'a> {
         Ok(value)
     }
 
+    /// A size the schema's triggers keep (table `emq_counts`: `pending`, the rows in pending;
+    /// `lanes`, every lane's members): 0 when none was ever counted.
+    pub(crate) fn kept_count(&self, what: &str) -> R<i64> {
+        self.tx
+            .prepare_cached("SELECT n FROM emq_counts WHERE queue = ?1 AND what = ?2")
+            .and_then(|mut s| s.query_row(params![self.q, what], |r| r.get(0)).optional())
+            .map(|n| n.unwrap_or(0))
+            .map_err(|e| self.e(e))
+    }
+
     pub(crate) fn exists_flag(&self, key: &str) -> R<bool> {
         Ok(self.kv_get(key)?.is_some())
     }

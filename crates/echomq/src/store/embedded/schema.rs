@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -123,6 +123,43 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE TABLE emq_dedup (
       queue TEXT NOT NULL, key TEXT NOT NULL, holder TEXT NOT NULL, till INTEGER,
       PRIMARY KEY (queue, key)) WITHOUT ROWID;
+    ",
+    "
+    -- the sizes counts reads in O(1) where a count(*) is O(n): `pending` (the rows in pending) and
+    -- `lanes` (the members of every lane:<g>), kept by triggers on every write that moves a row
+    -- into or out of pending or a member into or out of a lane, whichever twin writes it
+    CREATE TABLE emq_counts (
+      queue TEXT NOT NULL, what TEXT NOT NULL, n INTEGER NOT NULL,
+      PRIMARY KEY (queue, what)) WITHOUT ROWID;
+    INSERT INTO emq_counts (queue, what, n)
+      SELECT queue, 'pending', count(*) FROM emq_jobs WHERE pending IS NOT NULL GROUP BY queue;
+    INSERT INTO emq_counts (queue, what, n)
+      SELECT queue, 'lanes', count(*) FROM emq_zsets WHERE substr(zset, 1, 5) = 'lane:' GROUP BY queue;
+    CREATE TRIGGER emq_counts_pending_insert AFTER INSERT ON emq_jobs WHEN NEW.pending IS NOT NULL
+    BEGIN
+      INSERT INTO emq_counts (queue, what, n) VALUES (NEW.queue, 'pending', 1)
+        ON CONFLICT (queue, what) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER emq_counts_pending_delete AFTER DELETE ON emq_jobs WHEN OLD.pending IS NOT NULL
+    BEGIN
+      UPDATE emq_counts SET n = n - 1 WHERE queue = OLD.queue AND what = 'pending';
+    END;
+    CREATE TRIGGER emq_counts_pending_update AFTER UPDATE OF pending ON emq_jobs
+      WHEN (OLD.pending IS NULL) <> (NEW.pending IS NULL)
+    BEGIN
+      INSERT INTO emq_counts (queue, what, n)
+        VALUES (NEW.queue, 'pending', CASE WHEN NEW.pending IS NULL THEN -1 ELSE 1 END)
+        ON CONFLICT (queue, what) DO UPDATE SET n = n + excluded.n;
+    END;
+    CREATE TRIGGER emq_counts_lanes_insert AFTER INSERT ON emq_zsets WHEN substr(NEW.zset, 1, 5) = 'lane:'
+    BEGIN
+      INSERT INTO emq_counts (queue, what, n) VALUES (NEW.queue, 'lanes', 1)
+        ON CONFLICT (queue, what) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER emq_counts_lanes_delete AFTER DELETE ON emq_zsets WHEN substr(OLD.zset, 1, 5) = 'lane:'
+    BEGIN
+      UPDATE emq_counts SET n = n - 1 WHERE queue = OLD.queue AND what = 'lanes';
+    END;
     ",
 ];
 
@@ -312,5 +349,54 @@ mod tests {
             })
             .unwrap();
         assert_eq!(lists, 0, "no lane left a list");
+    }
+
+    #[tokio::test]
+    async fn a_schema_7_file_is_migrated_its_waiting_jobs_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v7.db");
+        let path = path.to_str().unwrap();
+        // a file as a schema-7 build left it: two flat jobs in pending, three in g's lane
+        let conn = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..7] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        for (i, id) in ["f1", "f2"].iter().enumerate() {
+            conn.execute(
+                "INSERT INTO emq_jobs (queue, id, data, state, pending) VALUES ('q', ?1, x'7b7d', 'pending', ?2)",
+                params![id, i as i64 + 1],
+            )
+            .unwrap();
+        }
+        for (i, id) in ["g1", "g2", "g3"].iter().enumerate() {
+            conn.execute(
+                "INSERT INTO emq_jobs (queue, id, data, state, grp) VALUES ('q', ?1, x'7b7d', 'pending', 'g')",
+                params![id],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO emq_zsets (queue, zset, member, score) VALUES ('q', 'lane:g', ?1, ?2)",
+                params![id, i as i64 + 1],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO emq_lists (queue, list, pos, member) VALUES ('q', 'ring', 0, 'g'), ('q', 'ring', 1, '~');
+             INSERT INTO emq_groups (queue, field, value) VALUES ('q', 'r:g', '1'), ('q', 'r:~', '1');",
+        )
+        .unwrap();
+        drop(conn);
+
+        let store = EmbeddedStore::open(path).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        assert_eq!(store.counts(&q).await.unwrap().pending, 5, "counted by the migration");
+        let claimed = store
+            .claim(&q, 2, Duration::from_secs(5), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 2);
+        store.enqueue(&q, &[crate::NewJob::new(b"{}".to_vec())]).await.unwrap();
+        assert_eq!(store.counts(&q).await.unwrap().pending, 4, "then kept by the writes");
     }
 }

@@ -1,5 +1,6 @@
-//! counts (`scripts/counts.lua`): the queue's sizes and metrics, the lanes' lengths summed over
-//! calls that walk the groups hash by cursor.
+//! counts (`scripts/counts.lua`): the queue's sizes and metrics in one call; the lanes' jobs as the
+//! groups hash counts them, or (a queue an earlier version wrote, until a job next joins a lane)
+//! their lengths summed over calls that walk the groups hash by cursor.
 
 use redis::Value;
 
@@ -19,8 +20,8 @@ pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Coun
             .run(&store.scripts.counts, &keys, vec![k.base().as_bytes().to_vec(), cursor])
             .await?;
         let items = reply::array(verb, v)?;
-        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, next, groups] =
-            <[Value; 13]>::try_from(items).map_err(|_| Error::Protocol {
+        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, next, groups, kept] =
+            <[Value; 14]>::try_from(items).map_err(|_| Error::Protocol {
                 verb,
                 reply: "counts shape".into(),
             })?;
@@ -29,10 +30,16 @@ pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Coun
             lanes.insert(reply::bytes(verb, name)?, reply::int(verb, &len)?.max(0) as u64);
         }
         cursor = reply::bytes(verb, next)?;
-        if cursor == b"0" {
+        let kept = reply::int(verb, &kept)?;
+        if cursor == b"0" || kept >= 0 {
             let n = |v: &Value| reply::int(verb, v).map(|i| i.max(0) as u64);
+            let laned = if kept >= 0 {
+                kept as u64
+            } else {
+                lanes.values().sum::<u64>()
+            };
             return Ok(Counts {
-                pending: n(&pending)? + lanes.values().sum::<u64>(),
+                pending: n(&pending)? + laned,
                 scheduled: n(&scheduled)?,
                 active: n(&active)?,
                 dead: n(&dead)?,
