@@ -1230,9 +1230,10 @@ fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
         extra.is_empty(),
         "emq work sent {extra:?}, which the consumer never sends: {work:?}"
     );
-    // the same beat on both: one beat's commands (about 8) of slack for the windows' phase
+    // the same beat on both: one beat's commands (about 8, and the registry's 4) of slack for the
+    // windows' phase
     assert!(
-        work_rate <= own_rate + 2.0 && work_rate <= 12.0,
+        work_rate <= own_rate + 2.0 && work_rate <= 16.0,
         "emq work sent {work_rate:.1} commands/s where the library consumer sends {own_rate:.1}"
     );
     assert!(

@@ -684,6 +684,7 @@ fn transact<T>(
             Some(wake) => handoff::serve(&db, wake)?,
             None => handoff::Handed::default(),
         };
+        db.flush_counts()?;
         let finished = db.finished.take();
         (out, woken, db.tokens.get(), handed, db.cancels.get(), finished)
     };

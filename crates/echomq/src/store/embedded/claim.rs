@@ -402,7 +402,7 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
         }
     }
     for job in &w.out {
-        db.set_active(job.id.as_str(), job.token as i64, w.deadline)?;
+        db.set_active(job.id.as_str(), job.token as i64, w.deadline, job.group.is_none())?;
     }
     // the limits: the due groups leave throttled, the groups throttled here join it; the TATs moved
     for g in &due {

@@ -1,7 +1,7 @@
 //! The twin of scripts/counts.lua: sizes per state and the counters of a queue. Pending is the flat
-//! set plus every lane's jobs, both read in O(1) from the counts the schema's triggers keep (the
-//! script keeps the lanes' count itself, and ZCARD is O(1) in Redis); one transaction, so no
-//! cursor.
+//! set plus every lane's jobs, both in O(1): the store keeps both sizes as its writes move rows
+//! (table `emq_counts`), as Redis's ZCARD is O(1) and the script keeps the lanes' count in the
+//! groups hash; one transaction, so no cursor.
 
 use super::db::Db;
 use crate::error::Result;
@@ -12,7 +12,7 @@ pub(crate) fn counts(db: &Db) -> Result<Counts> {
         |event: &str| -> Result<u64> { Ok(db.kv_get(&format!("metrics:{event}"))?.unwrap_or(0).max(0) as u64) };
     let size = |z: &str| -> Result<u64> { Ok(db.zcard(z)?.max(0) as u64) };
     Ok(Counts {
-        pending: (db.kept_count("pending")? + db.kept_count("lanes")?).max(0) as u64,
+        pending: size("pending")? + db.lanes_len()?.max(0) as u64,
         scheduled: size("scheduled")?,
         active: size("active")?,
         dead: size("dead")?,

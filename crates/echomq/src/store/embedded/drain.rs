@@ -20,7 +20,7 @@ pub(crate) fn drain(db: &Db, limit: i64) -> Result<(u64, bool)> {
         (cuts, lanes, finished) = lanes_read(db, limit - removed, &common::lane_groups(db)?)?;
     } else {
         // the script answers "not finished" here; finishing when nothing is left spares a call
-        left = db.zcard("pending")? + db.zcard("scheduled")? - removed + lanes_len(db)?;
+        left = db.zcard("pending")? + db.zcard("scheduled")? - removed + db.lanes_len()?;
     }
     if removed + lanes > 0 {
         // it reads no row, so no waited mark: every waiter of the queue looks at its job again
@@ -89,13 +89,4 @@ pub(crate) fn lanes_cut(db: &Db, cuts: &[Cut]) -> Result<()> {
         db.zrem_head(lane, ids.len() as i64)?;
     }
     Ok(())
-}
-
-/// The jobs waiting in every lane.
-pub(crate) fn lanes_len(db: &Db) -> Result<i64> {
-    let mut n = 0;
-    for g in common::lane_groups(db)? {
-        n += db.zcard(&common::lane(&g))?;
-    }
-    Ok(n)
 }

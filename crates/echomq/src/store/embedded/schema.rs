@@ -125,41 +125,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       PRIMARY KEY (queue, key)) WITHOUT ROWID;
     ",
     "
-    -- the sizes counts reads in O(1) where a count(*) is O(n): `pending` (the rows in pending) and
-    -- `lanes` (the members of every lane:<g>), kept by triggers on every write that moves a row
-    -- into or out of pending or a member into or out of a lane, whichever twin writes it
-    CREATE TABLE emq_counts (
-      queue TEXT NOT NULL, what TEXT NOT NULL, n INTEGER NOT NULL,
-      PRIMARY KEY (queue, what)) WITHOUT ROWID;
-    INSERT INTO emq_counts (queue, what, n)
-      SELECT queue, 'pending', count(*) FROM emq_jobs WHERE pending IS NOT NULL GROUP BY queue;
-    INSERT INTO emq_counts (queue, what, n)
-      SELECT queue, 'lanes', count(*) FROM emq_zsets WHERE substr(zset, 1, 5) = 'lane:' GROUP BY queue;
-    CREATE TRIGGER emq_counts_pending_insert AFTER INSERT ON emq_jobs WHEN NEW.pending IS NOT NULL
-    BEGIN
-      INSERT INTO emq_counts (queue, what, n) VALUES (NEW.queue, 'pending', 1)
-        ON CONFLICT (queue, what) DO UPDATE SET n = n + 1;
-    END;
-    CREATE TRIGGER emq_counts_pending_delete AFTER DELETE ON emq_jobs WHEN OLD.pending IS NOT NULL
-    BEGIN
-      UPDATE emq_counts SET n = n - 1 WHERE queue = OLD.queue AND what = 'pending';
-    END;
-    CREATE TRIGGER emq_counts_pending_update AFTER UPDATE OF pending ON emq_jobs
-      WHEN (OLD.pending IS NULL) <> (NEW.pending IS NULL)
-    BEGIN
-      INSERT INTO emq_counts (queue, what, n)
-        VALUES (NEW.queue, 'pending', CASE WHEN NEW.pending IS NULL THEN -1 ELSE 1 END)
-        ON CONFLICT (queue, what) DO UPDATE SET n = n + excluded.n;
-    END;
-    CREATE TRIGGER emq_counts_lanes_insert AFTER INSERT ON emq_zsets WHEN substr(NEW.zset, 1, 5) = 'lane:'
-    BEGIN
-      INSERT INTO emq_counts (queue, what, n) VALUES (NEW.queue, 'lanes', 1)
-        ON CONFLICT (queue, what) DO UPDATE SET n = n + 1;
-    END;
-    CREATE TRIGGER emq_counts_lanes_delete AFTER DELETE ON emq_zsets WHEN substr(OLD.zset, 1, 5) = 'lane:'
-    BEGIN
-      UPDATE emq_counts SET n = n - 1 WHERE queue = OLD.queue AND what = 'lanes';
-    END;
+    -- the sizes counts reads in O(1) where a count(*) is O(n), among a queue's counters:
+    -- size:pending (the rows in pending) and size:lanes (the members of every lane:<g>), kept by
+    -- the writes that move a row into or out of them, once per transaction
+    INSERT INTO emq_kv (queue, key, value)
+      SELECT queue, 'size:pending', count(*) FROM emq_jobs WHERE pending IS NOT NULL GROUP BY queue;
+    INSERT INTO emq_kv (queue, key, value)
+      SELECT queue, 'size:lanes', count(*) FROM emq_zsets WHERE substr(zset, 1, 5) = 'lane:' GROUP BY queue;
     ",
 ];
 

@@ -46,6 +46,24 @@ macro_rules! on_col {
 impl Db<'_> {
     /// ZADD: the member's score set, on a row with no field when `id` has no row.
     pub(crate) fn set_score(&self, set: RowSet, id: &str, score: i64) -> R<()> {
+        if set == RowSet::Pending {
+            // a new member (the usual case: a job made ready) counted; else its score moved
+            let joined = self
+                .tx
+                .prepare_cached("UPDATE emq_jobs SET pending = ?3 WHERE queue = ?1 AND id = ?2 AND pending IS NULL")
+                .and_then(|mut s| s.execute(params![self.q, id, score]))
+                .map_err(|e| self.e(e))?;
+            if joined > 0 || !self.move_score(set, id, score)? {
+                self.pending_moved.set(self.pending_moved.get() + 1);
+                if joined == 0 {
+                    self.tx
+                        .prepare_cached("INSERT INTO emq_jobs (queue, id, pending) VALUES (?1, ?2, ?3)")
+                        .and_then(|mut s| s.execute(params![self.q, id, score]))
+                        .map_err(|e| self.e(e))?;
+                }
+            }
+            return Ok(());
+        }
         let moved = self
             .tx
             .prepare_cached(on_col!(set; "UPDATE emq_jobs SET ", " = ?3 WHERE queue = ?1 AND id = ?2"))
@@ -81,6 +99,9 @@ impl Db<'_> {
         if dropped == 0 {
             return Ok(false);
         }
+        if set == RowSet::Pending {
+            self.pending_moved.set(self.pending_moved.get() - 1);
+        }
         self.tx
             .prepare_cached(concat!(
                 "DELETE FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND lease IS NULL AND pending IS NULL AND ",
@@ -101,8 +122,11 @@ impl Db<'_> {
             .map_err(|e| self.e(e))
     }
 
-    /// ZCARD.
+    /// ZCARD: of `pending` in O(1), its size as committed moved by this transaction's moves.
     pub(crate) fn card(&self, set: RowSet) -> R<i64> {
+        if set == RowSet::Pending {
+            return self.pending_len();
+        }
         self.tx
             .prepare_cached(on_col!(set; "SELECT count(*) FROM emq_jobs WHERE queue = ?1 AND ", " IS NOT NULL"))
             .and_then(|mut s| s.query_row(params![self.q], |r| r.get(0)))
@@ -111,6 +135,9 @@ impl Db<'_> {
 
     /// ZCARD counted no further than `cap`.
     pub(crate) fn card_upto(&self, set: RowSet, cap: i64) -> R<i64> {
+        if set == RowSet::Pending {
+            return Ok(self.card(set)?.min(cap));
+        }
         self.tx
             .prepare_cached(on_col!(set;
                 "SELECT count(*) FROM (SELECT 1 FROM emq_jobs WHERE queue = ?1 AND ", " IS NOT NULL LIMIT ?2)"))
