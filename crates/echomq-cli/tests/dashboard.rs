@@ -250,6 +250,30 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
         .unwrap();
     assert_eq!(mine["counts"]["pending"], 3);
     assert_eq!(mine["counts"]["dead"], 1);
+    assert!(mine.get("history").is_none(), "the hour only when asked");
+    let api: serde_json::Value = serde_json::from_str(&d.get("/api/overview?history=1").body).unwrap();
+    let mine = api["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == q.as_str())
+        .unwrap();
+    let minutes = |k: &str| {
+        mine["history"][k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!((minutes("completed").len(), minutes("failed").len()), (60, 60));
+    assert_eq!(
+        (
+            minutes("completed").iter().sum::<u64>(),
+            minutes("failed").iter().sum::<u64>()
+        ),
+        (0, 1)
+    );
 
     // a queue's tabs; a job's fields, escaped; JSON pretty-printed
     let dead = d.get(&format!("/queues/{q}?state=dead"));
@@ -903,6 +927,31 @@ fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and
     wait_until(Duration::from_secs(15), "the overview counts the new job", || {
         web.text(&pending) == "1"
     });
+    assert_eq!(web.script("return window.__same_page === true;"), true, "no reload");
+    // and its chart takes a job completed meanwhile, still without a reload
+    let chart = format!("return document.querySelector('svg.chart[data-q=\"{q}\"]').getAttribute('aria-label');");
+    assert!(
+        web.script(&chart).as_str().unwrap().contains(" 0 completed"),
+        "{}",
+        web.script(&chart)
+    );
+    l.rt.block_on(async {
+        let claimed = l
+            .store
+            .claim(&qn, 1, Duration::from_secs(30), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        let j = &claimed[0];
+        l.store
+            .complete(&qn, &j.id, j.token, None, SettleOptions::default())
+            .await
+            .unwrap();
+    });
+    wait_until(
+        Duration::from_secs(30),
+        "the overview's chart counts the completed job",
+        || web.script(&chart).as_str().is_some_and(|t| t.contains(" 1 completed")),
+    );
     assert_eq!(web.script("return window.__same_page === true;"), true, "no reload");
 
     // the queue's dead tab, the job, Retry: then a worker runs it to completed

@@ -29,17 +29,49 @@ dt{font-weight:600}dd{margin:0}
 "#;
 
 /// The live overview: polls the counts every 2 s while the page is visible and writes each
-/// cell whose `data-q`/`data-k` names it (text only: no markup is ever taken from the answer).
+/// cell whose `data-q`/`data-k` names it; the poll after one that saw a queue's completed or
+/// dead-lettered count move asks for the last hour too (at most every 10 s, and at least every
+/// minute, as the bars move on) and redraws each queue's chart (`svg.chart[data-q]`) as the server
+/// draws it. Text and numbers only: no markup is ever taken from the answer (the bars are made with
+/// `createElementNS`).
 const LIVE: &str = r#"
 (function(){
+  var NS='http://www.w3.org/2000/svg',W=3,MID=16,seen={},want=false,last=Date.now();
+  function bars(svg,values,up,color){
+    var top=Math.max(1,Math.max.apply(null,values));
+    values.forEach(function(v,i){
+      if(!(v>0))return;
+      var h=Math.max(1,v/top*(MID-1)),r=document.createElementNS(NS,'rect');
+      r.setAttribute('x',String(i*W));r.setAttribute('y',(up?MID-h:MID).toFixed(1));
+      r.setAttribute('width',String(W-1));r.setAttribute('height',h.toFixed(1));r.setAttribute('fill',color);
+      svg.appendChild(r);
+    });
+  }
+  function chart(q){
+    var svg=document.querySelector('svg.chart[data-q="'+CSS.escape(q.name)+'"]');
+    if(!svg||!q.history)return;
+    svg.querySelectorAll('rect').forEach(function(r){r.remove();});
+    bars(svg,q.history.completed,true,'#3a8a3a');
+    bars(svg,q.history.failed,false,'#b33');
+    var sum=function(v){return v.reduce(function(a,b){return a+b;},0);};
+    var t='last hour: '+sum(q.history.completed)+' completed, '+sum(q.history.failed)+' dead-lettered (a bar a minute)';
+    svg.setAttribute('aria-label',t);
+    var title=svg.querySelector('title');if(title)title.textContent=t;
+  }
   function tick(){
     if(document.visibilityState!=='visible')return;
-    fetch('api/overview',{credentials:'same-origin'}).then(function(r){return r.json()}).then(function(d){
+    var now=Date.now(),withHistory=(want&&now-last>=10000)||now-last>=60000;
+    if(withHistory){want=false;last=now;}
+    fetch(withHistory?'api/overview?history=1':'api/overview',{credentials:'same-origin'}).then(function(r){return r.json()}).then(function(d){
       d.queues.forEach(function(q){
         Object.keys(q.counts).forEach(function(k){
           var c=document.querySelector('[data-q="'+CSS.escape(q.name)+'"][data-k="'+k+'"]');
           if(c)c.textContent=String(q.counts[k]);
         });
+        var done=q.counts.completed+','+q.counts.failed;
+        if(seen[q.name]!==undefined&&seen[q.name]!==done)want=true;
+        seen[q.name]=done;
+        chart(q);
       });
     }).catch(function(){});
   }

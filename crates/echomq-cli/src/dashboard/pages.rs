@@ -92,7 +92,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
                             td.n data-q=(q.as_str()) data-k="failed" { (c.failed) }
                             td.n data-q=(q.as_str()) data-k="retried" { (c.retried) }
                             td { @if c.paused { span.paused { "paused" } } }
-                            td { (chart(h)) }
+                            td { (chart(q, h)) }
                         }
                     }
                 }
@@ -104,8 +104,9 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
 }
 
 /// A queue's last hour as bars, a minute each: completed up from the middle line, dead-lettered
-/// down from it, each scaled to the busiest minute of its kind.
-fn chart(h: &echomq::store::History) -> maud::Markup {
+/// down from it, each scaled to the busiest minute of its kind. The live script redraws it the same
+/// way from `/api/overview?history=1`.
+fn chart(q: &QueueName, h: &echomq::store::History) -> maud::Markup {
     let (w, mid) = (3usize, 16.0f64);
     let top = |v: &[u64]| v.iter().copied().max().unwrap_or(0).max(1) as f64;
     let (done_max, failed_max) = (top(&h.completed), top(&h.failed));
@@ -117,7 +118,7 @@ fn chart(h: &echomq::store::History) -> maud::Markup {
     );
     let width = w * h.completed.len();
     html! {
-        svg.chart width=(width) height="32" viewBox=(format!("0 0 {width} 32")) role="img" aria-label=(title) {
+        svg.chart data-q=(q.as_str()) width=(width) height="32" viewBox=(format!("0 0 {width} 32")) role="img" aria-label=(title) {
             title { (title) }
             line x1="0" y1="16" x2=(width) y2="16" stroke="#ccd" stroke-width="0.5" {}
             @for (i, n) in h.completed.iter().enumerate() {
@@ -140,21 +141,31 @@ async fn counts_of_every_queue(app: &App) -> Result<Vec<(QueueName, Counts)>, Re
     crate::stats::counts_of(&*app.store, None).await.map_err(store_failed)
 }
 
-/// `GET /api/overview`: the overview's counts as JSON, for its live refresh.
-pub(crate) async fn overview_json(State(app): State<Arc<App>>) -> PageResult {
+/// The overview's JSON query: `history=1` adds each queue's last hour.
+#[derive(Deserialize)]
+pub(crate) struct OverviewQuery {
+    history: Option<String>,
+}
+
+/// `GET /api/overview[?history=1]`: the overview's counts as JSON, for its live refresh (the
+/// counts every 2 s, the last hour's chart every 30 s: a minute is its finest grain).
+pub(crate) async fn overview_json(State(app): State<Arc<App>>, Query(o): Query<OverviewQuery>) -> PageResult {
     let rows = counts_of_every_queue(&app).await?;
-    let queues: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|(q, c)| {
-            let mut counts = serde_json::Map::new();
-            for s in STATES {
-                counts.insert(s.as_str().into(), count_of(c, s).into());
-            }
-            counts.insert("failed".into(), c.failed.into());
-            counts.insert("retried".into(), c.retried.into());
-            serde_json::json!({ "name": q.as_str(), "paused": c.paused, "counts": counts })
-        })
-        .collect();
+    let mut queues = Vec::with_capacity(rows.len());
+    for (q, c) in &rows {
+        let mut counts = serde_json::Map::new();
+        for s in STATES {
+            counts.insert(s.as_str().into(), count_of(c, s).into());
+        }
+        counts.insert("failed".into(), c.failed.into());
+        counts.insert("retried".into(), c.retried.into());
+        let mut line = serde_json::json!({ "name": q.as_str(), "paused": c.paused, "counts": counts });
+        if o.history.as_deref() == Some("1") {
+            let h = app.store.history(q, 60).await.map_err(store_failed)?;
+            line["history"] = serde_json::json!({ "completed": h.completed, "failed": h.failed });
+        }
+        queues.push(line);
+    }
     Ok(Json(serde_json::json!({ "queues": queues })).into_response())
 }
 
