@@ -1,11 +1,13 @@
 //! Prometheus text: the store's gauges and counters per queue, read at scrape time (one `counts`
-//! per queue), and for `emq work --metrics-bind` the worker's own histograms beside them.
+//! and one `consumers` per queue), and for `emq work --metrics-bind` the worker's own histograms
+//! beside them.
 //!
 //! | name | type | labels |
 //! | --- | --- | --- |
 //! | `emq_jobs` | gauge | `queue`, `state` (`pending`, `scheduled`, `active`, `dead`) |
 //! | `emq_events_total` | counter | `queue`, `event` (`completed`, `cancelled`, `failed`, `retried`, `stalled`, `reaped`) |
 //! | `emq_queue_paused` | gauge | `queue` (1 while paused) |
+//! | `emq_consumers` | gauge | `queue` (the consumers alive: the registry's entries) |
 //! | `emq_job_duration_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
 
 use std::fmt::Write as _;
@@ -22,10 +24,15 @@ const DURATION_BUCKETS: [f64; 14] = [
 
 /// The store's metrics of `queues` as Prometheus text (every queue the store knows when `None`).
 pub async fn store_metrics(store: &dyn Store, queues: Option<&[QueueName]>) -> echomq::Result<String> {
-    Ok(render(&crate::stats::counts_of(store, queues).await?))
+    let counts = crate::stats::counts_of(store, queues).await?;
+    let mut alive = Vec::with_capacity(counts.len());
+    for (q, _) in &counts {
+        alive.push(store.consumers(q).await?.len());
+    }
+    Ok(render(&counts, &alive))
 }
 
-fn render(counts: &[(QueueName, Counts)]) -> String {
+fn render(counts: &[(QueueName, Counts)], alive: &[usize]) -> String {
     let mut out = String::new();
     let family = |out: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -63,6 +70,15 @@ fn render(counts: &[(QueueName, Counts)]) -> String {
     family(&mut out, "emq_queue_paused", "gauge", "1 while the queue is paused.");
     for (q, c) in counts {
         let _ = writeln!(out, "emq_queue_paused{{queue=\"{q}\"}} {}", u8::from(c.paused));
+    }
+    family(
+        &mut out,
+        "emq_consumers",
+        "gauge",
+        "Consumers alive, per queue (each writes its entry once a beat).",
+    );
+    for ((q, _), n) in counts.iter().zip(alive) {
+        let _ = writeln!(out, "emq_consumers{{queue=\"{q}\"}} {n}");
     }
     out
 }

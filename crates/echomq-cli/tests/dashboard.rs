@@ -525,6 +525,7 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     assert_eq!(run("failed", "_count"), 1.0);
     assert!(run("completed", "_sum") > 0.0);
     assert_eq!(m[&format!("emq_jobs{{queue=\"{q}\",state=\"scheduled\"}}")], 1.0);
+    assert_eq!(m[&format!("emq_consumers{{queue=\"{q}\"}}")], 1.0, "the worker itself");
     worker.stop();
 
     // the minutes the worker ran, from `emq stats --history`
@@ -573,6 +574,7 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     }
     assert_eq!(m[&format!("emq_events_total{{queue=\"{q}\",event=\"failed\"}}")], 1.0);
     assert_eq!(m[&format!("emq_queue_paused{{queue=\"{q}\"}}")], 0.0);
+    assert_eq!(m[&format!("emq_consumers{{queue=\"{q}\"}}")], 0.0, "the worker stopped");
     assert!(scraped.body.contains("# TYPE emq_jobs gauge"));
     assert!(scraped.body.contains("# TYPE emq_events_total counter"));
 }
