@@ -171,11 +171,21 @@ local function emq_lane_jobs_of(base, field)
   return { n = total, kept = false }
 end
 
+-- emq_lane_jobs_of for a script that moves jobs into lanes, of the groups it read (`lanes`, by
+-- emq_lane_read): summed at most once per script, the first group read with it sharing it
+local function emq_lane_jobs_for(lanes, base, field)
+  for _, o in pairs(lanes) do
+    if o.lj then return o.lj end
+  end
+  return emq_lane_jobs_of(base, field)
+end
+
 -- `n` jobs joined (n > 0) or left (n < 0) the lanes (lj: emq_lane_jobs_of's): the count moved,
 -- written first from lj's sum when the queue kept none (HSETNX: of several such writes in one
--- script, each from the same sum taken before the writes, the first starts the count)
+-- script, each from the same sum taken before the writes, the first starts the count). No lj (a
+-- group read without `adding`) moves nothing: never a count started from nothing.
 local function emq_lane_jobs_add(base, lj, n)
-  if n == 0 then return end
+  if n == 0 or not lj then return end
   if not lj.kept then
     redis.call('HSETNX', base .. 'groups', 'lane_jobs', lj.n)
     lj.kept = true
@@ -223,19 +233,23 @@ end
 -- what a lane job of g leaving `active`, or ready jobs joining g's lane, need of g, read once per
 -- script before its first write (lanes[g] keeps it, and the writes keep it up to date): its active
 -- count a:<g>, whether it is on the ring (r:<g>), its limit (its own, else the queue default l:~,
--- else 1), its lane's length and the count of every lane's jobs (lj: emq_lane_jobs_of)
-local function emq_lane_read(lanes, base, g)
+-- else 1) and its lane's length; for a script `adding` jobs to lanes, the count of every lane's
+-- jobs too (lj: emq_lane_jobs_for), which a script that only takes lane jobs out of `active`
+-- never needs
+local function emq_lane_read(lanes, base, g, adding)
   local s = lanes[g]
-  if s then return s end
-  local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~', 'lane_jobs')
-  s = {
-    a = tonumber(f[1]) or 0,
-    ringed = f[2] and true or false,
-    limit = tonumber(f[3]) or tonumber(f[4]) or 1,
-    len = emq_lane_len(base, g),
-    lj = emq_lane_jobs_of(base, f[5]),
-  }
-  lanes[g] = s
+  if not s then
+    local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~', 'lane_jobs')
+    s = {
+      a = tonumber(f[1]) or 0,
+      ringed = f[2] and true or false,
+      limit = tonumber(f[3]) or tonumber(f[4]) or 1,
+      len = emq_lane_len(base, g),
+      field = f[5],
+    }
+    lanes[g] = s
+  end
+  if adding and not s.lj then s.lj = emq_lane_jobs_for(lanes, base, s.field) end
   return s
 end
 
@@ -620,7 +634,7 @@ local function emq_publish_read(base, g, nready, touch)
   touch[#touch + 1] = 'ring'
   touch[#touch + 1] = 'wake'
   local s
-  if g then s = emq_lane_read({}, base, g) else s = emq_flat_read(base) end
+  if g then s = emq_lane_read({}, base, g, true) else s = emq_flat_read(base) end
   return s, emq_paused_read(base), emq_order_read(base, emq_now())
 end
 

@@ -149,7 +149,7 @@ local function joins(g)
   elseif not lanes[g] then
     -- groups in the order their first job came (pairs() order is undefined; the twin must match)
     order[#order + 1] = g
-    emq_lane_read(lanes, base, g)
+    emq_lane_read(lanes, base, g, true)
   end
 end
 for _, j in ipairs(fired) do joins(j.t.g) end

@@ -18,7 +18,7 @@ local g = r[2]
 local lanes, flat = {}, nil
 local touch = { 'ring', 'wake' }
 if g then
-  emq_lane_read(lanes, base, g)
+  emq_lane_read(lanes, base, g, true)
 else
   flat = emq_flat_read(base)
 end

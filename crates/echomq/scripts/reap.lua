@@ -44,7 +44,7 @@ for i, id in ipairs(lapsed) do
     buried = true
   else
     local state, g = row[1], row[2]
-    if g then emq_lane_read(lanes, base, g) end
+    if g then emq_lane_read(lanes, base, g, true) end
     if state == 'active' and not g and not flat then flat = emq_flat_read(base) end
     if state and state ~= 'active' then buried = true end
     -- the lapses counted with this one; past the budget the job goes dead

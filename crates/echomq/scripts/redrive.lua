@@ -38,7 +38,7 @@ for i, id in ipairs(ids) do
     elseif not lanes[g] then
       -- groups in the order their first job came (pairs() order is undefined; the twin must match)
       order[#order + 1] = g
-      emq_lane_read(lanes, base, g)
+      emq_lane_read(lanes, base, g, true)
     end
   end
   rows[i] = row

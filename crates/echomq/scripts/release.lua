@@ -21,7 +21,7 @@ if not emq_whole(delay, 0) then return emq_bad_args('release', 'delay') end
 local refused, g, r = emq_fence(jk, token, 'free')
 if refused then return refused end
 local lanes, flat = {}, nil
-if g then emq_lane_read(lanes, base, g) elseif delay == 0 then flat = emq_flat_read(base) end
+if g then emq_lane_read(lanes, base, g, true) elseif delay == 0 then flat = emq_flat_read(base) end
 local paused = emq_paused_read(base)
 emq_touch(base, { 'ring', 'wake' })
 if redis.call('ZREM', active, id) == 0 then return 0 end

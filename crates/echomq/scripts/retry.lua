@@ -28,7 +28,7 @@ if refused then return refused end
 local used = emq_used(r[1], r[3])
 local dead = used >= (tonumber(r[4] or maxdef) or maxdef)
 local lanes, flat = {}, nil
-if g then emq_lane_read(lanes, base, g) elseif not dead and delay <= 0 then flat = emq_flat_read(base) end
+if g then emq_lane_read(lanes, base, g, true) elseif not dead and delay <= 0 then flat = emq_flat_read(base) end
 local paused = emq_paused_read(base)
 local touch = { 'ring', 'wake' }
 if dead then

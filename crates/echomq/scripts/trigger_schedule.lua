@@ -31,7 +31,7 @@ for k = 1, 16 do
 end
 if not id then return emq_bad_args('trigger_schedule', 'the next 16 trigger ids are taken') end
 local lanes, s = {}, nil
-if t.g then s = emq_lane_read(lanes, base, t.g) else s = emq_flat_read(base) end
+if t.g then s = emq_lane_read(lanes, base, t.g, true) else s = emq_flat_read(base) end
 local paused = emq_paused_read(base)
 local now = emq_now()
 local order = emq_order_read(base, now)

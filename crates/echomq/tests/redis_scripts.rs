@@ -1513,7 +1513,8 @@ async fn a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new
 
 /// A queue an earlier version wrote keeps no count of its lanes' jobs (the groups hash's field
 /// lane_jobs): counts sums its lanes instead, and the first script after it that moves a job into
-/// or out of a lane — a claim, a cancel, a genqueue — starts the count from that sum.
+/// or out of a lane — a claim, a cancel, a genqueue — starts the count from that sum (a settle,
+/// which moves none, never sums them).
 async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_lane_move(ctx: &Ctx) {
     let (conn, base) = raw(ctx);
     let groups = format!("{base}groups");
