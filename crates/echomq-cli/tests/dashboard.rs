@@ -886,6 +886,32 @@ fn base64_decode(text: &str) -> Vec<u8> {
     out
 }
 
+/// Claims up to `n` jobs through the library and settles the one named `id`: dead with `reason`,
+/// else completed (the others claimed stay held).
+fn claim_and_settle(l: &common::Lib, qn: &echomq::QueueName, n: u32, id: &str, reason: Option<&str>) {
+    l.rt.block_on(async {
+        let claimed = l
+            .store
+            .claim(qn, n, Duration::from_secs(30), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        let j = claimed.iter().find(|j| j.id.as_str() == id).expect("the job claimed");
+        match reason {
+            Some(r) => l
+                .store
+                .discard(qn, &j.id, j.token, r, SettleOptions::default())
+                .await
+                .map(drop),
+            None => l
+                .store
+                .complete(qn, &j.id, j.token, None, SettleOptions::default())
+                .await
+                .map(drop),
+        }
+        .unwrap();
+    });
+}
+
 #[test]
 fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and_payloads_are_text() {
     let b = Backend::embedded();
@@ -894,18 +920,7 @@ fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and
     b.enqueue(&q, "d", &["--id", "doomed"]);
     let l = b.lib();
     let qn = common::qn(&q);
-    l.rt.block_on(async {
-        let claimed = l
-            .store
-            .claim(&qn, 1, Duration::from_secs(30), 3, SettleOptions::default())
-            .await
-            .unwrap();
-        let j = &claimed[0];
-        l.store
-            .discard(&qn, &j.id, j.token, "it broke", SettleOptions::default())
-            .await
-            .unwrap();
-    });
+    claim_and_settle(&l, &qn, 1, "doomed", Some("it broke"));
     // scheduled, so no worker below runs them (a finished row keeps no payload)
     b.enqueue(&q, "<script>alert(1)</script>", &["--id", "hostile", "--delay", "1h"]);
     b.enqueue(
@@ -937,18 +952,8 @@ fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and
         "{}",
         web.script(&chart)
     );
-    l.rt.block_on(async {
-        let claimed = l
-            .store
-            .claim(&qn, 1, Duration::from_secs(30), 3, SettleOptions::default())
-            .await
-            .unwrap();
-        let j = &claimed[0];
-        l.store
-            .complete(&qn, &j.id, j.token, None, SettleOptions::default())
-            .await
-            .unwrap();
-    });
+    let next = l.rt.block_on(l.store.list(&qn, JobState::Pending, 0, 1)).unwrap();
+    claim_and_settle(&l, &qn, 1, next[0].as_str(), None);
     wait_until(
         Duration::from_secs(30),
         "the overview's chart counts the completed job",

@@ -731,6 +731,17 @@ impl<'a> Db<'a> {
         if let Some(set) = RowSet::of(z) {
             return self.set_score(set, member, score);
         }
+        if !z.starts_with("lane:") {
+            // one upsert: no size is kept of the other sets (a rate limit's `tats` moves a member
+            // on every claim)
+            return self
+                .tx
+                .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (member, zset, queue) DO UPDATE SET score = excluded.score")
+                .and_then(|mut s| s.execute(params![self.q, z, member, score]))
+                .map(drop)
+                .map_err(|e| self.e(e));
+        }
+        // a lane's new member counted; an existing one's score moved
         let added = self
             .tx
             .prepare_cached("INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (member, zset, queue) DO NOTHING")
