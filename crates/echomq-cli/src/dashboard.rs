@@ -13,6 +13,8 @@ mod guard;
 mod layout;
 mod pages;
 
+pub(crate) use layout::query_value;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 use echomq::{JobState, QueueName};
 use futures::{StreamExt, TryStreamExt};
 
-/// The most ids one `list` call asks for; a larger `--limit` pages with offsets.
+/// The most ids one `list` call asks for; a larger `--limit` pages with the cursor.
 const PAGE: u64 = 1000;
 
 /// How many rows `--json` reads at once.
@@ -12,7 +12,7 @@ const GETS_IN_FLIGHT: usize = 32;
 /// The states a job can be listed in.
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
 pub enum State {
-    /// Ready to claim, in claim order.
+    /// Ready to claim: the flat set in claim order, then each group's lane by group name.
     Pending,
     /// Waiting for their due time, soonest first.
     Scheduled,
@@ -44,8 +44,9 @@ impl From<State> for JobState {
 pub struct Args {
     /// The queue.
     pub queue: String,
-    /// Which jobs: pending in claim order, scheduled by due time, active by lease deadline, dead
-    /// newest first; completed and cancelled list retained rows only.
+    /// Which jobs: pending (the flat set in claim order, then each group's lane), scheduled by due
+    /// time, active by lease deadline, dead newest first; completed and cancelled list retained
+    /// rows only, newest first.
     #[arg(long, value_enum)]
     pub state: State,
     /// At most this many (at least 1; larger than 1000 reads in pages).
@@ -64,11 +65,12 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         anyhow::bail!("invalid option limit = 0: must be at least 1");
     }
     let store = crate::open(url).await?;
-    let mut offset = 0u64;
+    let mut cursor: Option<String> = None;
     let mut remaining = args.limit;
     loop {
         let want = remaining.min(PAGE);
-        let ids = store.list(&queue, state, offset, want as u32).await?;
+        let page = store.list(&queue, state, cursor.as_deref(), want as u32).await?;
+        let ids = page.ids;
         let got = ids.len() as u64;
         if args.json {
             // a row gone between the two reads is skipped; a job that moved shows its state now
@@ -86,8 +88,8 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             print(&ids.iter().map(ToString::to_string).collect::<Vec<_>>());
         }
         remaining -= got.min(remaining);
-        offset += got;
-        if got < want || remaining == 0 {
+        cursor = page.next;
+        if cursor.is_none() || remaining == 0 {
             return Ok(0);
         }
     }

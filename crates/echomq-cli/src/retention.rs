@@ -6,12 +6,13 @@ use std::time::Duration;
 use echomq::{QueueName, Retention};
 
 /// Show the queue's retention (`QUEUE`), or change it: the options given change, the others stay.
-/// A queue that never set one keeps 10,000 finished rows for 24 hours, outputs up to 64 KiB.
+/// A queue that never set one keeps 10,000 completed and 10,000 cancelled rows for 24 hours,
+/// outputs up to 64 KiB.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The queue.
     pub queue: String,
-    /// The newest finished (completed and cancelled) rows kept; 0 keeps none.
+    /// The newest rows kept of each finished state (completed, cancelled); 0 keeps none.
     #[arg(long, value_name = "N")]
     pub keep: Option<u32>,
     /// How long a finished row is kept (`90s`, `24h`; at least 1 ms).

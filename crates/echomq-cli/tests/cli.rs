@@ -39,8 +39,9 @@ impl Lib {
     fn pending_payloads(&self, q: &str) -> Vec<String> {
         let ids = self
             .rt
-            .block_on(self.store.list(&qn(q), JobState::Pending, 0, 10_000))
-            .unwrap();
+            .block_on(self.store.list(&qn(q), JobState::Pending, None, 10_000))
+            .unwrap()
+            .ids;
         ids.iter()
             .map(|id| String::from_utf8(self.job(q, id.as_str()).unwrap().payload).unwrap())
             .collect()

@@ -952,7 +952,10 @@ fn in_a_browser_counts_go_live_a_dead_job_is_retried_a_running_one_cancelled_and
         "{}",
         web.script(&chart)
     );
-    let next = l.rt.block_on(l.store.list(&qn, JobState::Pending, 0, 1)).unwrap();
+    let next =
+        l.rt.block_on(l.store.list(&qn, JobState::Pending, None, 1))
+            .unwrap()
+            .ids;
     claim_and_settle(&l, &qn, 1, next[0].as_str(), None);
     wait_until(
         Duration::from_secs(30),

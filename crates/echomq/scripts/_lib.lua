@@ -357,7 +357,8 @@ local function emq_opt(v)
 end
 
 -- a queue's retention (emq:{q}:retention, written by set_retention; a field absent = its default):
--- the newest `keep` finished rows are kept (0: a row is deleted as it finishes), each for about
+-- the newest `keep` rows of each finished state are kept — completed rows in the set `completed`,
+-- cancelled rows in `cancelled`, each by finish time (0: a row is deleted as it finishes), each for about
 -- `age` ms (trimmed as later jobs of the queue finish), its output only up to `cap` bytes (a
 -- longer one is dropped, its size kept as output_dropped). The defaults are those of
 -- `Retention::default` (store.rs); a conformance case reads them back on both stores.
@@ -366,17 +367,19 @@ local function emq_retention_of(base)
   return { keep = tonumber(f[1]) or 10000, age = tonumber(f[2]) or 86400000, cap = tonumber(f[3]) or 65536 }
 end
 
--- before `adding` rows finish (complete, cancel): the queue's retention (emq_retention_of), and,
--- when rows are kept, the store's time (ret.now: `now` when the caller has it) and the rows
--- trimming deletes reached — the oldest of `completed`, those finished more than `age` ms before
--- now (at most 100 a call) or past the newest `keep` — so that its reads and deletes come after no
--- refusal. emq_expire and emq_finish take what it returns.
-local function emq_retention_read(base, adding, now)
+-- before `adding` rows finish as `state` (completed, cancelled): the queue's retention
+-- (emq_retention_of), the set of that state's kept rows (ret.done), and, when rows are kept, the
+-- store's time (ret.now: `now` when the caller has it) and the rows trimming deletes reached — the
+-- oldest of the set, those finished more than `age` ms before now (at most 100 a call) or past the
+-- newest `keep` — so that its reads and deletes come after no refusal. emq_expire and emq_finish
+-- take what it returns.
+local function emq_retention_read(base, state, adding, now)
   local ret = emq_retention_of(base)
   ret.expired = {}
+  ret.done = base .. state
   if ret.keep <= 0 or adding <= 0 then return ret end
   ret.now = now or emq_now()
-  local done = base .. 'completed'
+  local done = ret.done
   ret.expired = redis.call('ZRANGEBYSCORE', done, '-inf', ret.now - ret.age, 'LIMIT', 0, 100)
   local trim = math.max(redis.call('ZCARD', done) + adding - ret.keep, #ret.expired)
   if trim > 0 then emq_touch(base, emq_rows_of(redis.call('ZRANGE', done, 0, trim - 1), {})) end
@@ -388,12 +391,12 @@ end
 local function emq_expire(base, ret)
   if #ret.expired == 0 then return end
   emq_del_rows(base, ret.expired)
-  emq_bulk('ZREM', base .. 'completed', ret.expired)
+  emq_bulk('ZREM', ret.done, ret.expired)
 end
 
 -- a finished job (completed / cancelled) under the queue's retention `ret` (emq_retention_read's):
 -- deleted, or kept — its state, finish time and value (`field`: the output, or the cancel reason as
--- last_error), its payload dropped — with `completed` trimmed to the newest `keep`
+-- last_error), its payload dropped — with its state's set (ret.done) trimmed to the newest `keep`
 local function emq_finish(base, id, state, now, ret, field, value)
   local jk = base .. 'job:' .. id
   if ret.keep <= 0 then
@@ -416,7 +419,7 @@ local function emq_finish(base, id, state, now, ret, field, value)
   else
     redis.call('HDEL', jk, 'data', 'last_error')
   end
-  local done = base .. 'completed'
+  local done = ret.done
   redis.call('ZADD', done, now, id)
   local over = redis.call('ZCARD', done) - ret.keep
   if over > 0 then
@@ -559,7 +562,7 @@ local function emq_settle_finished(base, active, entries, state, recmax)
   end
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)
-  local ret = emq_retention_read(base, #done)
+  local ret = emq_retention_read(base, state, #done)
   local now = ret.now or 0
   -- the clock for the record, and for a completion's minute in the history
   if (recmax > 0 or state == 'completed') and now == 0 then now = emq_now() end

@@ -33,7 +33,7 @@ local touch = { waits_in, 'metrics:cancelled' }
 if recmax > 0 then touch[#touch + 1] = 'completions' end
 emq_touch(base, touch)
 local now = emq_now()
-local ret = emq_retention_read(base, 1, now)
+local ret = emq_retention_read(base, 'cancelled', 1, now)
 emq_unwait(base, id, waits_in, lj)
 emq_expire(base, ret)
 emq_finish(base, id, 'cancelled', now, ret, 'last_error', reason)

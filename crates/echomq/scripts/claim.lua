@@ -280,7 +280,7 @@ if #settled > 0 then
   emq_touch(base, touch)
 end
 local ret = { keep = 0, expired = {} }
-if cancelled > 0 then ret = emq_retention_read(base, cancelled, now) end
+if cancelled > 0 then ret = emq_retention_read(base, 'cancelled', cancelled, now) end
 -- the count of the lanes' jobs, which the lane jobs taken leave (emq_lane_jobs_of)
 local laned, lj = 0, nil
 for _, s in ipairs(order) do

@@ -1,87 +1,134 @@
--- list — up to ARGV[4] ids in one state from ARGV[3]: pending = the flat set in claim order, then
--- each lane on the ring in ring order (at most the first 1000 members), then the lanes of the groups
--- a rate limit holds back, by admission (at most the first 1000), then the lanes of groups off
--- the ring — at their limit, their jobs wait all the same — by group name (those among the first
--- ~10,000 fields of the groups hash, read only when the page reaches them); scheduled by due time;
--- active by lease deadline; dead newest first; completed / cancelled = retained rows newest first
--- (filtered by state among at most 10,000 retained rows). Reads only.
+-- list — a page of up to ARGV[3] ids in one state, from a cursor: the position after the job the
+-- page before ended on (its score in its set and its id), so a page costs the same however deep it
+-- is and however large the set. The next page starts at that job's rank while it is still there at
+-- that score, else at the first member of that score, past those of that score not after it (ties
+-- in member bytes, as Redis orders them). Scheduled by due time, active by lease deadline, dead,
+-- completed and cancelled (each its own set of kept rows) newest first. Pending: the flat set in
+-- claim order, then the lanes, one group after another in claim order: the groups hash walked in
+-- HSCAN chunks (at most 8 a call; a page may end short with a cursor to go on), the groups of a
+-- chunk by name — a group with an a:<g> field met at it, one on the ring only at its r:<g>, so a
+-- group is walked once. Reads only, but for a lane an earlier version wrote as a list, which it
+-- turns into the sorted set (emq_lane_len).
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)
 -- KEYS[3] emq:{q}:active      (zset)
 -- KEYS[4] emq:{q}:dead        (zset)
 -- KEYS[5] emq:{q}:completed   (zset)
--- KEYS[6] emq:{q}:ring        (list)
--- KEYS[7] emq:{q}:throttled   (zset)
+-- KEYS[6] emq:{q}:cancelled   (zset)
+-- KEYS[7] emq:{q}:groups      (hash)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] state: pending | scheduled | active | dead | completed | cancelled
--- ARGV[3] offset (>= 0)
--- ARGV[4] limit (1..10000)
+-- ARGV[3] limit (1..10000)
+-- ARGV[4] where the page starts: '' the first page, 'z' after a job of the state's set (for
+--         pending, of the flat set), 'l' in the lanes
+-- ARGV[5] 'l': the HSCAN cursor of the chunk of the groups hash
+-- ARGV[6] 'l': the group the page before ended in ('' = from the chunk's first)
+-- ARGV[7] 'z', or 'l' with a group: the score of the job the page before ended on
+-- ARGV[8] 'z', or 'l' with a group: that job's id
 --
--- Replies: {id, …}; error EMQARGS.
-local base, state, offset, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-if not offset or offset < 0 or not limit or limit < 1 or limit > 10000 then return emq_bad_args('list', 'offset or limit') end
-local last = offset + limit - 1
-if state == 'scheduled' then return redis.call('ZRANGE', KEYS[2], offset, last) end
--- active by rank (a score range would walk the offset)
-if state == 'active' then return redis.call('ZRANGE', KEYS[3], offset, last) end
-if state == 'dead' then return redis.call('ZREVRANGE', KEYS[4], offset, last) end
-if state == 'completed' or state == 'cancelled' then
-  local out, skipped = {}, 0
-  for _, id in ipairs(redis.call('ZREVRANGE', KEYS[5], 0, 9999)) do
-    if redis.call('HGET', base .. 'job:' .. id, 'state') == state then
-      if skipped < offset then skipped = skipped + 1 else out[#out + 1] = id end
-      if #out >= limit then break end
-    end
+-- Replies: {next: '' (no more), 'z' or 'l'; chunk; group; score; id — the next page's start as
+--           ARGV[4..8] take it — then the page's ids}; error EMQARGS.
+local base, state, limit, from = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if not limit or limit < 1 or limit > 10000 then return emq_bad_args('list', 'limit') end
+local score = tonumber(ARGV[7])
+if (from == 'z' or (from == 'l' and ARGV[6] ~= '')) and not score then
+  return emq_bad_args('list', 'cursor')
+end
+
+-- whether member a comes before b in member bytes
+local function bytes_lt(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
   end
+  return #a < #b
+end
+
+-- up to n {id, score} pairs of zset k after the member m at score s (the first n when s is nil),
+-- in its order (`rev`: highest first)
+local function after(k, s, m, n, rev)
+  if not s then
+    return redis.call(rev and 'ZREVRANGE' or 'ZRANGE', k, 0, n - 1, 'WITHSCORES')
+  end
+  local r = redis.call(rev and 'ZREVRANK' or 'ZRANK', k, m)
+  if r and tonumber(redis.call('ZSCORE', k, m)) == s then
+    return redis.call(rev and 'ZREVRANGE' or 'ZRANGE', k, r + 1, r + n, 'WITHSCORES')
+  end
+  -- m left the set (or moved): from the first member at s, past those at s not after m
+  local out, skip = {}, 0
+  while true do
+    local page
+    if rev then
+      page = redis.call('ZREVRANGEBYSCORE', k, s, '-inf', 'WITHSCORES', 'LIMIT', skip, n)
+    else
+      page = redis.call('ZRANGEBYSCORE', k, s, '+inf', 'WITHSCORES', 'LIMIT', skip, n)
+    end
+    for i = 1, #page, 2 do
+      local id = page[i]
+      if #out < 2 * n and (tonumber(page[i + 1]) ~= s or (rev and bytes_lt(id, m)) or (not rev and bytes_lt(m, id))) then
+        out[#out + 1] = id
+        out[#out + 1] = page[i + 1]
+      end
+    end
+    if #out >= 2 * n or #page < 2 * n then return out end
+    skip = skip + n
+  end
+end
+
+-- the page: ids after the five elements of the next start
+local out = { '', '', '', '', '' }
+local function take(pairs_)
+  for i = 1, #pairs_, 2 do out[#out + 1] = pairs_[i] end
+end
+-- the next start after the page's last id, which is at `s` in its set
+local function full(kind, chunk, g, pairs_)
+  out[1], out[2], out[3], out[4], out[5] = kind, chunk, g, pairs_[#pairs_], pairs_[#pairs_ - 1]
+  return out
+end
+
+local sets = { scheduled = { KEYS[2], false }, active = { KEYS[3], false }, dead = { KEYS[4], true },
+  completed = { KEYS[5], true }, cancelled = { KEYS[6], true } }
+local set = sets[state]
+if set then
+  local page = after(set[1], from == 'z' and score or nil, ARGV[8], limit, set[2])
+  take(page)
+  if #page >= 2 * limit then return full('z', '', '', page) end
   return out
 end
 if state ~= 'pending' then return emq_bad_args('list', 'state') end
-local out = redis.call('ZRANGE', KEYS[1], offset, last)
-local skip = offset - redis.call('ZCARD', KEYS[1])
-if skip < 0 then skip = 0 end
--- the page continues through lane g (skipping what the offset still skips)
-local function walk(g)
-  local lane = base .. 'lane:' .. g
-  local len = emq_lane_len(base, g)
-  if skip >= len then
-    skip = skip - len
-  else
-    for _, id in ipairs(redis.call('ZRANGE', lane, skip, skip + limit - #out - 1)) do out[#out + 1] = id end
-    skip = 0
-  end
+
+local chunk, g = ARGV[5], ARGV[6]
+if from ~= 'l' then
+  local page = after(KEYS[1], from == 'z' and score or nil, ARGV[8], limit, false)
+  take(page)
+  if #page >= 2 * limit then return full('z', '', '', page) end
+  chunk, g = '0', ''
 end
-for _, g in ipairs(redis.call('LRANGE', KEYS[6], 0, 999)) do
-  if #out >= limit then return out end
-  if g ~= '~' then walk(g) end
-end
-for _, g in ipairs(redis.call('ZRANGE', KEYS[7], 0, 999)) do
-  if #out >= limit then return out end
-  walk(g)
-end
-if #out >= limit then return out end
--- groups off the ring holding a slot (a:<g> without r:<g>): a non-empty lane off the ring is always
--- one of these (a group leaves the ring with jobs waiting only at its limit)
-local groups = base .. 'groups'
-local off, seen, cursor = {}, {}, '0'
-for _ = 1, 10 do
-  local scan = redis.call('HSCAN', groups, cursor, 'COUNT', 1000)
-  cursor = scan[1]
+local groups = KEYS[7]
+for _ = 1, 8 do
+  local scan = redis.call('HSCAN', groups, chunk, 'COUNT', 200)
+  local names, seen = {}, {}
   for i = 1, #scan[2], 2 do
-    local f = scan[2][i]
-    if string.sub(f, 1, 2) == 'a:' then
-      local g = string.sub(f, 3)
-      if not seen[g] and redis.call('HEXISTS', groups, 'r:' .. g) == 0 then
-        seen[g] = true
-        off[#off + 1] = g
-      end
+    local kind, name = string.sub(scan[2][i], 1, 2), string.sub(scan[2][i], 3)
+    if name ~= '~' and not seen[name] and (kind == 'a:'
+        or (kind == 'r:' and redis.call('HEXISTS', groups, 'a:' .. name) == 0)) then
+      seen[name] = true
+      names[#names + 1] = name
     end
   end
-  if cursor == '0' then break end
+  table.sort(names, bytes_lt)
+  for _, name in ipairs(names) do
+    -- (emq_lane_len turns a lane an earlier version wrote as a list into its sorted set)
+    if (g == '' or not bytes_lt(name, g)) and emq_lane_len(base, name) > 0 then
+      local want = limit - (#out - 5)
+      local page = after(base .. 'lane:' .. name, name == g and score or nil, ARGV[8], want, false)
+      take(page)
+      if #page >= 2 * want then return full('l', chunk, name, page) end
+    end
+  end
+  chunk, g = scan[1], ''
+  if chunk == '0' then return out end
 end
-table.sort(off)
-for _, g in ipairs(off) do
-  if #out >= limit then break end
-  walk(g)
-end
+out[1], out[2] = 'l', chunk
 return out

@@ -12,6 +12,7 @@
 -- KEYS[2] emq:{q}:dead        (zset)
 -- KEYS[3] emq:{q}:completed   (zset)
 -- KEYS[4] emq:{q}:id          (string, the id sequence)
+-- KEYS[5] emq:{q}:cancelled   (zset)
 -- ARGV[1] id
 --
 -- Replies: {'waiting'}; {'gone', sequence}; {'finished', HGETALL field/value pairs…, score}.
@@ -22,7 +23,7 @@ local state
 for i = 1, #row, 2 do
   if row[i] == 'state' then state = row[i + 1] end
 end
-local set = ({ dead = KEYS[2], completed = KEYS[3], cancelled = KEYS[3] })[state]
+local set = ({ dead = KEYS[2], completed = KEYS[3], cancelled = KEYS[5] })[state]
 if not set then
   redis.call('HSET', jk, 'waited', '1')
   return { 'waiting' }

@@ -18,6 +18,7 @@
 -- KEYS[5] emq:{q}:dead        (zset)
 -- KEYS[6] emq:{q}:completed   (zset)
 -- KEYS[7] emq:{q}:groups      (hash)
+-- KEYS[8] emq:{q}:cancelled   (zset)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] force (1/0)
 -- ARGV[3] limit: rows deleted per call (1..1000)
@@ -68,7 +69,7 @@ for i = 1, #held do
 end
 local removed = #held
 local sets, rows = {}, {}
-for k = 3, 6 do
+for _, k in ipairs({ 3, 4, 5, 6, 8 }) do
   local ids = emq_zset_head_read(KEYS[k], limit - removed)
   sets[#sets + 1] = { key = KEYS[k], ids = ids }
   removed = removed + #ids

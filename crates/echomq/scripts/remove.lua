@@ -32,7 +32,9 @@ elseif state == 'pending' or state == 'scheduled' then
 elseif state == 'dead' then
   redis.call('ZREM', base .. 'dead', id)
 else
+  -- a finished row (an earlier version kept cancelled rows in `completed` too)
   redis.call('ZREM', base .. 'completed', id)
+  if state == 'cancelled' then redis.call('ZREM', base .. 'cancelled', id) end
 end
 redis.call('DEL', jk)
 if r[3] then redis.call('PUBLISH', base .. 'finished', id) end

@@ -31,6 +31,7 @@ pub const SUFFIXES: &[&str] = &[
     "ring",
     "groups",
     "completed",
+    "cancelled",
     "wake",
     "paused",
     "obliterating",
@@ -253,9 +254,13 @@ impl QueueKeys {
     pub fn groups(&self) -> String {
         self.key("groups")
     }
-    /// `emq:{q}:completed` — retained completed/cancelled rows, score = finished_at.
+    /// `emq:{q}:completed` — retained completed rows, score = finished_at.
     pub fn completed(&self) -> String {
         self.key("completed")
+    }
+    /// `emq:{q}:cancelled` — retained cancelled rows, score = finished_at.
+    pub fn cancelled(&self) -> String {
+        self.key("cancelled")
     }
     /// `emq:{q}:wake` — wake tokens consumers park on.
     pub fn wake(&self) -> String {

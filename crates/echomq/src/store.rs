@@ -14,6 +14,11 @@ use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::registry::ConsumerEntry;
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 
+mod jobs_page;
+#[cfg(any(feature = "redis", feature = "embedded"))]
+pub(crate) use jobs_page::After;
+pub use jobs_page::JobsPage;
+
 #[cfg(feature = "embedded")]
 pub mod embedded;
 #[cfg(feature = "redis")]
@@ -132,7 +137,8 @@ pub struct SettleOptions {
 /// never set one keeps [`Retention::default`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
-    /// The newest finished rows kept; 0 keeps none (a row is deleted as its job finishes).
+    /// The newest rows kept of each finished state — this many completed and this many cancelled;
+    /// 0 keeps none (a row is deleted as its job finishes).
     pub keep: u32,
     /// How long a finished row is kept: rows older than this are deleted as later jobs of the
     /// queue finish (so an idle queue keeps its last rows until its next finish).
@@ -143,7 +149,7 @@ pub struct Retention {
 }
 
 impl Default for Retention {
-    /// 10,000 rows, for 24 hours, outputs up to 64 KiB.
+    /// 10,000 rows of each finished state, for 24 hours, outputs up to 64 KiB.
     fn default() -> Self {
         Retention {
             keep: 10_000,
@@ -769,9 +775,14 @@ pub trait Store: Send + Sync {
     /// (1 to [`HISTORY_MINUTES_MAX`], the current one included), on the store's clock.
     async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History>;
 
-    /// list: up to `limit` ids in `state`, from `offset` (pending in claim order per member, scheduled
-    /// by due time, active by lease deadline, dead and completed/cancelled newest first).
-    async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>>;
+    /// list: a page of up to `limit` ids in `state`, from `cursor` (`None` for the first page; the
+    /// page's `next` for the one after): scheduled by due time, active by lease deadline, dead,
+    /// completed and cancelled (the rows the queue's retention keeps) newest first; pending the flat
+    /// set in claim order, then each group's lane in claim order, group after group (by name; on
+    /// Redis by name within each chunk of the groups hash it walks). Each page starts where the one
+    /// before ended, at the cost of one page whatever the queue holds. A cursor that does not
+    /// parse is refused ([`Error::InvalidOption`]).
+    async fn list(&self, queue: &QueueName, state: JobState, cursor: Option<&str>, limit: u32) -> Result<JobsPage>;
 
     /// queues: every queue name registered.
     async fn queues(&self) -> Result<Vec<QueueName>>;

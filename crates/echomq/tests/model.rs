@@ -1223,22 +1223,13 @@ impl Model {
 
     // --- what the stores must show ---
 
-    /// list(pending): the flat set in claim order, the lanes of the ring's groups in ring order,
-    /// then the lanes of groups off the ring holding a slot, by name.
+    /// list(pending): the flat set in claim order, then every group's lane in claim order, group
+    /// after group by name.
     fn list_pending(&self) -> Vec<String> {
         let mut out: Vec<String> = self.pending.iter().map(|(_, id)| id.clone()).collect();
-        for m in &self.ring {
-            if m != FLAT {
-                out.extend(self.lanes.get(m).into_iter().flatten().map(|(_, id)| id.clone()));
-            }
-        }
-        for (_, g) in &self.throttled {
-            out.extend(self.lanes.get(g).into_iter().flatten().map(|(_, id)| id.clone()));
-        }
-        for g in self.active_of.keys() {
-            if !self.flags.contains(g) {
-                out.extend(self.lanes.get(g).into_iter().flatten().map(|(_, id)| id.clone()));
-            }
+        // a BTreeMap's String keys go in byte order, as the stores order group names
+        for lane in self.lanes.values() {
+            out.extend(lane.iter().map(|(_, id)| id.clone()));
         }
         out
     }
@@ -1690,9 +1681,9 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
     )?;
     let list = |state| async move {
         store
-            .list(q, state, 0, 10_000)
+            .list(q, state, None, 10_000)
             .await
-            .map(|v| v.into_iter().map(|i| i.to_string()).collect::<Vec<_>>())
+            .map(|v| v.ids.into_iter().map(|i| i.to_string()).collect::<Vec<_>>())
             .map_err(|e| e.to_string())
     };
     let pending = list(JobState::Pending).await?;

@@ -671,10 +671,16 @@ async fn active_holds_exactly_the_leased_jobs(ctx: &Ctx) {
     let members: Vec<String> = conn.zrange(&active, 0, -1).await.unwrap();
     assert_eq!(members, ids(&claimed).iter().map(|i| i.to_string()).collect::<Vec<_>>());
     assert_eq!(sizes(ctx).await, (0, 0, 3, 0));
-    let listed = ctx.store.list(&ctx.q, JobState::Active, 0, 100).await.unwrap();
+    let listed = ctx.store.list(&ctx.q, JobState::Active, None, 100).await.unwrap().ids;
     assert_eq!(listed, ids(&claimed));
+    let first = ctx.store.list(&ctx.q, JobState::Active, None, 2).await.unwrap();
+    assert_eq!(first.ids, ids(&claimed[..2]));
     assert_eq!(
-        ctx.store.list(&ctx.q, JobState::Active, 2, 100).await.unwrap(),
+        ctx.store
+            .list(&ctx.q, JobState::Active, first.next.as_deref(), 100)
+            .await
+            .unwrap()
+            .ids,
         ids(&claimed[2..])
     );
 
@@ -688,9 +694,10 @@ async fn active_holds_exactly_the_leased_jobs(ctx: &Ctx) {
     assert_eq!(sizes(ctx).await, (0, 0, 0, 0));
     assert!(ctx
         .store
-        .list(&ctx.q, JobState::Active, 0, 100)
+        .list(&ctx.q, JobState::Active, None, 100)
         .await
         .unwrap()
+        .ids
         .is_empty());
     assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 0);
     let still: bool = conn.exists(&active).await.unwrap();
@@ -1476,7 +1483,7 @@ async fn a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new
     let _: () = conn.del(&lane).await.unwrap();
     let _: () = conn.rpush(&lane, &["old-a", "old-b", "old-c", "old-d"]).await.unwrap();
     assert_eq!(counts(ctx).await.pending, 4, "counts reads the list lane");
-    let listed = ctx.store.list(&ctx.q, JobState::Pending, 0, 10).await.unwrap();
+    let listed = ctx.store.list(&ctx.q, JobState::Pending, None, 10).await.unwrap().ids;
     assert_eq!(
         listed.iter().map(JobId::as_str).collect::<Vec<_>>(),
         ["old-a", "old-b", "old-c", "old-d"]
@@ -1550,7 +1557,7 @@ async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_
     );
     assert_slot_invariant(ctx).await;
     forget(conn.clone(), groups.clone()).await;
-    let waiting = ctx.store.list(&ctx.q, JobState::Pending, 0, 100).await.unwrap();
+    let waiting = ctx.store.list(&ctx.q, JobState::Pending, None, 100).await.unwrap().ids;
     let g2 = waiting
         .iter()
         .find(|w| three.iter().any(|t| t.id() == *w))

@@ -50,13 +50,16 @@ pub(super) async fn run(store: &Arc<dyn Store>, q: &QueueName, a: DashboardArgs)
     }
     let filled = t.elapsed().as_secs_f64();
     let waiting = store.counts(q).await?.pending;
-    let first = store.list(q, echomq::JobState::Pending, 0, 1).await?;
-    let id = first.first().map(|i| i.to_string()).unwrap_or_default();
-    let deep = (waiting / 2).saturating_sub(50);
+    let first = store.list(q, echomq::JobState::Pending, None, 1).await?;
+    let id = first.ids.first().map(|i| i.to_string()).unwrap_or_default();
+    // pages deep in the flat set and deep in the lanes
+    let deep_flat = cursor_at(store, q, waiting / 4).await?;
+    let deep_lanes = cursor_at(store, q, waiting * 3 / 4).await?;
     let pages = [
         "/".to_string(),
         format!("/queues/{q}"),
-        format!("/queues/{q}?state=pending&cursor={deep}"),
+        format!("/queues/{q}?state=pending&cursor={deep_flat}"),
+        format!("/queues/{q}?state=pending&cursor={deep_lanes}"),
         format!("/queues/{q}/jobs/{id}"),
         format!("/queues/{q}/schedules"),
         format!("/queues/{q}/groups"),
@@ -127,4 +130,21 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<u16> {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| anyhow::anyhow!("GET {path}: no status in {head:?}"))
+}
+
+/// The cursor of the page that starts after the first `n` waiting jobs (about: in steps of 10,000),
+/// query-encoded.
+async fn cursor_at(store: &Arc<dyn Store>, q: &QueueName, n: u64) -> anyhow::Result<String> {
+    let (mut passed, mut cursor) = (0u64, None::<String>);
+    while passed < n {
+        let page = store
+            .list(q, echomq::JobState::Pending, cursor.as_deref(), 10_000)
+            .await?;
+        passed += page.ids.len() as u64;
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(cursor.map(|c| crate::dashboard::query_value(&c)).unwrap_or_default())
 }

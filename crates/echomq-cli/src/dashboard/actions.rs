@@ -111,9 +111,10 @@ pub(crate) async fn queue(
             let mut promoted = 0u64;
             while promoted < PROMOTE_ALL_MAX {
                 let ids = store
-                    .list(&queue, JobState::Scheduled, 0, 1000)
+                    .list(&queue, JobState::Scheduled, None, 1000)
                     .await
-                    .map_err(store_failed)?;
+                    .map_err(store_failed)?
+                    .ids;
                 let mut moved = 0;
                 for id in &ids {
                     if store.promote_job(&queue, id).await.map_err(store_failed)? == PromotedJob::Promoted {

@@ -181,7 +181,7 @@ pub(crate) async fn metrics(State(app): State<Arc<App>>) -> PageResult {
 #[derive(Deserialize)]
 pub(crate) struct QueueQuery {
     state: Option<String>,
-    cursor: Option<u64>,
+    cursor: Option<String>,
     find: Option<String>,
     msg: Option<String>,
 }
@@ -206,16 +206,14 @@ pub(crate) async fn queue(
             .filter(|s| STATES.contains(s))
             .ok_or_else(|| layout::error_page(StatusCode::BAD_REQUEST, &format!("no state {s}")))?,
     };
-    let from = q.cursor.unwrap_or(0);
+    let cursor = q.cursor.as_deref().filter(|c| !c.is_empty());
     let counts = app.store.counts(&queue).await.map_err(store_failed)?;
-    let ids = app
-        .store
-        .list(&queue, state, from, PAGE + 1)
-        .await
-        .map_err(store_failed)?;
-    let more = ids.len() > PAGE as usize;
+    let listed = app.store.list(&queue, state, cursor, PAGE).await.map_err(|e| match e {
+        echomq::Error::InvalidOption { .. } => layout::error_page(StatusCode::BAD_REQUEST, &e.to_string()),
+        e => store_failed(e),
+    })?;
     // the page's rows read a few at a time, in the list's order (a row gone meanwhile is left out)
-    let rows: Vec<echomq::JobRow> = futures::stream::iter(ids.into_iter().take(PAGE as usize))
+    let rows: Vec<echomq::JobRow> = futures::stream::iter(listed.ids)
         .map(|id| {
             let (store, queue) = (app.store.clone(), queue.clone());
             async move { store.get(&queue, &id).await }
@@ -273,12 +271,12 @@ pub(crate) async fn queue(
         }
         @if rows.is_empty() { p { "No " (state.as_str()) " jobs." } }
         p {
-            @if from > 0 {
-                a href=(format!("{base}?state={}&cursor={}", state.as_str(), from.saturating_sub(PAGE as u64))) { "← newer" }
+            @if cursor.is_some() {
+                a href=(format!("{base}?state={}", state.as_str())) { "← first page" }
                 " "
             }
-            @if more {
-                a href=(format!("{base}?state={}&cursor={}", state.as_str(), from.saturating_add(PAGE as u64))) { "next →" }
+            @if let Some(next) = &listed.next {
+                a href=(format!("{base}?state={}&cursor={}", state.as_str(), query_value(next))) { "next →" }
             }
         }
     };

@@ -109,9 +109,9 @@ use crate::registry::ConsumerEntry;
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 use crate::store::GroupsPage;
 use crate::store::{
-    check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive,
+    check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive, After,
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
-    Extended, Handoff, History, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
+    Extended, Handoff, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
     Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT,
     PAYLOAD_LIMIT_DEFAULT,
 };
@@ -1195,10 +1195,11 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {
+    async fn list(&self, queue: &QueueName, state: JobState, cursor: Option<&str>, limit: u32) -> Result<JobsPage> {
         check_list_limit(limit)?;
+        let after = After::parse(state, cursor)?;
         self.run(queue.as_str(), "list", On::Thread, move |db| {
-            list::list(db, state, offset as i64, limit as i64)
+            list::list(db, state, after, limit as i64)
         })
         .await
     }

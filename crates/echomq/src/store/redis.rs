@@ -37,8 +37,8 @@ use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleNam
 use crate::store::GroupsPage;
 use crate::store::{
     CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
-    Extended, History, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed, Retention,
-    Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
+    Extended, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
+    Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
 };
 
 mod args;
@@ -621,8 +621,8 @@ impl Store for RedisStore {
         history::history(self, queue, minutes).await
     }
 
-    async fn list(&self, queue: &QueueName, state: JobState, offset: u64, limit: u32) -> Result<Vec<JobId>> {
-        list::list(self, queue, state, offset, limit).await
+    async fn list(&self, queue: &QueueName, state: JobState, cursor: Option<&str>, limit: u32) -> Result<JobsPage> {
+        list::list(self, queue, state, cursor, limit).await
     }
 
     async fn queues(&self) -> Result<Vec<QueueName>> {

@@ -42,7 +42,7 @@ async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
 }
 
 async fn list(ctx: &Ctx, state: JobState) -> Vec<JobId> {
-    ctx.store.list(&ctx.q, state, 0, 10_000).await.unwrap()
+    ctx.store.list(&ctx.q, state, None, 10_000).await.unwrap().ids
 }
 
 /// (pending, scheduled, active, dead) of the case's queue.
@@ -1186,13 +1186,36 @@ pub async fn list_pending_gives_flat_jobs_in_claim_order_then_lanes(ctx: &Ctx) {
         strs(&list(ctx, JobState::Pending).await),
         ["1", "2", "3", "4", "5", "6", "7"]
     );
-    let page = |offset, limit| ctx.store.list(&ctx.q, JobState::Pending, offset, limit);
-    assert_eq!(strs(&page(0, 2).await.unwrap()), ["1", "2"]);
-    assert_eq!(strs(&page(2, 3).await.unwrap()), ["3", "4", "5"]);
-    assert_eq!(strs(&page(4, 2).await.unwrap()), ["5", "6"]);
-    assert_eq!(strs(&page(6, 5).await.unwrap()), ["7"]);
-    assert!(page(7, 5).await.unwrap().is_empty());
-    assert!(page(1000, 5).await.unwrap().is_empty());
+    // pages by cursor: within the flat set, across into the lanes, within a lane, lane to lane
+    assert_eq!(
+        pages(ctx, JobState::Pending, &[2, 2, 2, 5]).await,
+        [vec!["1", "2"], vec!["3", "4"], vec!["5", "6"], vec!["7"]]
+    );
+    assert_eq!(
+        pages(ctx, JobState::Pending, &[3, 2, 5]).await,
+        [vec!["1", "2", "3"], vec!["4", "5"], vec!["6", "7"]]
+    );
+    // a page that ends on the last job still has a next page, which is empty and the last
+    assert_eq!(pages(ctx, JobState::Pending, &[7, 1]).await.len(), 2);
+}
+
+/// The pages of `state` of the given sizes, each from the cursor of the page before, until the
+/// last (a page with no next); at most as many pages as sizes, every page but the last full.
+async fn pages(ctx: &Ctx, state: JobState, sizes: &[u32]) -> Vec<Vec<String>> {
+    let (mut out, mut cursor) = (Vec::new(), None::<String>);
+    for (i, limit) in sizes.iter().enumerate() {
+        let page = ctx.store.list(&ctx.q, state, cursor.as_deref(), *limit).await.unwrap();
+        out.push(page.ids.iter().map(ToString::to_string).collect());
+        match page.next {
+            None => return out,
+            Some(next) => {
+                assert_eq!(page.ids.len(), *limit as usize, "a page with a next page is full");
+                assert!(i + 1 < sizes.len(), "more pages than expected after {out:?}");
+                cursor = Some(next);
+            }
+        }
+    }
+    out
 }
 
 pub async fn list_pending_includes_lanes_of_groups_at_their_limit(ctx: &Ctx) {
@@ -1203,14 +1226,10 @@ pub async fn list_pending_includes_lanes_of_groups_at_their_limit(ctx: &Ctx) {
     // a is at its limit (off the ring); b still on it
     assert_eq!(ctx.probe.ring().await, ["b"]);
     let pending = list(ctx, JobState::Pending).await;
+    assert_eq!(strs(&pending), ["3", "4", "5", "6"], "every group's lane, by name");
     assert_eq!(
-        strs(&pending),
-        ["5", "6", "3", "4"],
-        "ring lanes first, then groups off the ring"
-    );
-    assert_eq!(
-        strs(&ctx.store.list(&ctx.q, JobState::Pending, 1, 2).await.unwrap()),
-        ["6", "3"]
+        pages(ctx, JobState::Pending, &[1, 2, 2]).await,
+        [vec!["3"], vec!["4", "5"], vec!["6"]]
     );
     assert_eq!(pending.len() as u64, ctx.store.counts(&ctx.q).await.unwrap().pending);
     assert_slot_invariant(ctx).await;
@@ -1225,8 +1244,8 @@ pub async fn list_scheduled_orders_by_due_time(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &batch).await.unwrap();
     assert_eq!(strs(&list(ctx, JobState::Scheduled).await), ["2", "3", "1"]);
     assert_eq!(
-        strs(&ctx.store.list(&ctx.q, JobState::Scheduled, 1, 1).await.unwrap()),
-        ["3"]
+        pages(ctx, JobState::Scheduled, &[1, 1, 1, 1]).await,
+        [vec!["2"], vec!["3"], vec!["1"], vec![]]
     );
 }
 
@@ -1251,9 +1270,10 @@ pub async fn list_dead_gives_newest_first(ctx: &Ctx) {
         after(ctx, died).await;
     }
     assert_eq!(strs(&list(ctx, JobState::Dead).await), ["2", "4", "1", "3"]);
-    let page = ctx.store.list(&ctx.q, JobState::Dead, 1, 2).await.unwrap();
-    assert_eq!(strs(&page), ["4", "1"]);
-    assert!(ctx.store.list(&ctx.q, JobState::Dead, 4, 2).await.unwrap().is_empty());
+    assert_eq!(
+        pages(ctx, JobState::Dead, &[1, 2, 2]).await,
+        [vec!["2"], vec!["4", "1"], vec!["3"]]
+    );
 }
 
 pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &Ctx) {
@@ -1269,18 +1289,65 @@ pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &
     for i in ["5", "4"] {
         let done = ctx.store.cancel(&ctx.q, &id(i), None, PLAIN).await;
         assert_eq!(done.unwrap(), Cancelled::Cancelled);
-        after(ctx, ctx.probe.score("completed", &id(i)).await.unwrap()).await;
+        after(ctx, ctx.probe.score("cancelled", &id(i)).await.unwrap()).await;
     }
     assert_eq!(strs(&list(ctx, JobState::Completed).await), ["1", "2"]);
     assert_eq!(strs(&list(ctx, JobState::Cancelled).await), ["4", "5"]);
+    // each state its own set of kept rows
+    assert_eq!(ctx.probe.set_len("completed").await, 2);
+    assert_eq!(ctx.probe.set_len("cancelled").await, 2);
+    assert_eq!(pages(ctx, JobState::Completed, &[1, 5]).await, [vec!["1"], vec!["2"]]);
     assert_eq!(
-        strs(&ctx.store.list(&ctx.q, JobState::Completed, 1, 5).await.unwrap()),
-        ["2"]
+        pages(ctx, JobState::Cancelled, &[1, 1, 1]).await,
+        [vec!["4"], vec!["5"], vec![]]
     );
+}
+
+pub async fn list_goes_on_after_the_job_a_page_ended_on_has_left(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &jobs(4)).await.unwrap(); // 1 2 3 4
+    ctx.store.genqueue(&ctx.q, &group("a"), &jobs(3)).await.unwrap(); // 5 6 7
+    ctx.store.genqueue(&ctx.q, &group("b"), &jobs(1)).await.unwrap(); // 8
+    let page = |cursor: Option<String>, limit| async move {
+        let p = ctx
+            .store
+            .list(&ctx.q, JobState::Pending, cursor.as_deref(), limit)
+            .await
+            .unwrap();
+        (p.ids.iter().map(ToString::to_string).collect::<Vec<_>>(), p.next)
+    };
+    let (first, next) = page(None, 2).await;
+    assert_eq!(first, ["1", "2"]);
+    // the job the page ended on is removed, one after it cancelled: the next page starts after
+    // where it was, and a job that left is not listed
     assert_eq!(
-        strs(&ctx.store.list(&ctx.q, JobState::Cancelled, 0, 1).await.unwrap()),
-        ["4"]
+        ctx.store.remove(&ctx.q, &id("2"), false).await.unwrap(),
+        Removed::Removed
     );
+    let done = ctx.store.cancel(&ctx.q, &id("3"), None, PLAIN).await;
+    assert_eq!(done.unwrap(), Cancelled::Cancelled);
+    let (second, next) = page(next, 2).await;
+    assert_eq!(second, ["4", "5"]);
+    // the lane job the page ended on (a's first) leaves its lane
+    assert_eq!(
+        ctx.store.remove(&ctx.q, &id("5"), false).await.unwrap(),
+        Removed::Removed
+    );
+    let (third, next) = page(next, 5).await;
+    assert_eq!(third, ["6", "7", "8"]);
+    assert_eq!(next, None);
+    // the same on a set listed newest first: the dead job a page ended on redriven
+    let held = claim(ctx, 3).await;
+    discard_all(ctx, &held).await;
+    let dead = list(ctx, JobState::Dead).await;
+    let first = ctx.store.list(&ctx.q, JobState::Dead, None, 1).await.unwrap();
+    assert_eq!(first.ids, dead[..1]);
+    ctx.store.redrive(&ctx.q, &dead[0], 1).await.unwrap();
+    let rest = ctx
+        .store
+        .list(&ctx.q, JobState::Dead, first.next.as_deref(), 10)
+        .await
+        .unwrap();
+    assert_eq!(rest.ids, dead[1..]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1428,6 +1495,7 @@ crate::conformance!(
     list_active_orders_by_lease_deadline,
     list_dead_gives_newest_first,
     list_completed_and_cancelled_give_retained_rows_newest_first,
+    list_goes_on_after_the_job_a_page_ended_on_has_left,
     queues_lists_a_queue_from_its_first_enqueue_until_obliterate,
     an_enqueue_refused_while_obliterating_leaves_the_queue_unlisted,
     an_enqueue_failing_in_the_store_leaves_the_queue_unlisted,

@@ -27,7 +27,7 @@ async fn enqueue_the_example(ctx: &Ctx) {
 }
 
 async fn ids_in(ctx: &Ctx, state: JobState) -> Vec<JobId> {
-    ctx.store.list(&ctx.q, state, 0, 10_000).await.unwrap()
+    ctx.store.list(&ctx.q, state, None, 10_000).await.unwrap().ids
 }
 
 /// Waits until `n` short leases have lapsed and reap has put their jobs back.

@@ -372,17 +372,19 @@ pub use consumer_kit::wait_until;
 pub async fn assert_slot_invariant(ctx: &Ctx) {
     let listed = ctx
         .store
-        .list(&ctx.q, JobState::Pending, 0, 10_000)
+        .list(&ctx.q, JobState::Pending, None, 10_000)
         .await
         .expect("list pending")
+        .ids
         .len() as u64;
     let counted = ctx.store.counts(&ctx.q).await.expect("counts").pending;
     assert_eq!(counted, listed, "counts' pending must equal the waiting jobs listed");
     let active = ctx
         .store
-        .list(&ctx.q, JobState::Active, 0, 10_000)
+        .list(&ctx.q, JobState::Active, None, 10_000)
         .await
-        .expect("list active");
+        .expect("list active")
+        .ids;
     let mut expected: HashMap<String, u64> = HashMap::new();
     for id in active {
         if let Some(job) = ctx.store.get(&ctx.q, &id).await.expect("get") {

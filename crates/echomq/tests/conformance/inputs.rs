@@ -333,19 +333,37 @@ pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx)
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().scheduled, 1);
 }
 
+pub async fn list_refuses_a_cursor_that_does_not_parse(ctx: &Ctx) {
+    ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
+    for (state, cursor) in [
+        (JobState::Pending, "12"),
+        (JobState::Pending, "l,x"),
+        (JobState::Dead, "f,1,1"),
+        (JobState::Completed, "1,no such id!"),
+    ] {
+        let err = ctx.store.list(&ctx.q, state, Some(cursor), 10).await.unwrap_err();
+        assert_invalid_option(&err, "cursor", cursor);
+    }
+}
+
 pub async fn list_refuses_a_zero_limit(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     for state in [JobState::Pending, JobState::Dead] {
-        let err = ctx.store.list(&ctx.q, state, 0, 0).await.unwrap_err();
+        let err = ctx.store.list(&ctx.q, state, None, 0).await.unwrap_err();
         assert_invalid_option(&err, "limit", "0");
     }
-    let err = ctx.store.list(&ctx.q, JobState::Pending, 0, 10_001).await.unwrap_err();
+    let err = ctx
+        .store
+        .list(&ctx.q, JobState::Pending, None, 10_001)
+        .await
+        .unwrap_err();
     assert_invalid_option(&err, "limit", "10001");
     assert_eq!(
         ctx.store
-            .list(&ctx.q, JobState::Pending, 0, 10_000)
+            .list(&ctx.q, JobState::Pending, None, 10_000)
             .await
             .unwrap()
+            .ids
             .len(),
         1
     );
@@ -424,6 +442,7 @@ crate::conformance!(
     retry_refuses_max_attempts_zero,
     durations_from_2_pow_53_ms_are_refused_and_write_nothing,
     list_refuses_a_zero_limit,
+    list_refuses_a_cursor_that_does_not_parse,
     set_group_limit_refuses_zero,
     redrive_refuses_zero_extra_attempts,
     reap_promote_and_sweep_stalled_refuse_zero_limits,

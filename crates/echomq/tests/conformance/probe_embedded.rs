@@ -25,6 +25,7 @@ const SETS: &[&str] = &[
     "scheduled",
     "dead",
     "completed",
+    "cancelled",
     "schedules",
     "schedule_due",
 ];

@@ -256,7 +256,7 @@ pub async fn promote_buries_a_malformed_scheduled_row_naming_the_defect(ctx: &Ct
     ctx.probe.del_row_field(&ids[1], "data").await;
     let p = promote(ctx, 100).await;
     assert_eq!(p.moved, 1, "malformed rows never fail the beat");
-    let mut dead = ctx.store.list(&ctx.q, JobState::Dead, 0, 100).await.unwrap();
+    let mut dead = ctx.store.list(&ctx.q, JobState::Dead, None, 100).await.unwrap().ids;
     dead.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     assert_eq!(dead, [ids[0].clone(), ids[1].clone()]);
     let bad_state = ctx.store.get(&ctx.q, &ids[0]).await.unwrap().unwrap();

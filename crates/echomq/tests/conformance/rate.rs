@@ -105,7 +105,7 @@ pub async fn claim_under_a_group_rate_limit_throttles_that_group_only(ctx: &Ctx)
     let limits = ctx.store.rate_limits(&ctx.q).await.unwrap();
     assert_eq!(limits.throttled, 1);
     // its waiting jobs are still listed and counted
-    let listed = ctx.store.list(&ctx.q, JobState::Pending, 0, 100).await.unwrap();
+    let listed = ctx.store.list(&ctx.q, JobState::Pending, None, 100).await.unwrap().ids;
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 2);
     let again = claim(ctx, 100).await;

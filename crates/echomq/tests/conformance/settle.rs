@@ -203,7 +203,12 @@ struct World {
 async fn world(ctx: &Ctx, id: &JobId) -> World {
     World {
         row: ctx.store.get(&ctx.q, id).await.unwrap(),
-        active: ctx.store.list(&ctx.q, JobState::Active, 0, 10_000).await.unwrap(),
+        active: ctx
+            .store
+            .list(&ctx.q, JobState::Active, None, 10_000)
+            .await
+            .unwrap()
+            .ids,
         counts: counts(ctx).await,
         slots: ctx.probe.slots().await,
         ring: ctx.probe.ring().await,
@@ -733,7 +738,7 @@ pub async fn retry_at_max_attempts_moves_the_job_to_dead(ctx: &Ctx) {
     assert_eq!(after.failed, before.failed + 1, "metrics:failed +1");
     assert_eq!(after.retried, before.retried, "a dead-letter is not a retry");
     assert_eq!((after.dead, after.active, after.pending), (1, 0, 0));
-    let dead = ctx.store.list(&ctx.q, JobState::Dead, 0, 10).await.unwrap();
+    let dead = ctx.store.list(&ctx.q, JobState::Dead, None, 10).await.unwrap().ids;
     assert_eq!(dead, std::slice::from_ref(&id));
     assert!(claim(ctx, 10, LEASE).await.is_empty(), "a dead job is not claimable");
 }
@@ -1014,7 +1019,7 @@ pub async fn complete_many_answers_stale_for_a_repeated_entry(ctx: &Ctx) {
     let row = get(ctx, &b).await;
     assert_eq!(row.state, JobState::Completed);
     assert_eq!(row.output.as_deref(), Some(&b"x"[..]), "the first entry's output");
-    let done = ctx.store.list(&ctx.q, JobState::Completed, 0, 10).await.unwrap();
+    let done = ctx.store.list(&ctx.q, JobState::Completed, None, 10).await.unwrap().ids;
     assert_eq!(done, [b]);
 }
 
@@ -1444,7 +1449,7 @@ pub async fn complete_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
         assert_eq!(row.attempts, 1);
         assert_eq!(row.score, row.finished_at, "scored by finished_at in completed");
     }
-    let done = ctx.store.list(&ctx.q, JobState::Completed, 0, 10).await.unwrap();
+    let done = ctx.store.list(&ctx.q, JobState::Completed, None, 10).await.unwrap().ids;
     assert_eq!(done, [jobs[2].clone(), jobs[1].clone()], "newest first");
     let n = counts(ctx).await;
     assert_eq!((n.completed, n.active), (3, 0));
@@ -1477,7 +1482,7 @@ pub async fn complete_many_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx
         assert_eq!(row.state, JobState::Completed);
         assert_eq!(row.output, Some(format!("out-{i}").into_bytes()));
     }
-    let done = ctx.store.list(&ctx.q, JobState::Completed, 0, 10).await.unwrap();
+    let done = ctx.store.list(&ctx.q, JobState::Completed, None, 10).await.unwrap().ids;
     assert_eq!(done.len(), 2);
 }
 
@@ -1495,7 +1500,7 @@ pub async fn complete_cancelled_with_retain_keeps_the_row_as_cancelled(ctx: &Ctx
     assert_eq!(row.state, JobState::Cancelled);
     assert_eq!(row.last_error.as_deref(), Some("stop now"));
     assert!(row.finished_at.is_some());
-    let cancelled = ctx.store.list(&ctx.q, JobState::Cancelled, 0, 10).await.unwrap();
+    let cancelled = ctx.store.list(&ctx.q, JobState::Cancelled, None, 10).await.unwrap().ids;
     assert_eq!(cancelled, [id]);
     let n = counts(ctx).await;
     assert_eq!((n.cancelled, n.completed, n.active), (1, 0, 0));

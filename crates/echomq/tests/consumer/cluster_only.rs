@@ -742,7 +742,7 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.register_consumer(&q, &entry).await.unwrap();
     store.consumers(&q).await.unwrap();
     store.unregister_consumer(&q, &entry.id).await.unwrap();
-    store.list(&q, JobState::Pending, 0, 10).await.unwrap();
+    store.list(&q, JobState::Pending, None, 10).await.unwrap();
     store.counts(&q).await.unwrap();
     store.history(&q, 60).await.unwrap();
     store.groups(&q, None).await.unwrap();

@@ -244,7 +244,7 @@ async fn one_refused_completion_fails_only_its_own_job(ctx: &Ctx) {
     let counts = store.counts(q).await.unwrap();
     assert_eq!((counts.completed, counts.dead), (19, 1));
     assert_eq!(runs.load(Ordering::SeqCst), 20, "no job ran twice");
-    let dead = store.list(q, JobState::Dead, 0, 10).await.unwrap();
+    let dead = store.list(q, JobState::Dead, None, 10).await.unwrap().ids;
     let row = store.get(q, &dead[0]).await.unwrap().unwrap();
     assert_eq!(row.payload, b"big".to_vec(), "the job whose output was refused");
     let why = row.last_error.unwrap_or_default();

@@ -32,7 +32,7 @@ pub(crate) fn cancel(db: &Db, id: &str, reason: Option<&str>, recmax: i64) -> Re
     if state != "pending" && state != "scheduled" {
         return Ok(Cancelled::Finished);
     }
-    let kept = common::retention_read(db, 1)?;
+    let kept = common::retention_read(db, "cancelled", 1)?;
     common::unwait(db, id, state, row.group.as_deref())?;
     common::expire(db, &kept)?;
     common::finish(db, id, "cancelled", &kept, reason.map(Field::LastError))?;

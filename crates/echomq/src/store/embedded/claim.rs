@@ -364,7 +364,7 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
 
     let cancels = w.settled.iter().filter(|j| j.cancelled).count() as i64;
     let kept = if cancels > 0 {
-        retention_read(db, cancels)?
+        retention_read(db, "cancelled", cancels)?
     } else {
         Kept::none()
     };

@@ -277,9 +277,11 @@ pub(crate) struct Kept {
     pub(crate) keep: i64,
     /// The longest output kept, in bytes.
     cap: i64,
+    /// The set of the finishing state's kept rows: `completed` or `cancelled`.
+    done: &'static str,
     /// Kept rows finished more than the retention's age ago (at most 100 a call).
     expired: Vec<String>,
-    /// The size of `completed`, read once (a count is a scan here, not ZCARD's O(1)) and kept up
+    /// The size of `done`, read once (a count is a scan here, not ZCARD's O(1)) and kept up
     /// to date by [`expire`] and [`finish`].
     card: std::cell::Cell<i64>,
 }
@@ -290,6 +292,7 @@ impl Kept {
         Kept {
             keep: 0,
             cap: 0,
+            done: "completed",
             expired: Vec::new(),
             card: std::cell::Cell::new(0),
         }
@@ -311,18 +314,20 @@ pub(crate) fn retention_of(db: &Db) -> Result<crate::store::Retention> {
     })
 }
 
-/// Before `adding` rows finish: the queue's retention, and when rows are kept the ones past their
-/// age (the twin of `emq_retention_read`).
-pub(crate) fn retention_read(db: &Db, adding: i64) -> Result<Kept> {
+/// Before `adding` rows finish as `state` ("completed" or "cancelled"): the queue's retention,
+/// and when rows are kept the ones of that state past their age (the twin of
+/// `emq_retention_read`).
+pub(crate) fn retention_read(db: &Db, state: &str, adding: i64) -> Result<Kept> {
     let r = retention_of(db)?;
     let mut kept = Kept {
         keep: r.keep as i64,
         cap: r.max_output as i64,
+        done: if state == "cancelled" { "cancelled" } else { "completed" },
         ..Kept::none()
     };
     if kept.keep > 0 && adding > 0 {
-        kept.expired = db.zrange_upto("completed", db.now() - r.max_age.as_millis() as i64, 100)?;
-        kept.card.set(db.zcard("completed")?);
+        kept.expired = db.zrange_upto(kept.done, db.now() - r.max_age.as_millis() as i64, 100)?;
+        kept.card.set(db.zcard(kept.done)?);
     }
     Ok(kept)
 }
@@ -331,7 +336,7 @@ pub(crate) fn retention_read(db: &Db, adding: i64) -> Result<Kept> {
 pub(crate) fn expire(db: &Db, kept: &Kept) -> Result<()> {
     for id in &kept.expired {
         db.del_row(id)?;
-        if db.zrem("completed", id)? {
+        if db.zrem(kept.done, id)? {
             kept.card.set(kept.card.get() - 1);
         }
     }
@@ -350,7 +355,7 @@ pub(crate) fn finish_active(db: &Db, id: &str, state: &str, kept: &Kept, extra: 
 
 /// A finished job (completed / cancelled) under the queue's retention (the twin of `emq_finish`):
 /// deleted, or kept — its state, finish time and value (an output over the cap dropped, its size
-/// kept), its payload dropped — with `completed` trimmed to the newest `keep`.
+/// kept), its payload dropped — with its state's set of kept rows trimmed to the newest `keep`.
 pub(crate) fn finish(db: &Db, id: &str, state: &str, kept: &Kept, extra: Option<Field<'_>>) -> Result<()> {
     if kept.keep <= 0 {
         db.del_row(id)?;
@@ -371,14 +376,14 @@ pub(crate) fn finish(db: &Db, id: &str, state: &str, kept: &Kept, extra: Option<
     } else {
         db.hdel(id, &[Col::Data, Col::LastError])?;
     }
-    // a finished row is new to `completed` (its id was in no set of finished jobs)
-    db.zadd("completed", now, id)?;
+    // a finished row is new to its set (its id was in no set of finished jobs)
+    db.zadd(kept.done, now, id)?;
     kept.card.set(kept.card.get() + 1);
     let over = kept.card.get() - kept.keep;
     if over > 0 {
-        for old in db.zrange("completed", 0, over, false)? {
+        for old in db.zrange(kept.done, 0, over, false)? {
             db.del_row(&old)?;
-            db.zrem("completed", &old)?;
+            db.zrem(kept.done, &old)?;
         }
         kept.card.set(kept.keep);
     }
@@ -433,7 +438,7 @@ pub(crate) fn settle_finished(db: &Db, entries: &[Finishing<'_>], state: &str, r
     let kept = if done.is_empty() {
         Kept::none()
     } else {
-        retention_read(db, done.len() as i64)?
+        retention_read(db, state, done.len() as i64)?
     };
     expire(db, &kept)?;
     let record_field = if state == "cancelled" { "error" } else { "output" };

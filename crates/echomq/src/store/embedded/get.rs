@@ -15,7 +15,8 @@ pub(crate) fn get(db: &Db, id: &JobId) -> Result<Option<JobRow>> {
         Some("active") => Some("active"),
         Some("scheduled") => Some("scheduled"),
         Some("dead") => Some("dead"),
-        Some("completed" | "cancelled") => Some("completed"),
+        Some("completed") => Some("completed"),
+        Some("cancelled") => Some("cancelled"),
         _ => None,
     };
     let score = match set {

@@ -64,7 +64,7 @@ pub(crate) fn obliterate(db: &Db, force: bool, limit: i64) -> Result<Step> {
     }
     let mut removed = held.len() as i64;
     let mut sets = Vec::new();
-    for z in ["pending", "scheduled", "dead", "completed"] {
+    for z in ["pending", "scheduled", "dead", "completed", "cancelled"] {
         let ids = zset_head_read(db, z, limit - removed)?;
         removed += ids.len() as i64;
         sets.push((z, ids));

@@ -40,7 +40,11 @@ pub(crate) fn remove(db: &Db, id: &str, force: bool) -> Result<Removed> {
             db.zrem("dead", id)?;
         }
         _ => {
+            // a finished row
             db.zrem("completed", id)?;
+            if state == "cancelled" {
+                db.zrem("cancelled", id)?;
+            }
         }
     }
     db.del_row(id)?;

@@ -7,7 +7,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Migration n takes a file from version n-1 to n.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -27,7 +27,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       last_error TEXT, cancel TEXT, output BLOB, finished_at TEXT,
       PRIMARY KEY (queue, id)) WITHOUT ROWID;
     -- the sorted sets pending and active (both on the rows from migration 2), scheduled, dead,
-    -- completed; ties ordered by member bytes
+    -- completed (and cancelled from migration 9); ties ordered by member bytes
     CREATE TABLE emq_zsets (
       queue TEXT NOT NULL, zset TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL,
       PRIMARY KEY (queue, zset, member)) WITHOUT ROWID;
@@ -132,6 +132,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
       SELECT queue, 'size:pending', count(*) FROM emq_jobs WHERE pending IS NOT NULL GROUP BY queue;
     INSERT INTO emq_kv (queue, key, value)
       SELECT queue, 'size:lanes', count(*) FROM emq_zsets WHERE substr(zset, 1, 5) = 'lane:' GROUP BY queue;
+    ",
+    "
+    -- the kept rows of each finished state in a set of its own: cancelled rows leave `completed`
+    -- for `cancelled` (each state's list pages its own set)
+    UPDATE emq_zsets SET zset = 'cancelled' WHERE zset = 'completed' AND EXISTS (
+      SELECT 1 FROM emq_jobs AS j
+      WHERE j.id = emq_zsets.member AND j.queue = emq_zsets.queue AND j.state = 'cancelled');
     ",
 ];
 
@@ -370,5 +377,52 @@ mod tests {
         assert_eq!(claimed.len(), 2);
         store.enqueue(&q, &[crate::NewJob::new(b"{}".to_vec())]).await.unwrap();
         assert_eq!(store.counts(&q).await.unwrap().pending, 4, "then kept by the writes");
+    }
+
+    #[tokio::test]
+    async fn a_schema_8_file_is_migrated_its_cancelled_rows_in_a_set_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v8.db");
+        let path = path.to_str().unwrap();
+        // a file as a schema-8 build left it: kept rows of both finished states in `completed`
+        let conn = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..8] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 8).unwrap();
+        for (i, (id, state)) in [
+            ("d1", "completed"),
+            ("c1", "cancelled"),
+            ("d2", "completed"),
+            ("c2", "cancelled"),
+        ]
+        .iter()
+        .enumerate()
+        {
+            conn.execute(
+                "INSERT INTO emq_jobs (queue, id, state, finished_at) VALUES ('q', ?1, ?2, ?3)",
+                params![id, state, (i as i64 + 1).to_string()],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO emq_zsets (queue, zset, member, score) VALUES ('q', 'completed', ?1, ?2)",
+                params![id, i as i64 + 1],
+            )
+            .unwrap();
+        }
+        drop(conn);
+
+        let store = EmbeddedStore::open(path).await.unwrap();
+        let q = QueueName::new("q").unwrap();
+        let listed = |state| {
+            let store = &store;
+            let q = &q;
+            async move {
+                let page = store.list(q, state, None, 10).await.unwrap();
+                page.ids.iter().map(|i| i.to_string()).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(listed(crate::JobState::Completed).await, ["d2", "d1"]);
+        assert_eq!(listed(crate::JobState::Cancelled).await, ["c2", "c1"]);
     }
 }

@@ -11,7 +11,14 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
     let v = store
         .run(
             &store.scripts.get,
-            &[k.job(id), k.active(), k.scheduled(), k.dead(), k.completed()],
+            &[
+                k.job(id),
+                k.active(),
+                k.scheduled(),
+                k.dead(),
+                k.completed(),
+                k.cancelled(),
+            ],
             vec![id.as_str().as_bytes().to_vec()],
         )
         .await?;

@@ -20,6 +20,7 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
         k.dead(),
         k.completed(),
         k.groups(),
+        k.cancelled(),
     ];
     let removed = drain_chunk(
         store,

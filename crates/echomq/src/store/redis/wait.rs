@@ -46,7 +46,7 @@ pub(super) async fn mark_waited(store: &RedisStore, queue: &QueueName, id: &JobI
     let v = store
         .run(
             &store.scripts.mark_waited,
-            &[k.job(id), k.dead(), k.completed(), k.id()],
+            &[k.job(id), k.dead(), k.completed(), k.id(), k.cancelled()],
             vec![id.as_str().as_bytes().to_vec()],
         )
         .await?;
