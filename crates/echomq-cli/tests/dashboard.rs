@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{assert_exit, on_both_stores, queue_named, stderr, wait_until, Backend};
 use echomq::store::SettleOptions;
-use echomq::JobState;
+use echomq::{JobState, NewJob};
 
 /// A running `emq dashboard` on a free loopback port; killed when dropped.
 struct Dashboard {
@@ -608,6 +608,70 @@ fn the_workers_page_lists_the_consumers_alive_now(b: &Backend) {
     wait_until(Duration::from_secs(10), "the killed worker lapsed", || {
         !d.get("/workers").body.contains(&row(killed_pid))
     });
+}
+
+on_both_stores!(the_queue_page_pages_by_cursor_through_every_job);
+
+/// Follows a queue tab's `next →` links from its first page: the ids of each page, in order.
+fn follow_pages(d: &Dashboard, q: &str, state: &str) -> Vec<Vec<String>> {
+    let mut path = format!("/queues/{q}?state={state}");
+    let mut pages = Vec::new();
+    loop {
+        let page = d.get(&path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        let prefix = format!("href=\"/queues/{q}/jobs/");
+        let ids: Vec<String> = page
+            .body
+            .split(&prefix)
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].to_string())
+            .collect();
+        assert_eq!(
+            page.body.contains("first page"),
+            !pages.is_empty(),
+            "a later page, and only a later one, links back to the first"
+        );
+        pages.push(ids);
+        assert!(pages.len() <= 10, "a tab that never ends: {pages:?}");
+        let next = format!("href=\"/queues/{q}?state={state}&amp;cursor=");
+        match page.body.split(&next).nth(1) {
+            Some(rest) => {
+                let cursor = &rest[..rest.find('"').unwrap()];
+                path = format!("/queues/{q}?state={state}&cursor={cursor}");
+            }
+            None => return pages,
+        }
+    }
+}
+
+fn the_queue_page_pages_by_cursor_through_every_job(b: &Backend) {
+    let q = queue("paged");
+    let l = b.lib();
+    let qn = common::qn(&q);
+    // 70 flat jobs, then 40 in each of two groups: pages of 50 cross from the flat set into the
+    // lanes and from one lane into the next
+    l.rt.block_on(async {
+        let batch: Vec<NewJob> = (0..70).map(|i| NewJob::new(format!("{i}"))).collect();
+        l.store.enqueue(&qn, &batch).await.unwrap();
+        for g in ["ga", "gb"] {
+            let batch: Vec<NewJob> = (0..40).map(|i| NewJob::new(format!("{g}{i}"))).collect();
+            l.store
+                .genqueue(&qn, &echomq::GroupName::new(g).unwrap(), &batch)
+                .await
+                .unwrap();
+        }
+    });
+    let d = Dashboard::start(b, &[]);
+    let pages = follow_pages(&d, &q, "pending");
+    let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [50, 50, 50], "{pages:?}");
+    let all: Vec<String> = pages.concat();
+    let want: Vec<String> = (1..=150).map(|i| i.to_string()).collect();
+    assert_eq!(all, want, "every waiting job once, flat jobs first, then lane by lane");
+    // a cursor that does not parse is a 400 page, not a store error
+    let bad = d.get(&format!("/queues/{q}?state=pending&cursor=nonsense"));
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("cursor"), "{}", bad.body);
 }
 
 #[test]

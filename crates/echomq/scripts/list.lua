@@ -7,7 +7,8 @@
 -- claim order, then the lanes, one group after another in claim order: the groups hash walked in
 -- HSCAN chunks (at most 8 a call; a page may end short with a cursor to go on), the groups of a
 -- chunk by name — a group with an a:<g> field met at it, one on the ring only at its r:<g>, so a
--- group is walked once. Reads only, but for a lane an earlier version wrote as a list, which it
+-- group is walked once. A page with a next page is full, but for one that read its 8 chunks; the
+-- last page has none. Reads only, but for a lane an earlier version wrote as a list, which it
 -- turns into the sorted set (emq_lane_len).
 --
 -- KEYS[1] emq:{q}:pending     (zset)
@@ -76,14 +77,24 @@ local function after(k, s, m, n, rev)
   end
 end
 
--- the page: ids after the five elements of the next start
-local out = { '', '', '', '', '' }
-local function take(pairs_)
-  for i = 1, #pairs_, 2 do out[#out + 1] = pairs_[i] end
+-- the page: ids after the five elements of the next start. Each part is read one id past what the
+-- page still takes: the page takes up to `limit` ids, and an id read past them says a next page
+-- has some (the next start is then the position of the page's last id)
+local out, taken = { '', '', '', '', '' }, 0
+-- takes the {id, score} pairs of one part (kind, chunk, group as the next start names them);
+-- true when an id was read past the page
+local function take(pairs_, kind, chunk, g)
+  for i = 1, #pairs_, 2 do
+    if taken == limit then return true end
+    taken = taken + 1
+    out[taken + 5] = pairs_[i]
+    out[1], out[2], out[3], out[4], out[5] = kind, chunk, g, pairs_[i + 1], pairs_[i]
+  end
+  return false
 end
--- the next start after the page's last id, which is at `s` in its set
-local function full(kind, chunk, g, pairs_)
-  out[1], out[2], out[3], out[4], out[5] = kind, chunk, g, pairs_[#pairs_], pairs_[#pairs_ - 1]
+-- the page, its next start kept only when an id was read past it
+local function done(more)
+  if not more then out[1] = '' end
   return out
 end
 
@@ -91,18 +102,15 @@ local sets = { scheduled = { KEYS[2], false }, active = { KEYS[3], false }, dead
   completed = { KEYS[5], true }, cancelled = { KEYS[6], true } }
 local set = sets[state]
 if set then
-  local page = after(set[1], from == 'z' and score or nil, ARGV[8], limit, set[2])
-  take(page)
-  if #page >= 2 * limit then return full('z', '', '', page) end
-  return out
+  return done(take(after(set[1], from == 'z' and score or nil, ARGV[8], limit + 1, set[2]), 'z', '', ''))
 end
 if state ~= 'pending' then return emq_bad_args('list', 'state') end
 
 local chunk, g = ARGV[5], ARGV[6]
 if from ~= 'l' then
-  local page = after(KEYS[1], from == 'z' and score or nil, ARGV[8], limit, false)
-  take(page)
-  if #page >= 2 * limit then return full('z', '', '', page) end
+  if take(after(KEYS[1], from == 'z' and score or nil, ARGV[8], limit + 1, false), 'z', '', '') then
+    return done(true)
+  end
   chunk, g = '0', ''
 end
 local groups = KEYS[7]
@@ -121,14 +129,14 @@ for _ = 1, 8 do
   for _, name in ipairs(names) do
     -- (emq_lane_len turns a lane an earlier version wrote as a list into its sorted set)
     if (g == '' or not bytes_lt(name, g)) and emq_lane_len(base, name) > 0 then
-      local want = limit - (#out - 5)
+      local want = limit - taken + 1
       local page = after(base .. 'lane:' .. name, name == g and score or nil, ARGV[8], want, false)
-      take(page)
-      if #page >= 2 * want then return full('l', chunk, name, page) end
+      if take(page, 'l', chunk, name) then return done(true) end
     end
   end
   chunk, g = scan[1], ''
-  if chunk == '0' then return out end
+  if chunk == '0' then return done(false) end
 end
-out[1], out[2] = 'l', chunk
+-- the chunks a call reads are read: the next page starts at the next chunk's first group
+out[1], out[2], out[3], out[4], out[5] = 'l', chunk, '', '', ''
 return out

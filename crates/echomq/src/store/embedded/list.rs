@@ -3,7 +3,8 @@
 //! Scheduled by due time; active by lease deadline; dead, completed and cancelled newest first;
 //! pending the flat set in claim order, then every lane (`lane:<g>`) in group name order, each in
 //! claim order — one range of the sets' order index, the lanes' names being adjacent in it (the
-//! script walks the groups hash in chunks; here the lanes are one chunk, `0`).
+//! script walks the groups hash in chunks; here the lanes are one chunk, `0`). Each part is read one
+//! id past the page: a page has a next page only when that id exists.
 
 use rusqlite::params;
 
@@ -25,60 +26,88 @@ pub(crate) fn list(db: &Db, state: JobState, after: After, limit: i64) -> Result
         JobState::Cancelled => ("cancelled", true),
         JobState::Pending => return pending(db, after, limit),
     };
-    let at = match &after {
+    let mut page = Page::new(state, limit);
+    page.take(after_in(db, set, rev, job_at(&after), limit + 1)?, |score, id| {
+        After::Job { score, id }
+    });
+    Ok(page.done())
+}
+
+/// The position of a job in a set, when the cursor names one.
+fn job_at(after: &After) -> Option<(i64, &str)> {
+    match after {
         After::Job { score, id } => Some((*score, id.as_str())),
         _ => None,
-    };
-    let page = after_in(db, set, rev, at, limit)?;
-    Ok(page_of(state, page, limit, |score, id| After::Job { score, id }))
+    }
 }
 
 /// Waiting jobs: the flat set, then the lanes.
 fn pending(db: &Db, after: After, limit: i64) -> Result<JobsPage> {
-    let mut ids = Vec::new();
+    let mut page = Page::new(JobState::Pending, limit);
     let lane_at = match after {
         After::Lanes { at, .. } => at,
         at => {
-            let at = match &at {
-                After::Job { score, id } => Some((*score, id.as_str())),
-                _ => None,
-            };
-            let page = after_in(db, "pending", false, at, limit)?;
-            if page.len() as i64 >= limit {
-                return Ok(page_of(JobState::Pending, page, limit, |score, id| After::Job {
-                    score,
-                    id,
-                }));
+            let flat = after_in(db, "pending", false, job_at(&at), limit + 1)?;
+            if page.take(flat, |score, id| After::Job { score, id }) {
+                return Ok(page.done());
             }
-            ids.extend(page.into_iter().map(|(id, _)| JobId::from_store(id)));
             None
         }
     };
-    let want = limit - ids.len() as i64;
-    let lanes = lanes_after(db, lane_at, want)?;
-    let next = match lanes.last() {
-        Some((lane, id, score)) if lanes.len() as i64 >= want => Some(After::Lanes {
+    let lanes = lanes_after(db, lane_at, limit - page.ids.len() as i64 + 1)?;
+    for (group, id, score) in lanes {
+        let at = |score, id| After::Lanes {
             chunk: "0".to_string(),
-            at: Some((lane.clone(), *score, id.clone())),
-        }),
-        _ => None,
-    };
-    ids.extend(lanes.into_iter().map(|(_, id, _)| JobId::from_store(id)));
-    Ok(JobsPage {
-        ids,
-        next: next.and_then(|n| n.text(JobState::Pending)),
-    })
+            at: Some((group.clone(), score, id)),
+        };
+        if page.take(vec![(id, score)], at) {
+            break;
+        }
+    }
+    Ok(page.done())
 }
 
-/// A page of (id, score) pairs, with the next page's start when it is full.
-fn page_of(state: JobState, page: Vec<(String, i64)>, limit: i64, at: impl Fn(i64, String) -> After) -> JobsPage {
-    let next = match page.last() {
-        Some((id, score)) if page.len() as i64 >= limit => at(*score, id.clone()).text(state),
-        _ => None,
-    };
-    JobsPage {
-        ids: page.into_iter().map(|(id, _)| JobId::from_store(id)).collect(),
-        next,
+/// A page being filled, each part read one id past what it still takes (the twin of the script's
+/// `take`): an id read past the page says a next page has some, which starts after the page's last.
+struct Page {
+    state: JobState,
+    limit: usize,
+    ids: Vec<JobId>,
+    last: Option<After>,
+    more: bool,
+}
+
+impl Page {
+    fn new(state: JobState, limit: i64) -> Self {
+        Page {
+            state,
+            limit: limit.max(0) as usize,
+            ids: Vec::new(),
+            last: None,
+            more: false,
+        }
+    }
+
+    /// Takes (id, score) pairs, each at the position `at` names; true once an id was read past
+    /// the page.
+    fn take(&mut self, pairs: Vec<(String, i64)>, at: impl Fn(i64, String) -> After) -> bool {
+        for (id, score) in pairs {
+            if self.ids.len() == self.limit {
+                self.more = true;
+                return true;
+            }
+            self.last = Some(at(score, id.clone()));
+            self.ids.push(JobId::from_store(id));
+        }
+        false
+    }
+
+    fn done(self) -> JobsPage {
+        let next = match (self.more, self.last) {
+            (true, Some(last)) => last.text(self.state),
+            _ => None,
+        };
+        JobsPage { ids: self.ids, next }
     }
 }
 
