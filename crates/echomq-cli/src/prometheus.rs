@@ -9,6 +9,7 @@
 //! | `emq_queue_paused` | gauge | `queue` (1 while paused) |
 //! | `emq_consumers` | gauge | `queue` (the consumers alive: the registry's entries) |
 //! | `emq_job_duration_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
+//! | `emq_job_wait_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -20,6 +21,11 @@ use echomq::{QueueName, Store};
 /// The buckets of the run-time histogram, in seconds.
 const DURATION_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// The buckets of the wait histogram, in seconds: a backlog's waits run to hours.
+const WAIT_BUCKETS: [f64; 15] = [
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
 ];
 
 /// The store's metrics of `queues` as Prometheus text (every queue the store knows when `None`).
@@ -94,6 +100,10 @@ pub async fn serve_worker(
 ) -> anyhow::Result<SocketAddr> {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets(&DURATION_BUCKETS)?
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(echomq::telemetry::JOB_WAIT.to_string()),
+            &WAIT_BUCKETS,
+        )?
         .install_recorder()?;
     // the recorder keeps each sample until its histogram is folded: fold them every few
     // seconds, scraped or not, so an unscraped worker's memory stays flat

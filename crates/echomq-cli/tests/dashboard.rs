@@ -524,6 +524,20 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     assert_eq!(run("completed", "_bucket"), 5.0);
     assert_eq!(run("failed", "_count"), 1.0);
     assert!(run("completed", "_sum") > 0.0);
+    // each job's wait before its claim, beside its run: the jobs waited for the worker to start
+    let wait = |outcome: &str, suffix: &str| {
+        m.iter()
+            .find(|(k, _)| {
+                k.starts_with(&format!("emq_job_wait_seconds{suffix}{{"))
+                    && k.contains(&format!("queue=\"{q}\""))
+                    && k.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("emq_job_wait_seconds{suffix} of {outcome} in {}", scraped.body))
+    };
+    assert_eq!(wait("completed", "_count"), 5.0);
+    assert_eq!(wait("failed", "_count"), 1.0);
+    assert!(wait("completed", "_sum") > 0.0, "{}", scraped.body);
     assert_eq!(m[&format!("emq_jobs{{queue=\"{q}\",state=\"scheduled\"}}")], 1.0);
     assert_eq!(m[&format!("emq_consumers{{queue=\"{q}\"}}")], 1.0, "the worker itself");
     worker.stop();

@@ -225,6 +225,18 @@ local function emq_rank(o, p)
   return c + p * o.aging * 256
 end
 
+-- the time (Unix ms) a job of priority p ranked `rank` was made ready, read back from its rank
+-- (emq_rank's, with the queue's aging in ms); nil for a rank that tells none (a recovered job's 0,
+-- or the 1, 2, … of a lane an earlier version kept)
+local function emq_rank_ready(rank, p, aging)
+  local c = rank
+  if p > 0 then
+    if aging == 0 then c = c - p * 900000000000000 else c = c - p * aging * 256 end
+  end
+  if c < 256000 then return nil end
+  return 1767225600000 + math.floor(c / 256)
+end
+
 -- the clock emq_rank moved, written back (`order` reached by emq_order_read)
 local function emq_order_write(base, o)
   if o.moved then redis.call('HSET', base .. 'order', 'clock', o.clock) end

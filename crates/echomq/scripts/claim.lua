@@ -39,11 +39,12 @@
 -- ARGV[6] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
 --
--- Replies: {id, payload, token, attempt, group, kind, max_attempts, retry, …}: eight elements per
--- job handed out (at most n), in claim order — token: the row's attempts after this claim;
+-- Replies: {id, payload, token, attempt, group, kind, max_attempts, retry, wait, …}: nine elements
+-- per job handed out (at most n), in claim order — token: the row's attempts after this claim;
 -- attempt: the attempts the job has used with this one (token - free); group: '' for a flat job;
 -- kind: '' for a raw job; max_attempts: its budget (its own, else ARGV[4]); retry: its own retry
--- policy's text, '' for none — then two last elements: wait, the µs until a rate limit admits a
+-- policy's text, '' for none; wait: the ms it waited ready, from the time its rank tells
+-- (emq_rank_ready) to now, '' when its rank tells none — then two last elements: wait, the µs until a rate limit admits a
 -- start again when one held work back (the queue's while it admits none, else the earliest group's
 -- in `throttled`), 0 when none does; and 1 when it is the queue's (nothing of the queue starts
 -- sooner), else 0. {0, 0} when no job is handed out and none waits. Error EMQARGS.
@@ -104,12 +105,12 @@ local function member(m)
   local s = members[m]
   if s then return s end
   if m == '~' then
-    s = { key = pending, size = call('ZCARD', pending), ids = {}, taken = 0 }
+    s = { key = pending, size = call('ZCARD', pending), ids = {}, ranks = {}, taken = 0 }
   else
     local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m)
     local lane = base .. 'lane:' .. m
     local spec = f[4] or default_rate
-    s = { key = lane, size = emq_lane_len(base, m), ids = {}, taken = 0, group = m,
+    s = { key = lane, size = emq_lane_len(base, m), ids = {}, ranks = {}, taken = 0, group = m,
           a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0,
           rate = spec and emq_rate_read(spec, redis.pcall('ZSCORE', tats, m), now_us) or nil }
   end
@@ -118,16 +119,22 @@ local function member(m)
   return s
 end
 
--- the next job id of s; its next page holds `ahead` ids
+-- the next job id of s and its rank; its next page holds `ahead` ids
 local function next_id(s, ahead)
   if s.taken == #s.ids then
     local from, to = s.taken, s.taken + ahead - 1
-    local page = call('ZRANGE', s.key, from, to)
-    for i = 1, #page do s.ids[from + i] = page[i] end
+    local page = call('ZRANGE', s.key, from, to, 'WITHSCORES')
+    for i = 2, #page, 2 do
+      s.ids[from + i / 2] = page[i - 1]
+      s.ranks[from + i / 2] = page[i]
+    end
   end
   s.taken = s.taken + 1
-  return s.ids[s.taken]
+  return s.ids[s.taken], s.ranks[s.taken]
 end
+
+-- the queue's priority aging (ms), read when a job of a priority above 0 is first handed out
+local aging = nil
 
 -- out: the reply; leases: ZADD's deadline/id pairs; tokens: each handed-out row and its token;
 -- settled: the jobs settled here instead, in the order met ({id, 'dead' or 'cancelled', reason,
@@ -137,9 +144,9 @@ local out, nout, leases, tokens, settled, met = {}, 0, {}, {}, {}, {}
 local deadline = now + lease
 local got, bytes, failed, cancelled = 0, 0, 0, 0
 
--- one job taken from a member (g: its group, nil for the flat set): read its row and decide.
--- True when handed out.
-local function judge(id, g)
+-- one job taken from a member (g: its group, nil for the flat set) at its rank: read its row and
+-- decide. True when handed out.
+local function judge(id, g, rank)
   if met[id] then return false end
   met[id] = true
   local jk = jobs .. id
@@ -151,7 +158,7 @@ local function judge(id, g)
     return false
   end
   if #all == 0 then return false end -- a missing row: dropped
-  local data, state, attempts, free, maxattempts, cancel, kind, waited, retry
+  local data, state, attempts, free, maxattempts, cancel, kind, waited, retry, prio
   for i = 1, #all, 2 do
     local k = all[i]
     if k == 'data' then data = all[i + 1]
@@ -163,6 +170,7 @@ local function judge(id, g)
     elseif k == 'kind' then kind = all[i + 1]
     elseif k == 'waited' then waited = all[i + 1]
     elseif k == 'retry' then retry = all[i + 1]
+    elseif k == 'priority' then prio = all[i + 1]
     end
   end
   local att, fr, maxa = tonumber(attempts or '0'), tonumber(free or '0'), tonumber(maxattempts or maxdef)
@@ -197,7 +205,11 @@ local function judge(id, g)
   out[nout + 6] = kind or ''
   out[nout + 7] = maxa
   out[nout + 8] = retry or ''
-  nout = nout + 8
+  local p = tonumber(prio) or 0
+  if p > 0 and not aging then aging = tonumber(call('HGET', base .. 'order', 'aging')) or 60000 end
+  local ready = emq_rank_ready(tonumber(rank) or 0, p, aging)
+  out[nout + 9] = ready and math.max(now - ready, 0) or ''
+  nout = nout + 9
   leases[#leases + 1] = deadline
   leases[#leases + 1] = id
   tokens[#tokens + 1] = jk
@@ -227,13 +239,15 @@ while got < n and bytes < maxbytes and budget > 0 do
     local used = 0
     while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
       used = used + 1
-      if judge(next_id(s, n - got), nil) then
+      local id, rank = next_id(s, n - got)
+      if judge(id, nil, rank) then
         got = got + 1
         emq_rate_take(qrate)
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
-    if judge(next_id(s, n - got), m) then
+    local id, rank = next_id(s, n - got)
+    if judge(id, m, rank) then
       got = got + 1
       s.a = s.a + 1
       emq_rate_take(s.rate)

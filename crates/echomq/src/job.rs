@@ -216,6 +216,11 @@ pub struct ClaimedJob {
     pub max_attempts: u64,
     /// The job's own retry policy, used instead of the consumer's when it fails.
     pub retry: Option<crate::RetryPolicy>,
+    /// How long it waited ready before this claim, on the store's clock: since it was enqueued
+    /// ready, promoted when due, retried or released — read back from its place in the claim order
+    /// (`None` when that tells no time: a job recovered from a lapsed lease goes first, whatever its
+    /// age).
+    pub wait: Option<std::time::Duration>,
 }
 
 /// A job's row as an operator reads it (`get`).

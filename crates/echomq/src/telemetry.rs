@@ -6,6 +6,10 @@
 //! | name | type | labels | what |
 //! | --- | --- | --- | --- |
 //! | [`JOB_DURATION`] `emq_job_duration_seconds` | histogram | `queue`, `outcome` | a handler's run, claim to verdict |
+//! | [`JOB_WAIT`] `emq_job_wait_seconds` | histogram | `queue`, `outcome` | how long a job waited ready before its claim (enqueue, due time or retry to start), on the store's clock |
+//!
+//! A job's wait is recorded with its run, under its verdict's outcome; a job whose wait the store
+//! cannot tell (one recovered from a lapsed lease) records its run only.
 //!
 //! `outcome` is one of [`OUTCOMES`]: `completed`, `failed`, `discarded`, `retry_later`,
 //! `cancelled`, `released`.
@@ -17,6 +21,10 @@ use crate::keyspace::QueueName;
 
 /// The histogram of handler run times, in seconds, by queue and outcome.
 pub const JOB_DURATION: &str = "emq_job_duration_seconds";
+
+/// The histogram of the time jobs waited ready before their claim, in seconds, by queue and
+/// outcome.
+pub const JOB_WAIT: &str = "emq_job_wait_seconds";
 
 /// Every `outcome` label value, in the order of [`Verdict`]'s kinds.
 pub const OUTCOMES: [&str; 6] = [
@@ -40,25 +48,37 @@ pub(crate) fn outcome(verdict: &Verdict) -> usize {
     }
 }
 
-/// One consumer's run-time histograms, one per outcome, registered when it starts (with the
-/// recorder installed then): a job's record is then one call, no label built per job.
+/// One consumer's histograms — run time and wait, one of each per outcome — registered when it
+/// starts (with the recorder installed then): a job's record is then two calls, no label built
+/// per job.
 pub(crate) struct JobTimings {
-    by_outcome: Vec<Histogram>,
+    /// (run time, wait) per outcome, in the order of [`OUTCOMES`].
+    by_outcome: Vec<(Histogram, Histogram)>,
 }
 
 impl JobTimings {
     pub(crate) fn new(queue: &QueueName) -> Self {
         let by_outcome = OUTCOMES
             .iter()
-            .map(|o| metrics::histogram!(JOB_DURATION, "queue" => queue.as_str().to_string(), "outcome" => *o))
+            .map(|o| {
+                let q = queue.as_str().to_string();
+                (
+                    metrics::histogram!(JOB_DURATION, "queue" => q.clone(), "outcome" => *o),
+                    metrics::histogram!(JOB_WAIT, "queue" => q, "outcome" => *o),
+                )
+            })
             .collect();
         Self { by_outcome }
     }
 
-    /// Records a handler's run time under its verdict's outcome.
-    pub(crate) fn record(&self, verdict: &Verdict, took: std::time::Duration) {
-        if let Some(h) = self.by_outcome.get(outcome(verdict)) {
-            h.record(took.as_secs_f64());
+    /// Records a handler's run time, and the job's wait before its claim when the store told it,
+    /// under its verdict's outcome.
+    pub(crate) fn record(&self, verdict: &Verdict, took: std::time::Duration, waited: Option<std::time::Duration>) {
+        if let Some((run, wait)) = self.by_outcome.get(outcome(verdict)) {
+            run.record(took.as_secs_f64());
+            if let Some(w) = waited {
+                wait.record(w.as_secs_f64());
+            }
         }
     }
 }

@@ -475,6 +475,7 @@ impl Launcher {
             let timeout = shared.opts.timeout;
             let (id, token, queue) = (job.id, job.token, shared.queue.clone());
             let (attempt, retry) = (job.attempts, job.retry.unwrap_or_else(|| shared.opts.retry.clone()));
+            let waited = job.wait;
             let tracked = shared.clone();
             self.tracker.spawn_on(
                 async move {
@@ -506,7 +507,7 @@ impl Launcher {
                         },
                     };
                     let took = began.elapsed();
-                    tracked.timings.record(&verdict, took);
+                    tracked.timings.record(&verdict, took, waited);
                     log_verdict(&queue, &id, &verdict, took);
                     // before the settle is sent: a renewal that meets it is not a lost lease
                     tracked.settling(&id, token);

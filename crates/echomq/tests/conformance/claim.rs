@@ -297,6 +297,51 @@ pub async fn claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock(ct
     assert_eq!(ids_in(ctx, JobState::Active).await, [got[0].id.clone()]);
 }
 
+pub async fn claim_tells_how_long_each_job_waited_ready(ctx: &Ctx) {
+    // one job of each priority the aging moves, under the default aging and under strict aging
+    let waited = |jobs: &[echomq::ClaimedJob]| -> Vec<Option<Duration>> { jobs.iter().map(|j| j.wait).collect() };
+    for strict in [false, true] {
+        if strict {
+            ctx.store.set_priority_aging(&ctx.q, Duration::ZERO).await.unwrap();
+        }
+        let batch = [NewJob::new("urgent"), NewJob::new("later").with_priority(5)];
+        ctx.store.enqueue(&ctx.q, &batch).await.unwrap();
+        ctx.store
+            .genqueue(&ctx.q, &group("g"), &[NewJob::new("laned").with_priority(9)])
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let jobs = claim(ctx, 3).await;
+        assert_eq!(jobs.len(), 3);
+        for (job, wait) in jobs.iter().zip(waited(&jobs)) {
+            let wait = wait.unwrap_or_else(|| panic!("no wait for {}", job.id));
+            // the store's clock against the case's: a few ms either way, never a priority's
+            // aging (5 × 60 s) or a strict step
+            assert!(
+                wait >= Duration::from_millis(250) && wait < Duration::from_secs(30),
+                "job {} (strict {strict}) waited {wait:?}",
+                job.id
+            );
+        }
+        for job in &jobs {
+            complete(ctx, job).await;
+        }
+    }
+    // a job recovered from a lapsed lease goes first, whatever its age: its wait is unknown
+    ctx.store.enqueue(&ctx.q, &[NewJob::new("lapsed")]).await.unwrap();
+    let held = ctx
+        .store
+        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .await
+        .unwrap()
+        .jobs;
+    assert!(held[0].wait.is_some());
+    reap_after_lapse(ctx, 1).await;
+    let again = claim(ctx, 1).await;
+    assert_eq!(again[0].id, held[0].id);
+    assert_eq!(again[0].wait, None);
+}
+
 pub async fn claim_raises_attempts_by_one_each_time(ctx: &Ctx) {
     ctx.store
         .enqueue(&ctx.q, &[NewJob::new("x").with_max_attempts(5)])
@@ -898,6 +943,7 @@ crate::conformance!(
     claim_of_more_than_1000_jobs_hands_out_all_in_fifo_order,
     claim_on_an_empty_queue_gives_nothing,
     claim_leases_the_job_until_now_plus_the_lease_on_the_store_clock,
+    claim_tells_how_long_each_job_waited_ready,
     claim_raises_attempts_by_one_each_time,
     claim_gives_each_job_of_a_batch_its_own_attempts_and_group,
     claim_buries_a_job_at_its_own_max_attempts_as_lease_expired,

@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::common::{bury, expire, finish, lane, lua_number, retention_read, Kept};
+use super::common::{self, bury, expire, finish, lane, lua_number, retention_read, Kept};
 use super::db::{Db, Field};
 use super::rate::Rate;
 use crate::error::Result;
@@ -40,6 +40,8 @@ struct Member {
     /// How far `size` was counted: a size that reached it may be short of the member's jobs.
     counted_to: i64,
     ids: Vec<String>,
+    /// Each id's rank.
+    ranks: Vec<i64>,
     taken: usize,
     a: i64,
     a0: i64,
@@ -81,6 +83,8 @@ struct Walk<'a, 'b> {
     settled: Vec<Settled>,
     met: HashSet<String>,
     bytes: usize,
+    /// The queue's priority aging, read when a job of a priority above 0 is first handed out.
+    aging: Option<i64>,
     now_us: i64,
     /// The groups' default rate limit.
     default_rate: Option<String>,
@@ -141,6 +145,7 @@ impl Walk<'_, '_> {
                 size: self.db.zcard_upto("pending", self.first_count)?,
                 counted_to: self.first_count,
                 ids: Vec::new(),
+                ranks: Vec::new(),
                 taken: 0,
                 a: 0,
                 a0: 0,
@@ -159,6 +164,7 @@ impl Walk<'_, '_> {
                 size: self.db.zcard_upto(&lane(m), self.first_count)?,
                 counted_to: self.first_count,
                 ids: Vec::new(),
+                ranks: Vec::new(),
                 taken: 0,
                 a,
                 a0: a,
@@ -171,24 +177,28 @@ impl Walk<'_, '_> {
         Ok(self.order.len() - 1)
     }
 
-    /// The next job id of member `i`; its next page holds `ahead` ids.
-    fn next_id(&mut self, i: usize, ahead: i64) -> Result<Option<String>> {
+    /// The next job id of member `i` and its rank; its next page holds `ahead` ids.
+    fn next_id(&mut self, i: usize, ahead: i64) -> Result<Option<(String, i64)>> {
         let s = &mut self.order[i];
         if s.taken == s.ids.len() {
             let from = s.taken as i64;
             let page = match &s.group {
-                Some(g) => self.db.zrange(&lane(g), from, ahead, false)?,
-                None => self.db.zrange("pending", from, ahead, false)?,
+                Some(g) => self.db.zrange_scored(&lane(g), from, ahead)?,
+                None => self.db.zrange_scored("pending", from, ahead)?,
             };
-            s.ids.extend(page);
+            for (id, rank) in page {
+                s.ids.push(id);
+                s.ranks.push(rank);
+            }
         }
         s.taken += 1;
-        Ok(s.ids.get(s.taken - 1).cloned())
+        Ok(s.ids.get(s.taken - 1).cloned().zip(s.ranks.get(s.taken - 1).copied()))
     }
 
-    /// One job taken from a member (`g`: its group): read its row and decide. True when handed out.
-    fn judge(&mut self, id: Option<String>, g: Option<&str>) -> Result<bool> {
-        let Some(id) = id else { return Ok(false) };
+    /// One job taken from a member (`g`: its group) at its rank: read its row and decide. True
+    /// when handed out.
+    fn judge(&mut self, next: Option<(String, i64)>, g: Option<&str>) -> Result<bool> {
+        let Some((id, rank)) = next else { return Ok(false) };
         if !self.met.insert(id.clone()) {
             return Ok(false);
         }
@@ -242,6 +252,12 @@ impl Walk<'_, '_> {
             });
             return Ok(false);
         }
+        let p = row.priority.as_deref().and_then(|p| p.parse::<i64>().ok()).unwrap_or(0);
+        if p > 0 && self.aging.is_none() {
+            self.aging = Some(common::aging_of(self.db)?);
+        }
+        let wait = common::rank_ready(rank, p, self.aging.unwrap_or(0))
+            .map(|ready| std::time::Duration::from_millis((self.db.now() - ready).max(0) as u64));
         let payload = row.data.unwrap_or_default();
         self.bytes += payload.len();
         let id = JobId::from_store(id);
@@ -255,6 +271,7 @@ impl Walk<'_, '_> {
             group: g.and_then(|g| GroupName::new(g).ok()),
             kind: row.kind,
             max_attempts: maxa as u64,
+            wait,
         });
         Ok(true)
     }
@@ -295,6 +312,7 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
         settled: Vec::new(),
         met: HashSet::new(),
         bytes: 0,
+        aging: None,
         now_us,
         default_rate: db.gget("rate:~")?,
     };

@@ -525,9 +525,7 @@ impl Order {
     pub(crate) fn read(db: &Db) -> Result<Order> {
         Ok(Order {
             clock: db.kv_get("clock")?.unwrap_or(0),
-            aging: db
-                .kv_get("aging")?
-                .unwrap_or(crate::job::PRIORITY_AGING_DEFAULT.as_millis() as i64),
+            aging: aging_of(db)?,
             tick: (db.now() - RANK_EPOCH_MS) * RANK_PER_MS,
             moved: false,
         })
@@ -556,6 +554,25 @@ impl Order {
         }
         Ok(())
     }
+}
+
+/// The queue's priority aging in ms (0 = strict), as [`Order::read`] reads it.
+pub(crate) fn aging_of(db: &Db) -> Result<i64> {
+    Ok(db
+        .kv_get("aging")?
+        .unwrap_or(crate::job::PRIORITY_AGING_DEFAULT.as_millis() as i64))
+}
+
+/// The time (Unix ms) a job of priority `p` ranked `rank` was made ready, read back from its rank
+/// (the twin of `emq_rank_ready`); `None` for a rank that tells none (a recovered job's 0, or the
+/// 1, 2, … of a lane an earlier version kept).
+pub(crate) fn rank_ready(rank: i64, p: i64, aging: i64) -> Option<i64> {
+    let clock = match (p, aging) {
+        (0, _) => rank,
+        (p, 0) => rank - p * RANK_STRICT_STEP,
+        (p, aging) => rank - p * aging * RANK_PER_MS,
+    };
+    (clock >= 1000 * RANK_PER_MS).then(|| RANK_EPOCH_MS + clock.div_euclid(RANK_PER_MS))
 }
 
 /// A waiting job taken out of wherever it waits; false when not there.
@@ -926,6 +943,8 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
                     kind: job.kind.clone(),
                     max_attempts: job.max_attempts.unwrap_or(taken.max_attempts) as u64,
                     retry: job.retry.clone(),
+                    // handed over as it is enqueued
+                    wait: Some(std::time::Duration::ZERO),
                 },
             ));
             rows.push(NewRow {

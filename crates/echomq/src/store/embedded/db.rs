@@ -116,6 +116,7 @@ fn claim_fields(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
         kind: text(r, at + 6)?,
         waited: text(r, at + 7)?,
         retry: text(r, at + 8)?,
+        priority: text(r, at + 9)?,
         ..Row::default()
     })
 }
@@ -483,7 +484,7 @@ impl<'a> Db<'a> {
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {
         self.tx
             .prepare_cached(concat!(
-                "SELECT data, state, attempts, free, max_attempts, cancel, kind, waited, retry FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
+                "SELECT data, state, attempts, free, max_attempts, cancel, kind, waited, retry, priority FROM emq_jobs WHERE queue = ?1 AND id = ?2 AND ",
                 fields!(),
                 " IS NOT NULL"
             ))
@@ -834,6 +835,22 @@ impl<'a> Db<'a> {
             "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT ?3 OFFSET ?4"
         };
         self.strings(sql, params![self.q, z, limit, offset])
+    }
+
+    /// ZRANGE … WITHSCORES by rank, `limit` members from `offset` (ascending).
+    pub(crate) fn zrange_scored(&self, z: &str, offset: i64, limit: i64) -> R<Vec<(String, i64)>> {
+        if let Some(set) = RowSet::of(z) {
+            return self.range_scored(set, offset, limit);
+        }
+        self.tx
+            .prepare_cached(
+                "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY score, member LIMIT ?3 OFFSET ?4",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![self.q, z, limit, offset], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(|e| self.e(e))
     }
 
     /// ZRANGE … WITHSCORES of the lowest member.

@@ -74,17 +74,17 @@ pub(super) fn claim_call<'a>(
 }
 
 /// Appends the claimed jobs of one claim reply to `out` and takes its wait; returns how many jobs.
-/// The reply (claim.lua's header): (id, payload, token, attempt, group, kind, max_attempts, retry)
-/// per job, group '' for a flat job, kind '' for a raw one, retry '' for a job without a retry
-/// policy of its own; then the µs until a rate limit admits a start again (0: none held work back)
+/// The reply (claim.lua's header): (id, payload, token, attempt, group, kind, max_attempts, retry,
+/// wait) per job, group '' for a flat job, kind '' for a raw one, retry '' for a job without a retry
+/// policy of its own, wait the ms it waited ready ('' when its rank tells none); then the µs until a rate limit admits a start again (0: none held work back)
 /// and whether that limit is the queue's (1/0).
 pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
     let verb = "claim";
     let mut items = reply::array(verb, v)?;
-    if items.len() % 8 != 2 {
+    if items.len() % 9 != 2 {
         return Err(Error::Protocol {
             verb,
-            reply: format!("{} elements: not eight per job and the wait", items.len()),
+            reply: format!("{} elements: not nine per job and the wait", items.len()),
         });
     }
     let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
@@ -92,10 +92,21 @@ pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
     let wait = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0);
     out.wait = (wait > 0).then(|| Duration::from_micros(wait));
     out.queue_limited = queue_limited && wait > 0;
-    let got = items.len() / 8;
+    let got = items.len() / 9;
     let out = &mut out.jobs;
     let mut it = items.into_iter();
-    while let (Some(id), Some(payload), Some(token), Some(attempt), Some(group), Some(kind), Some(max), Some(retry)) = (
+    while let (
+        Some(id),
+        Some(payload),
+        Some(token),
+        Some(attempt),
+        Some(group),
+        Some(kind),
+        Some(max),
+        Some(retry),
+        Some(waited),
+    ) = (
+        it.next(),
         it.next(),
         it.next(),
         it.next(),
@@ -105,6 +116,10 @@ pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
         it.next(),
         it.next(),
     ) {
+        let wait = match &waited {
+            Value::BulkString(b) if b.is_empty() => None,
+            w => Some(Duration::from_millis(count(w)?)),
+        };
         let group = reply::string(verb, group)?;
         let kind = reply::string(verb, kind)?;
         let id = JobId::from_store(reply::string(verb, id)?);
@@ -121,6 +136,7 @@ pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
             kind: (!kind.is_empty()).then_some(kind),
             max_attempts: count(&max)?,
             retry,
+            wait,
         });
     }
     Ok(got)

@@ -166,6 +166,20 @@ impl Db<'_> {
         self.strings(sql, params![self.q, limit, offset])
     }
 
+    /// ZRANGE … WITHSCORES by rank, ascending.
+    pub(crate) fn range_scored(&self, set: RowSet, offset: i64, limit: i64) -> R<Vec<(String, i64)>> {
+        self.tx
+            .prepare_cached(
+                on_col!(set; "SELECT id, ", " FROM emq_jobs WHERE queue = ?1 AND ", " IS NOT NULL ORDER BY ",
+                ", id LIMIT ?2 OFFSET ?3"),
+            )
+            .and_then(|mut s| {
+                s.query_map(params![self.q, limit, offset], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(|e| self.e(e))
+    }
+
     /// ZRANGEBYSCORE -inf max LIMIT 0 limit.
     pub(crate) fn upto(&self, set: RowSet, max: i64, limit: i64) -> R<Vec<String>> {
         self.strings(
