@@ -31,10 +31,8 @@ const WAIT_BUCKETS: [f64; 15] = [
 /// The store's metrics of `queues` as Prometheus text (every queue the store knows when `None`).
 pub async fn store_metrics(store: &dyn Store, queues: Option<&[QueueName]>) -> echomq::Result<String> {
     let counts = crate::stats::counts_of(store, queues).await?;
-    let mut alive = Vec::with_capacity(counts.len());
-    for (q, _) in &counts {
-        alive.push(store.consumers(q).await?.len());
-    }
+    let names: Vec<QueueName> = counts.iter().map(|(q, _)| q.clone()).collect();
+    let alive = crate::stats::each_queue(&names, |q| async move { Ok(store.consumers(&q).await?.len()) }).await?;
     Ok(render(&counts, &alive))
 }
 

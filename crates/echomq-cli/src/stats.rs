@@ -99,12 +99,26 @@ pub async fn counts_of(store: &dyn Store, queues: Option<&[QueueName]>) -> echom
             all
         }
     };
-    let mut rows = Vec::with_capacity(queues.len());
-    for q in queues {
-        let counts = store.counts(&q).await?;
-        rows.push((q, counts));
-    }
-    Ok(rows)
+    let counts = each_queue(&queues, |q| async move { store.counts(&q).await }).await?;
+    Ok(queues.into_iter().zip(counts).collect())
+}
+
+/// How many queues' reads a view of every queue keeps in flight: Redis answers them side by
+/// side (a view of thousands of queues would otherwise wait out a round trip per queue in turn);
+/// the embedded store's thread takes them one after another all the same.
+const QUEUES_IN_FLIGHT: usize = 16;
+
+/// `read` of each of `queues`, a few in flight, the answers in the queues' order.
+pub(crate) async fn each_queue<T, F, Fut>(queues: &[QueueName], read: F) -> echomq::Result<Vec<T>>
+where
+    F: Fn(QueueName) -> Fut,
+    Fut: std::future::Future<Output = echomq::Result<T>>,
+{
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(queues.iter().cloned().map(read))
+        .buffered(QUEUES_IN_FLIGHT)
+        .try_collect()
+        .await
 }
 
 /// One NDJSON line, its fields in the documented order.

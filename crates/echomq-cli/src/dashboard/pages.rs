@@ -68,10 +68,13 @@ fn count_of(c: &Counts, state: JobState) -> u64 {
 /// completed and dead-lettered per minute over the last hour as a chart; the counts live.
 pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
     let rows = counts_of_every_queue(&app).await?;
-    let mut charts = Vec::with_capacity(rows.len());
-    for (q, _) in &rows {
-        charts.push(app.store.history(q, 60).await.map_err(store_failed)?);
-    }
+    let names: Vec<QueueName> = rows.iter().map(|(q, _)| q.clone()).collect();
+    let charts = crate::stats::each_queue(&names, |q| {
+        let store = app.store.clone();
+        async move { store.history(&q, 60).await }
+    })
+    .await
+    .map_err(store_failed)?;
     let body = html! {
         @if rows.is_empty() {
             p { "No queues yet: enqueue a job (" code { "emq enqueue QUEUE PAYLOAD" } ") and it shows here." }
@@ -151,6 +154,17 @@ pub(crate) struct OverviewQuery {
 /// counts every 2 s, the last hour's chart every 30 s: a minute is its finest grain).
 pub(crate) async fn overview_json(State(app): State<Arc<App>>, Query(o): Query<OverviewQuery>) -> PageResult {
     let rows = counts_of_every_queue(&app).await?;
+    let names: Vec<QueueName> = rows.iter().map(|(q, _)| q.clone()).collect();
+    let mut histories = match o.history.as_deref() {
+        Some("1") => crate::stats::each_queue(&names, |q| {
+            let store = app.store.clone();
+            async move { store.history(&q, 60).await }
+        })
+        .await
+        .map_err(store_failed)?,
+        _ => Vec::new(),
+    }
+    .into_iter();
     let mut queues = Vec::with_capacity(rows.len());
     for (q, c) in &rows {
         let mut counts = serde_json::Map::new();
@@ -160,8 +174,7 @@ pub(crate) async fn overview_json(State(app): State<Arc<App>>, Query(o): Query<O
         counts.insert("failed".into(), c.failed.into());
         counts.insert("retried".into(), c.retried.into());
         let mut line = serde_json::json!({ "name": q.as_str(), "paused": c.paused, "counts": counts });
-        if o.history.as_deref() == Some("1") {
-            let h = app.store.history(q, 60).await.map_err(store_failed)?;
+        if let Some(h) = histories.next() {
             line["history"] = serde_json::json!({ "completed": h.completed, "failed": h.failed });
         }
         queues.push(line);
