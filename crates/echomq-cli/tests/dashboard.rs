@@ -509,32 +509,25 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     assert_eq!(scraped.status, 200);
     assert!(scraped.header("content-type").unwrap().starts_with("text/plain"));
     let m = samples(&scraped.body);
-    let run = |outcome: &str, suffix: &str| {
+    // a histogram's sample of this queue and outcome (a bucket: the +Inf one)
+    let sample = |metric: &str, outcome: &str, suffix: &str| {
         m.iter()
             .find(|(k, _)| {
-                k.starts_with(&format!("emq_job_duration_seconds{suffix}{{"))
+                k.starts_with(&format!("{metric}{suffix}{{"))
                     && k.contains(&format!("queue=\"{q}\""))
                     && k.contains(&format!("outcome=\"{outcome}\""))
                     && (suffix != "_bucket" || k.contains("le=\"+Inf\""))
             })
             .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("emq_job_duration_seconds{suffix} of {outcome} in {}", scraped.body))
+            .unwrap_or_else(|| panic!("{metric}{suffix} of {outcome} in {}", scraped.body))
     };
+    let run = |outcome: &str, suffix: &str| sample("emq_job_duration_seconds", outcome, suffix);
     assert_eq!(run("completed", "_count"), 5.0);
     assert_eq!(run("completed", "_bucket"), 5.0);
     assert_eq!(run("failed", "_count"), 1.0);
     assert!(run("completed", "_sum") > 0.0);
     // each job's wait before its claim, beside its run: the jobs waited for the worker to start
-    let wait = |outcome: &str, suffix: &str| {
-        m.iter()
-            .find(|(k, _)| {
-                k.starts_with(&format!("emq_job_wait_seconds{suffix}{{"))
-                    && k.contains(&format!("queue=\"{q}\""))
-                    && k.contains(&format!("outcome=\"{outcome}\""))
-            })
-            .map(|(_, v)| *v)
-            .unwrap_or_else(|| panic!("emq_job_wait_seconds{suffix} of {outcome} in {}", scraped.body))
-    };
+    let wait = |outcome: &str, suffix: &str| sample("emq_job_wait_seconds", outcome, suffix);
     assert_eq!(wait("completed", "_count"), 5.0);
     assert_eq!(wait("failed", "_count"), 1.0);
     assert!(wait("completed", "_sum") > 0.0, "{}", scraped.body);
