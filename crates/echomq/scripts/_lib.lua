@@ -193,17 +193,84 @@ local function emq_lane_jobs_add(base, lj, n)
   redis.call('HINCRBY', base .. 'groups', 'lane_jobs', n)
 end
 
+-- The pending tally, which tells the age of the oldest pending job in O(1). The hash
+-- emq:{q}:pending_tally counts the pending jobs (flat and in lanes) of each priority p ranked
+-- within each second of rank: field '<p>:<rank second>', the rank second floor(rank / 256000).
+-- The sorted set emq:{q}:pending_since holds the same fields, each scored by the Unix ms its first
+-- job was made ready: the least score is the oldest pending job's (to within the second its
+-- field spans). A job's rank and priority alone name its field, so the script that takes it out
+-- finds the field the script that ranked it counted, whatever the aging has become. Jobs at a
+-- rank below 256000 are not counted (jobs put back at the front — recovered or released — and the
+-- 1, 2, … of a lane an earlier version kept: their rank tells no time), nor are jobs an earlier
+-- version ranked: a count that would go below 1 drops its field. Every script that ranks jobs
+-- (emq_rank) or takes ranked jobs out of `pending` or a lane tallies them in a table
+-- (emq_tally_new) and writes it once (emq_tally_write); it reaches both keys before its first
+-- write (emq_tally_touch, or the claim's MGET).
+local function emq_tally_new()
+  return { fields = {}, n = {}, ms = {} }
+end
+
+-- `n` jobs of priority p at `rank` tallied in t: +1 joining (`clock` its rank's clock part, the
+-- time it was made ready), -1 leaving (no clock); the field of the last call is kept, as a
+-- batch's ranks share one
+local function emq_tally(t, rank, p, n, clock)
+  if rank < 256000 then return end
+  local sec = math.floor(rank / 256000)
+  local f
+  if sec == t.sec and p == t.p then
+    f = t.f
+  else
+    f = p .. ':' .. sec
+    t.sec, t.p, t.f = sec, p, f
+  end
+  local had = t.n[f]
+  if had then
+    t.n[f] = had + n
+  else
+    t.n[f] = n
+    t.fields[#t.fields + 1] = f
+  end
+  if clock and not t.ms[f] then t.ms[f] = 1767225600000 + math.floor(clock / 256) end
+end
+
+-- the suffixes of the tally's keys added to a list for emq_touch
+local function emq_tally_touch(touch)
+  touch[#touch + 1] = 'pending_tally'
+  touch[#touch + 1] = 'pending_since'
+  return touch
+end
+
+-- the tally t written: each field's count moved; a field new here joins pending_since at the ms
+-- of its first job, and a field left with no job leaves both keys
+local function emq_tally_write(base, t)
+  for _, f in ipairs(t.fields) do
+    local n = t.n[f]
+    if n ~= 0 then
+      local left = redis.call('HINCRBY', base .. 'pending_tally', f, n)
+      if left <= 0 then
+        redis.call('HDEL', base .. 'pending_tally', f)
+        redis.call('ZREM', base .. 'pending_since', f)
+      elseif left == n then
+        redis.call('ZADD', base .. 'pending_since', t.ms[f], f)
+      end
+    end
+  end
+end
+
 -- how the queue ranks the jobs it makes ready (the hash emq:{q}:order, its fields `clock`, the
 -- last rank's clock part, and `aging`, the priority aging in ms, absent = 60000, 0 = strict),
--- read before the first write with the store's time `now` (ms). emq_rank ranks with it;
--- emq_order_write keeps its clock.
-local function emq_order_read(base, now)
+-- read before the first write with the store's time `now` (ms); `touch` (nil for a script that
+-- ranks nothing) gains the pending tally's keys. emq_rank ranks with it and tallies each rank;
+-- emq_order_write keeps its clock and writes the tally.
+local function emq_order_read(base, now, touch)
   local f = redis.call('HMGET', base .. 'order', 'clock', 'aging')
+  if touch then emq_tally_touch(touch) end
   return {
     clock = tonumber(f[1]) or 0,
     aging = tonumber(f[2]) or 60000,
     tick = (now - 1767225600000) * 256,
     moved = false,
+    tally = emq_tally_new(),
   }
 end
 
@@ -220,9 +287,12 @@ local function emq_rank(o, p)
   if c < o.tick then c = o.tick end
   o.clock = c
   o.moved = true
-  if p == 0 then return c end
-  if o.aging == 0 then return c + p * 900000000000000 end
-  return c + p * o.aging * 256
+  local rank = c
+  if p > 0 then
+    if o.aging == 0 then rank = c + p * 900000000000000 else rank = c + p * o.aging * 256 end
+  end
+  emq_tally(o.tally, rank, p, 1, c)
+  return rank
 end
 
 -- the time (Unix ms) a job of priority p ranked `rank` was made ready, read back from its rank
@@ -237,9 +307,11 @@ local function emq_rank_ready(rank, p, aging)
   return 1767225600000 + math.floor(c / 256)
 end
 
--- the clock emq_rank moved, written back (`order` reached by emq_order_read)
+-- the clock emq_rank moved, written back (`order` reached by emq_order_read), and the ranks it
+-- gave tallied
 local function emq_order_write(base, o)
   if o.moved then redis.call('HSET', base .. 'order', 'clock', o.clock) end
+  emq_tally_write(base, o.tally)
 end
 
 -- what a lane job of g leaving `active`, or ready jobs joining g's lane, need of g, read once per
@@ -650,7 +722,7 @@ local function emq_publish_read(base, g, nready, touch)
   touch[#touch + 1] = 'wake'
   local s
   if g then s = emq_lane_read({}, base, g, true) else s = emq_flat_read(base) end
-  return s, emq_paused_read(base), emq_order_read(base, emq_now())
+  return s, emq_paused_read(base), emq_order_read(base, emq_now(), touch)
 end
 
 -- the queue's registration in emq:queues (`registered`: one member, the token of the queue's life,
@@ -675,23 +747,35 @@ local function emq_registration_write(base, owed, fresh_life)
   if fresh_life then redis.call('ZADD', base .. 'registered', 0, owed) end
 end
 
--- the key (a suffix of the queue base) a waiting job (pending or scheduled) waits in, read before
--- the first write (a lane by emq_lane_len, which converts one an earlier version wrote): for
--- emq_touch and emq_unwait; and for a lane, the count of the lanes' jobs (emq_lane_jobs_of)
-local function emq_waits_in_read(base, state, g)
-  if state == 'scheduled' then return 'scheduled' end
+-- where a waiting job (pending or scheduled) waits, read before the first write: w.key, the key
+-- (a suffix of the queue base; a lane by emq_lane_len, which converts one an earlier version
+-- wrote) for emq_touch and emq_unwait; for a lane, w.lj, the count of the lanes' jobs
+-- (emq_lane_jobs_of); for a pending job, w.left, the pending tally of its leaving (its rank and
+-- priority read, the tally's keys reached)
+local function emq_waits_in_read(base, state, g, id)
+  if state == 'scheduled' then return { key = 'scheduled' } end
+  local w = { key = 'pending' }
   if g then
     emq_lane_len(base, g)
-    return 'lane:' .. g, emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs'))
+    w.key = 'lane:' .. g
+    w.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs'))
   end
-  return 'pending'
+  local rank = tonumber(redis.call('ZSCORE', base .. w.key, id))
+  if rank then
+    local p = tonumber(redis.call('HGET', base .. 'job:' .. id, 'priority')) or 0
+    w.left = emq_tally_new()
+    emq_tally(w.left, rank, p, -1)
+    emq_touch(base, emq_tally_touch({}))
+  end
+  return w
 end
 
--- a waiting job taken out of where it waits (`key`, and `lj` for a lane: emq_waits_in_read's);
--- false when the row says it waits but it is not there
-local function emq_unwait(base, id, key, lj)
-  local gone = redis.call('ZREM', base .. key, id) == 1
-  if gone and lj then emq_lane_jobs_add(base, lj, -1) end
+-- a waiting job taken out of where it waits (w: emq_waits_in_read's); false when the row says it
+-- waits but it is not there
+local function emq_unwait(base, id, w)
+  local gone = redis.call('ZREM', base .. w.key, id) == 1
+  if gone and w.lj then emq_lane_jobs_add(base, w.lj, -1) end
+  if gone and w.left then emq_tally_write(base, w.left) end
   return gone
 end
 
@@ -807,7 +891,7 @@ local function emq_new_jobs(verb, base, o, g)
             held[i] = holder
             bounce[i] = true
             -- a ready holder goes back to waiting its window: out of its set first
-            if st == 'pending' then unwait[i] = { emq_waits_in_read(base, st, row[2]) } end
+            if st == 'pending' then unwait[i] = emq_waits_in_read(base, st, row[2], holder) end
           end
         end
         if not held[i] then
@@ -839,7 +923,7 @@ local function emq_new_jobs(verb, base, o, g)
     if bounce[i] and type(held[i]) == 'string' then bounced = true end
   end
   if nsched > 0 or bounced then touch[#touch + 1] = 'scheduled' end
-  for _, u in pairs(unwait) do touch[#touch + 1] = u[1] end
+  for _, u in pairs(unwait) do touch[#touch + 1] = u.key end
   if next(takes) then touch[#touch + 1] = 'dedup' end
   local s, paused, order = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
@@ -861,7 +945,7 @@ local function emq_new_jobs(verb, base, o, g)
         -- a holder already in the store (one of this batch is written with the payload below)
         if type(held[i]) == 'string' then
           if now == 0 then now = emq_now() end
-          if unwait[i] then emq_unwait(base, h, unwait[i][1], unwait[i][2]) end
+          if unwait[i] then emq_unwait(base, h, unwait[i]) end
           redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + 8], 'state', 'scheduled', 'run_at', now + delays[i])
           sched[#sched + 1] = now + delays[i]
           sched[#sched + 1] = h
@@ -925,6 +1009,16 @@ local function emq_zset_head_read(key, budget)
   return redis.call('ZRANGE', key, 0, budget - 1)
 end
 
+-- the pending tally of ready jobs deleted with their rows (drain): `ids`, members of the ready set
+-- `key` (a suffix of the queue base), tallied in t as leaving at their ranks and priorities, read
+local function emq_tally_leaving_read(base, t, key, ids)
+  for _, id in ipairs(ids) do
+    local rank = tonumber(redis.call('ZSCORE', base .. key, id))
+    local p = tonumber(redis.call('HGET', base .. 'job:' .. id, 'priority')) or 0
+    if rank then emq_tally(t, rank, p, -1) end
+  end
+end
+
 -- members of a sorted set of job ids (emq_zset_head_read's) deleted with their rows
 local function emq_zset_purge(base, key, ids)
   if #ids == 0 then return end
@@ -958,7 +1052,7 @@ local function emq_lanes_read(base, budget, fields)
         local lane = base .. 'lane:' .. g
         local len = emq_lane_len(base, g)
         local ids = redis.call('ZRANGE', lane, 0, budget - removed - 1)
-        cuts[#cuts + 1] = { lane = lane, ids = ids }
+        cuts[#cuts + 1] = { lane = lane, group = g, ids = ids }
         if not cuts.lj then cuts.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs')) end
         removed = removed + #ids
         if len > #ids then return cuts, removed, false end

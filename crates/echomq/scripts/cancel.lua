@@ -28,13 +28,13 @@ if state == 'active' then
   return 2
 end
 if state ~= 'pending' and state ~= 'scheduled' then return 0 end
-local waits_in, lj = emq_waits_in_read(base, state, g)
-local touch = { waits_in, 'metrics:cancelled' }
+local w = emq_waits_in_read(base, state, g, id)
+local touch = { w.key, 'metrics:cancelled' }
 if recmax > 0 then touch[#touch + 1] = 'completions' end
 emq_touch(base, touch)
 local now = emq_now()
 local ret = emq_retention_read(base, 'cancelled', 1, now)
-emq_unwait(base, id, waits_in, lj)
+emq_unwait(base, id, w)
 emq_expire(base, ret)
 emq_finish(base, id, 'cancelled', now, ret, 'last_error', reason)
 emq_count(base, 'cancelled', 1, now)

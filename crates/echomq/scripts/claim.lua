@@ -60,7 +60,10 @@ if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_ba
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
-if redis.call('EXISTS', KEYS[5], KEYS[6]) > 0 then return {0, 0} end
+-- paused or obliterating (strings); the MGET reaches the pending tally's keys too (a hash and a
+-- sorted set, which it answers nil), so a refusal of them comes before any write
+local flags = redis.call('MGET', KEYS[5], KEYS[6], base .. 'pending_tally', base .. 'pending_since')
+if flags[1] or flags[2] then return {0, 0} end
 -- the idle path (a parked consumer's beat) ends here: an empty ring and no throttled group
 local ring_len = redis.call('LLEN', ring)
 if ring_len == 0 and redis.call('ZCARD', throttled) == 0 then return {0, 0} end
@@ -138,19 +141,26 @@ local aging = nil
 
 -- out: the reply; leases: ZADD's deadline/id pairs; tokens: each handed-out row and its token;
 -- settled: the jobs settled here instead, in the order met ({id, 'dead' or 'cancelled', reason,
--- attempt, and for a key of another type the bytes kept}); met: every id met (an id in two ready
--- sets, only by hand, is handed out once)
+-- attempt, and for a key of another type the bytes kept}); met: every id met, with its priority
+-- (an id in two ready sets, only by hand, is handed out once); left: the pending tally of every
+-- job taken out of its set (a missing row or a key of another type counted at priority 0)
 local out, nout, leases, tokens, settled, met = {}, 0, {}, {}, {}, {}
+local left = emq_tally_new()
 local deadline = now + lease
 local got, bytes, failed, cancelled = 0, 0, 0, 0
 
 -- one job taken from a member (g: its group, nil for the flat set) at its rank: read its row and
 -- decide. True when handed out.
 local function judge(id, g, rank)
-  if met[id] then return false end
-  met[id] = true
+  rank = tonumber(rank) or 0
+  if met[id] then
+    emq_tally(left, rank, met[id], -1)
+    return false
+  end
+  met[id] = 0
   local jk = jobs .. id
   local all = redis.pcall('HGETALL', jk)
+  if emq_foreign(all) or #all == 0 then emq_tally(left, rank, 0, -1) end
   if emq_foreign(all) then
     local defect, data = emq_foreign_read(base, id)
     settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = '0', foreign = true, data = data }
@@ -173,6 +183,9 @@ local function judge(id, g, rank)
     elseif k == 'priority' then prio = all[i + 1]
     end
   end
+  local p = tonumber(prio) or 0
+  met[id] = p
+  emq_tally(left, rank, p, -1)
   local att, fr, maxa = tonumber(attempts or '0'), tonumber(free or '0'), tonumber(maxattempts or maxdef)
   local defect = nil
   if not data then defect = 'malformed row: no data'
@@ -205,9 +218,8 @@ local function judge(id, g, rank)
   out[nout + 6] = kind or ''
   out[nout + 7] = maxa
   out[nout + 8] = retry or ''
-  local p = tonumber(prio) or 0
   if p > 0 and not aging then aging = tonumber(call('HGET', base .. 'order', 'aging')) or 60000 end
-  local ready = emq_rank_ready(tonumber(rank) or 0, p, aging)
+  local ready = emq_rank_ready(rank, p, aging)
   out[nout + 9] = ready and math.max(now - ready, 0) or ''
   nout = nout + 9
   leases[#leases + 1] = deadline
@@ -309,12 +321,13 @@ emq_expire(base, ret)
 local rest = {}
 for i = repopped + 1, #back do rest[#rest + 1] = back[i] end
 if #rest > 0 then emq_bulk('RPUSH', ring, rest) end
--- each member's jobs used leave its set
+-- each member's jobs used leave its set, and the pending tally
 for _, s in ipairs(order) do
   if s.taken > 0 then
     call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1)
   end
 end
+emq_tally_write(base, left)
 -- the groups hash: the dropped members' flags first, then each group's active count and the lanes'
 -- count (the hash holds no more fields than before the claim but for a first count, so it keeps
 -- its encoding)

@@ -14,8 +14,10 @@
 -- ARGV[2] the HSCAN cursor ('0' on the first call)
 --
 -- Replies: {pending flat, scheduled, active, dead, paused (1/0), completed, cancelled, failed,
---           retried, stalled, reaped, next cursor, {group, lane length, …}, lane jobs (-1 when
---           the queue keeps no count: then the chunk's lanes are listed, else none and cursor 0)}.
+--           retried, stalled, reaped, the oldest pending job's age in ms on the store's clock (-1
+--           when the pending tally counts none: _lib.lua), next cursor, {group, lane length, …},
+--           lane jobs (-1 when the queue keeps no count: then the chunk's lanes are listed, else
+--           none and cursor 0)}.
 local base, cursor = ARGV[1], ARGV[2]
 local reply = {
   redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
@@ -24,6 +26,8 @@ local reply = {
 for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
   reply[#reply + 1] = tonumber(redis.call('HGET', base .. 'metrics:' .. event, 'count')) or 0
 end
+local oldest = redis.call('ZRANGE', base .. 'pending_since', 0, 0, 'WITHSCORES')
+reply[#reply + 1] = oldest[2] and math.max(emq_now() - tonumber(oldest[2]), 0) or -1
 local kept = redis.call('HGET', KEYS[6], 'lane_jobs')
 if kept then
   reply[#reply + 1] = '0'

@@ -2,8 +2,9 @@
 -- memberships, at most ARGV[2] per call: the client loops while the reply says more is left. Active
 -- and dead jobs stay. Ring members of emptied lanes are dropped by the next claim that meets them.
 -- Reads first (_lib.lua): the heads of pending and scheduled, then (budget left) a page of the
--- groups hash and the heads of its lanes, and every row they hold (EXISTS: the rows are only
--- deleted), then the writes. A call that deletes rows tells the queue's waiters to look at their
+-- groups hash and the heads of its lanes, every row they hold (EXISTS: the rows are only
+-- deleted) and the rank and priority of each ready job (they leave the pending tally), then the
+-- writes. A call that deletes rows tells the queue's waiters to look at their
 -- jobs again (`*` on emq:{q}:finished): it reads no row, so it sees no waited mark.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
@@ -28,11 +29,15 @@ if removed < limit then
   if walked then next_cursor, finished = scanned, scanned == '0' end
   for _, c in ipairs(cuts) do emq_rows_of(c.ids, rows) end
 end
-emq_touch(base, rows)
+local left = emq_tally_new()
+emq_tally_leaving_read(base, left, 'pending', pend)
+for _, c in ipairs(cuts) do emq_tally_leaving_read(base, left, 'lane:' .. c.group, c.ids) end
+emq_touch(base, emq_tally_touch(rows))
 if #rows > 0 then redis.call('PUBLISH', base .. 'finished', '*') end
 
 emq_zset_purge(base, KEYS[1], pend)
 emq_zset_purge(base, KEYS[2], sched)
+emq_tally_write(base, left)
 if removed >= limit then return {removed, cursor, 0} end
 emq_lanes_cut(base, cuts)
 return {removed + lanes, next_cursor, finished and 1 or 0}

@@ -181,7 +181,7 @@ if flat or #order > 0 then
   touch[#touch + 1] = 'wake'
 end
 local ranks = nil
-if flat or #order > 0 then ranks = emq_order_read(base, now) end
+if flat or #order > 0 then ranks = emq_order_read(base, now, touch) end
 if buried then
   touch[#touch + 1] = 'dead'
   touch[#touch + 1] = 'metrics:failed'

@@ -23,7 +23,7 @@ else
   flat = emq_flat_read(base)
 end
 local paused = emq_paused_read(base)
-local ranks = emq_order_read(base, emq_now())
+local ranks = emq_order_read(base, emq_now(), touch)
 emq_touch(base, touch)
 -- the membership test is the reply of the ZREM the move needs anyway (nothing written on 0)
 if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end

@@ -56,7 +56,7 @@ if flat or #order > 0 then
   touch[#touch + 1] = 'wake'
 end
 local ranks = nil
-if flat or #order > 0 then ranks = emq_order_read(base, emq_now()) end
+if flat or #order > 0 then ranks = emq_order_read(base, emq_now(), touch) end
 emq_touch(base, touch)
 
 -- every member looked at leaves `dead`; those whose row says dead go ready

@@ -28,7 +28,7 @@ if state == 'active' then
     emq_wake(base, emq_lane_leave(base, g, lanes[g]), paused)
   end
 elseif state == 'pending' or state == 'scheduled' then
-  emq_unwait(base, id, emq_waits_in_read(base, state, g))
+  emq_unwait(base, id, emq_waits_in_read(base, state, g, id))
 elseif state == 'dead' then
   redis.call('ZREM', base .. 'dead', id)
 else

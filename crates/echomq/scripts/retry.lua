@@ -39,7 +39,7 @@ else
 end
 local now = emq_now()
 local ranks = nil
-if not dead and delay <= 0 then ranks = emq_order_read(base, now) end
+if not dead and delay <= 0 then ranks = emq_order_read(base, now, touch) end
 emq_touch(base, touch)
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local reply, wakes = 1, 0

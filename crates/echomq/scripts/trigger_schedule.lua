@@ -34,8 +34,9 @@ local lanes, s = {}, nil
 if t.g then s = emq_lane_read(lanes, base, t.g, true) else s = emq_flat_read(base) end
 local paused = emq_paused_read(base)
 local now = emq_now()
-local order = emq_order_read(base, now)
-emq_touch(base, { 'job:' .. id, 'ring', 'wake' })
+local touch = { 'job:' .. id, 'ring', 'wake' }
+local order = emq_order_read(base, now, touch)
+emq_touch(base, touch)
 
 redis.call('INCRBY', base .. 'id', step)
 emq_fire(base, id, t, s, order)

@@ -42,6 +42,8 @@ pub const SUFFIXES: &[&str] = &[
     "finished",
     "registered",
     "order",
+    "pending_tally",
+    "pending_since",
     "throttled",
     "tats",
     "tat",
@@ -301,6 +303,16 @@ impl QueueKeys {
     /// rank given; `aging`, the priority aging in ms).
     pub fn order(&self) -> String {
         self.key("order")
+    }
+    /// `emq:{q}:pending_tally` — the pending jobs (flat and in lanes) of each priority ranked
+    /// within each second of rank (hash: field `<priority>:<floor(rank / 256000)>` → count).
+    pub fn pending_tally(&self) -> String {
+        self.key("pending_tally")
+    }
+    /// `emq:{q}:pending_since` — the fields of [`pending_tally`](Self::pending_tally), each
+    /// scored by the Unix ms its first job was made ready: the least is the oldest pending job's.
+    pub fn pending_since(&self) -> String {
+        self.key("pending_since")
     }
     /// `emq:{q}:throttled` — the groups their rate limit holds back, off the ring (zset, score =
     /// their next admission, µs).

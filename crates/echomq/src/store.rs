@@ -309,6 +309,12 @@ pub struct Counts {
     pub reaped: u64,
     /// Whether the queue is paused.
     pub paused: bool,
+    /// How long the oldest pending job has waited ready, on the store's clock, to within a
+    /// second; `None` when no pending job is counted. Read in O(1) from the pending tally the
+    /// store keeps: it counts every job made ready by enqueue, promotion, retry, redrive or a
+    /// schedule, but not the jobs put back at the front of their set (recovered from a lapsed
+    /// lease or a stall, or released), nor jobs an earlier version made ready.
+    pub oldest_pending_age: Option<Duration>,
 }
 
 /// How many groups a page of [`Store::groups`] holds: at least this many unless it is the last

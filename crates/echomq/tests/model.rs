@@ -21,7 +21,9 @@
 //! * the ring and the throttled groups hold no duplicate and together exactly the members whose
 //!   `r:` flag is set, and the ring every eligible member not throttled (the one documented
 //!   exception: a raised queue default reaches a group at its next settle);
-//! * the fencing token (`attempts + free`) never decreases while a row lives.
+//! * the fencing token (`attempts + free`) never decreases while a row lives;
+//! * the pending tally counts exactly the ready jobs its rule counts, and `pending_since` holds
+//!   its fields.
 //!
 //! Time: a short lease is 20 ms plus the claim's index (so deadlines order the claims strictly,
 //! as the model does), a long one ten minutes; reap and sweep wait until every short lease has
@@ -1633,6 +1635,104 @@ impl Probe {
     }
 }
 
+/// The pending tally as the store keeps it — each field's count, and the fields of
+/// `pending_since` — and as its ready sets tell it: each ready job at a rank of one second of clock
+/// or more counted under `<priority>:<floor(rank / 256000)>`.
+struct TallyProbe {
+    kept: BTreeMap<String, i64>,
+    since: BTreeSet<String>,
+    told: BTreeMap<String, i64>,
+}
+
+/// The field a ready job at `rank` of priority `p` is tallied under, if any.
+fn tally_field(rank: i64, p: Option<String>) -> Option<String> {
+    let p: i64 = p.and_then(|p| p.parse().ok()).unwrap_or(0);
+    (rank >= 256_000).then(|| format!("{p}:{}", rank.div_euclid(256_000)))
+}
+
+impl Probe {
+    async fn tally(&mut self, q: &QueueName) -> TallyProbe {
+        let mut told = BTreeMap::new();
+        match self {
+            Probe::Redis(conn, keys) => {
+                let kept: BTreeMap<String, i64> = redis::cmd("HGETALL")
+                    .arg(keys.pending_tally())
+                    .query_async(conn)
+                    .await
+                    .expect("HGETALL pending_tally");
+                let since: BTreeSet<String> = redis::cmd("ZRANGE")
+                    .arg(keys.pending_since())
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(conn)
+                    .await
+                    .expect("ZRANGE pending_since");
+                let sets = [keys.pending()]
+                    .into_iter()
+                    .chain(GROUPS.iter().map(|g| keys.lane(&GroupName::new(*g).expect("a group"))));
+                for set in sets {
+                    let ranked: Vec<(String, i64)> = redis::cmd("ZRANGE")
+                        .arg(&set)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query_async(conn)
+                        .await
+                        .expect("ZRANGE a ready set");
+                    for (id, rank) in ranked {
+                        let p: Option<String> = redis::cmd("HGET")
+                            .arg(format!("{}job:{id}", keys.base()))
+                            .arg("priority")
+                            .query_async(conn)
+                            .await
+                            .expect("HGET priority");
+                        if let Some(f) = tally_field(rank, p) {
+                            *told.entry(f).or_default() += 1;
+                        }
+                    }
+                }
+                TallyProbe { kept, since, told }
+            }
+            Probe::Sqlite(conn) => {
+                let rows = |sql: &str| -> Vec<(String, i64)> {
+                    let mut st = conn.prepare_cached(sql).expect("read the tally");
+                    st.query_map([q.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .expect("the tally")
+                        .collect::<Result<Vec<_>, _>>()
+                        .expect("the tally")
+                };
+                let kept = rows(
+                    "SELECT substr(key, 15), value FROM emq_kv WHERE queue = ?1 AND key LIKE 'pending_tally:%'",
+                )
+                .into_iter()
+                .collect();
+                let since = rows("SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = 'pending_since'")
+                    .into_iter()
+                    .map(|(f, _)| f)
+                    .collect();
+                let mut st = conn
+                    .prepare_cached(
+                        "SELECT pending, priority FROM emq_jobs WHERE queue = ?1 AND pending IS NOT NULL \
+                         UNION ALL SELECT z.score, j.priority FROM emq_zsets z LEFT JOIN emq_jobs j \
+                         ON j.queue = z.queue AND j.id = z.member WHERE z.queue = ?1 AND z.zset LIKE 'lane:%'",
+                    )
+                    .expect("read the ready sets");
+                let ranked = st
+                    .query_map([q.as_str()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?)))
+                    .expect("the ready sets")
+                    .collect::<Result<Vec<_>, _>>()
+                    .expect("the ready sets");
+                for (rank, p) in ranked {
+                    if let Some(f) = tally_field(rank, p) {
+                        *told.entry(f).or_default() += 1;
+                    }
+                }
+                TallyProbe { kept, since, told }
+            }
+        }
+    }
+}
+
 struct Side {
     name: &'static str,
     store: Box<dyn Store>,
@@ -1815,6 +1915,14 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
         diff("the lanes' count (lane_jobs)", kept, Some(laned))?;
     }
     diff("the groups hash", hash, model.groups_hash())?;
+    // the pending tally counts what the ready sets hold, and pending_since names its fields
+    let tally = side.probe.tally(q).await;
+    diff("the pending tally", &tally.kept, &tally.told)?;
+    diff(
+        "the fields of pending_since",
+        tally.since,
+        tally.kept.keys().cloned().collect::<BTreeSet<_>>(),
+    )?;
     Ok(())
 }
 

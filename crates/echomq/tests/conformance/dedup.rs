@@ -138,6 +138,7 @@ pub async fn enqueue_with_dedup_debounce_takes_back_a_ready_job_that_has_not_sta
     assert_eq!((row.state, row.payload.as_slice()), (JobState::Scheduled, &b"1"[..]));
     let counts = ctx.store.counts(&ctx.q).await.unwrap();
     assert_eq!((counts.pending, counts.scheduled), (0, 1), "out of the ready set");
+    assert_eq!(counts.oldest_pending_age, None, "out of the pending tally");
     assert!(claim(ctx, 10).await.is_empty(), "nothing to claim during the window");
     tokio::time::sleep(Duration::from_millis(100)).await;
     ctx.store
@@ -164,7 +165,8 @@ pub async fn enqueue_with_dedup_debounce_takes_back_a_ready_job_that_has_not_sta
         .await
         .unwrap();
     assert_eq!(again, [Enqueued::Debounced(h.clone())]);
-    assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 0, "out of its lane");
+    let counts = ctx.store.counts(&ctx.q).await.unwrap();
+    assert_eq!((counts.pending, counts.oldest_pending_age), (0, None), "out of its lane");
     tokio::time::sleep(Duration::from_millis(100)).await;
     ctx.store
         .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)

@@ -12,6 +12,7 @@ mod enqueue;
 mod groups;
 mod history;
 mod inputs;
+mod pending_age;
 mod priority;
 mod promote;
 mod rate;
@@ -42,6 +43,7 @@ fn every_verb_has_a_case() {
         groups::CASES,
         registry::CASES,
         inputs::CASES,
+        pending_age::CASES,
     ]
     .concat();
     let missing: Vec<&&str> = echomq::store::redis::VERBS

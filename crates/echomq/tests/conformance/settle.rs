@@ -189,7 +189,8 @@ impl Holder {
 }
 
 /// What a refused verb must leave exactly as it was: the row (with its score), the active set, the
-/// counters, the slots, the ring and the wake list.
+/// counters (the oldest pending job's age, which grows by itself, as whether there is one), the
+/// slots, the ring and the wake list.
 #[derive(Debug, PartialEq)]
 struct World {
     row: Option<JobRow>,
@@ -201,6 +202,8 @@ struct World {
 }
 
 async fn world(ctx: &Ctx, id: &JobId) -> World {
+    let mut counts = counts(ctx).await;
+    counts.oldest_pending_age = counts.oldest_pending_age.map(|_| Duration::ZERO);
     World {
         row: ctx.store.get(&ctx.q, id).await.unwrap(),
         active: ctx
@@ -209,7 +212,7 @@ async fn world(ctx: &Ctx, id: &JobId) -> World {
             .await
             .unwrap()
             .ids,
-        counts: counts(ctx).await,
+        counts,
         slots: ctx.probe.slots().await,
         ring: ctx.probe.ring().await,
         wakes: ctx.probe.wakes().await,

@@ -81,7 +81,10 @@ struct Walk<'a, 'b> {
     order: Vec<Member>,
     out: Vec<ClaimedJob>,
     settled: Vec<Settled>,
-    met: HashSet<String>,
+    /// Every id met, with its priority (an id in two ready sets, only by hand, is handed out once).
+    met: HashMap<String, i64>,
+    /// The pending tally of every job taken out of its set (a missing row counted at priority 0).
+    left: common::Tally,
     bytes: usize,
     /// The queue's priority aging, read when a job of a priority above 0 is first handed out.
     aging: Option<i64>,
@@ -199,13 +202,19 @@ impl Walk<'_, '_> {
     /// when handed out.
     fn judge(&mut self, next: Option<(String, i64)>, g: Option<&str>) -> Result<bool> {
         let Some((id, rank)) = next else { return Ok(false) };
-        if !self.met.insert(id.clone()) {
+        if let Some(&p) = self.met.get(&id) {
+            self.left.add(rank, p, -1, None);
             return Ok(false);
         }
         // a missing row: dropped
         let Some(row) = self.db.claim_row(&id)? else {
+            self.met.insert(id, 0);
+            self.left.add(rank, 0, -1, None);
             return Ok(false);
         };
+        let p = common::priority_of(row.priority.as_deref());
+        self.met.insert(id.clone(), p);
+        self.left.add(rank, p, -1, None);
         let att = whole(row.attempts.as_deref(), 0, 0);
         let free = whole(row.free.as_deref(), 0, 0).filter(|f| att.is_some_and(|a| *f <= a));
         let maxa = whole(row.max_attempts.as_deref(), self.maxdef, 1);
@@ -252,7 +261,6 @@ impl Walk<'_, '_> {
             });
             return Ok(false);
         }
-        let p = row.priority.as_deref().and_then(|p| p.parse::<i64>().ok()).unwrap_or(0);
         if p > 0 && self.aging.is_none() {
             self.aging = Some(common::aging_of(self.db)?);
         }
@@ -310,7 +318,8 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
         order: Vec::new(),
         out: Vec::new(),
         settled: Vec::new(),
-        met: HashSet::new(),
+        met: HashMap::new(),
+        left: common::Tally::default(),
         bytes: 0,
         aging: None,
         now_us,
@@ -410,6 +419,7 @@ pub(crate) fn claim(db: &Db, n: i64, lease_ms: i64, max_attempts: i64, recmax: i
             _ => {}
         }
     }
+    w.left.write(db)?;
     // the groups hash: the dropped members' flags first, then each group's active count
     for f in &dropped {
         db.gdel(f)?;

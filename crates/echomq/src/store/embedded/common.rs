@@ -507,6 +507,75 @@ const RANK_PER_MS: i64 = 256;
 /// What strict aging adds per priority step: more than any clock part until 2137.
 const RANK_STRICT_STEP: i64 = 900_000_000_000_000;
 
+/// The pending tally (the twin of the script's, `emq_tally` in _lib.lua), which tells the age of
+/// the oldest pending job in O(1): the pending jobs (flat and in lanes) of each priority p ranked
+/// within each second of rank are counted under the field `<p>:<rank second>` (kv
+/// `pending_tally:<field>`), and the set `pending_since` holds the same fields, each scored by the
+/// Unix ms its first job was made ready. A job's rank and priority alone name its field, so the
+/// verb that takes it out finds the field the verb that ranked it counted, whatever the aging has
+/// become. Ranks below one second of clock (jobs put back at the front, recovered or released)
+/// are not counted, nor are jobs an earlier version ranked: a count that would go below 1 drops
+/// its field. A verb tallies the jobs it ranks ([`Order::rank`]) or takes out of `pending` or a
+/// lane, then writes the tally once.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// Each field met, its count moved and the ms of its first job joining.
+    fields: Vec<(String, i64, Option<i64>)>,
+    /// The priority and rank second of the last field met, and its index: a batch's ranks share one.
+    last: Option<(i64, i64, usize)>,
+}
+
+impl Tally {
+    /// `n` jobs of priority `p` at `rank`: +1 joining (`clock`: its rank's clock part, the time it
+    /// was made ready), -1 leaving (no clock).
+    pub(crate) fn add(&mut self, rank: i64, p: i64, n: i64, clock: Option<i64>) {
+        let second = 1000 * RANK_PER_MS;
+        if rank < second {
+            return;
+        }
+        let sec = rank.div_euclid(second);
+        let i = match self.last {
+            Some((lp, ls, i)) if lp == p && ls == sec => i,
+            _ => {
+                let f = format!("{p}:{sec}");
+                let i = match self.fields.iter().position(|(g, ..)| *g == f) {
+                    Some(i) => i,
+                    None => {
+                        self.fields.push((f, 0, None));
+                        self.fields.len() - 1
+                    }
+                };
+                self.last = Some((p, sec, i));
+                i
+            }
+        };
+        let (_, count, ms) = &mut self.fields[i];
+        *count += n;
+        if ms.is_none() {
+            *ms = clock.map(|c| RANK_EPOCH_MS + c.div_euclid(RANK_PER_MS));
+        }
+    }
+
+    /// The tally written: each field's count moved; a field new here joins `pending_since` at the
+    /// ms of its first job, and a field left with no job leaves both.
+    pub(crate) fn write(&self, db: &Db) -> Result<()> {
+        for (f, n, ms) in &self.fields {
+            if *n == 0 {
+                continue;
+            }
+            let key = format!("pending_tally:{f}");
+            let left = db.kv_incr(&key, *n)?;
+            if left <= 0 {
+                db.kv_del(&key)?;
+                db.zrem("pending_since", f)?;
+            } else if left == *n {
+                db.zadd("pending_since", ms.unwrap_or(0), f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// How the queue ranks the jobs it makes ready (the twin of `emq_order_read` / `emq_rank`): the
 /// rank of a job of priority p made ready now is its clock part — the store's time in 1/256 ms
 /// since 2026-01-01, or one past the last rank's when that is later, so ranks never repeat and
@@ -517,6 +586,8 @@ pub(crate) struct Order {
     aging: i64,
     tick: i64,
     moved: bool,
+    /// The ranks given, tallied.
+    tally: Tally,
 }
 
 impl Order {
@@ -528,6 +599,7 @@ impl Order {
             aging: aging_of(db)?,
             tick: (db.now() - RANK_EPOCH_MS) * RANK_PER_MS,
             moved: false,
+            tally: Tally::default(),
         })
     }
 
@@ -540,19 +612,22 @@ impl Order {
     pub(crate) fn rank(&mut self, p: i64) -> i64 {
         self.clock = (self.clock + 1).max(self.tick);
         self.moved = true;
-        match (p, self.aging) {
+        let rank = match (p, self.aging) {
             (0, _) => self.clock,
             (p, 0) => self.clock + p * RANK_STRICT_STEP,
             (p, aging) => self.clock + p * aging * RANK_PER_MS,
-        }
+        };
+        self.tally.add(rank, p, 1, Some(self.clock));
+        rank
     }
 
-    /// The clock written back when a rank was given (the twin of `emq_order_write`).
+    /// The clock written back when a rank was given, and the ranks given tallied (the twin of
+    /// `emq_order_write`).
     pub(crate) fn write(&self, db: &Db) -> Result<()> {
         if self.moved {
             db.kv_set("clock", self.clock)?;
         }
-        Ok(())
+        self.tally.write(db)
     }
 }
 
@@ -575,15 +650,21 @@ pub(crate) fn rank_ready(rank: i64, p: i64, aging: i64) -> Option<i64> {
     (clock >= 1000 * RANK_PER_MS).then(|| RANK_EPOCH_MS + clock.div_euclid(RANK_PER_MS))
 }
 
-/// A waiting job taken out of wherever it waits; false when not there.
+/// A waiting job taken out of wherever it waits, a pending one out of the pending tally too (its
+/// rank and priority read first); false when not there.
 pub(crate) fn unwait(db: &Db, id: &str, state: &str, g: Option<&str>) -> Result<bool> {
     if state == "scheduled" {
         return db.zrem("scheduled", id);
     }
-    match g {
-        Some(g) => db.zrem(&lane(g), id),
-        None => db.zrem("pending", id),
-    }
+    let set = g.map_or_else(|| "pending".to_string(), lane);
+    let Some(rank) = db.zscore(&set, id)? else {
+        return Ok(false);
+    };
+    let mut left = Tally::default();
+    left.add(rank, priority_of(db.row(id)?.and_then(|r| r.priority).as_deref()), -1, None);
+    let gone = db.zrem(&set, id)?;
+    left.write(db)?;
+    Ok(gone)
 }
 
 /// The sorted set name of g's lane.

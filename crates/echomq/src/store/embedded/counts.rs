@@ -1,7 +1,10 @@
 //! The twin of scripts/counts.lua: sizes per state and the counters of a queue. Pending is the flat
 //! set plus every lane's jobs, both in O(1): the store keeps both sizes as its writes move rows
 //! (table `emq_counts`), as Redis's ZCARD is O(1) and the script keeps the lanes' count in the
-//! groups hash; one transaction, so no cursor.
+//! groups hash; one transaction, so no cursor. The oldest pending job's age is the least score of
+//! the pending tally's `pending_since`.
+
+use std::time::Duration;
 
 use super::db::Db;
 use crate::error::Result;
@@ -23,5 +26,8 @@ pub(crate) fn counts(db: &Db) -> Result<Counts> {
         stalled: metric("stalled")?,
         reaped: metric("reaped")?,
         paused: db.exists_flag("paused")?,
+        oldest_pending_age: db
+            .zfirst("pending_since")?
+            .map(|(_, since)| Duration::from_millis((db.now() - since).max(0) as u64)),
     })
 }

@@ -1,7 +1,8 @@
 //! The twin of scripts/drain.lua: drops ready and scheduled jobs, rows and memberships, at most
 //! `limit` per call (the store loops while the reply says more is left). Active and dead jobs stay.
 //! Ring members of emptied lanes are dropped by the next claim that meets them. Reads first, as the
-//! script: the heads of pending and scheduled, then (budget left) the lanes' heads, then the writes.
+//! script: the heads of pending and scheduled, then (budget left) the lanes' heads, and the rank
+//! and priority of each ready job (they leave the pending tally), then the writes.
 //!
 //! Also holds the twins of the purge helpers of `_lib.lua` (obliterate uses them too).
 
@@ -22,12 +23,18 @@ pub(crate) fn drain(db: &Db, limit: i64) -> Result<(u64, bool)> {
         // the script answers "not finished" here; finishing when nothing is left spares a call
         left = db.zcard("pending")? + db.zcard("scheduled")? - removed + db.lanes_len()?;
     }
+    let mut tally = common::Tally::default();
+    tally_leaving_read(db, &mut tally, "pending", &pending)?;
+    for (lane, ids) in &cuts {
+        tally_leaving_read(db, &mut tally, lane, ids)?;
+    }
     if removed + lanes > 0 {
         // it reads no row, so no waited mark: every waiter of the queue looks at its job again
         db.notify_all();
     }
     zset_purge(db, "pending", &pending)?;
     zset_purge(db, "scheduled", &scheduled)?;
+    tally.write(db)?;
     if removed >= limit {
         return Ok((removed as u64, left == 0));
     }
@@ -42,6 +49,18 @@ pub(crate) fn zset_head_read(db: &Db, z: &str, budget: i64) -> Result<Vec<String
         return Ok(Vec::new());
     }
     db.zrange(z, 0, budget, false)
+}
+
+/// `emq_tally_leaving_read`: ready jobs deleted with their rows, `ids` of the ready set `z`,
+/// tallied in `t` as leaving at their ranks and priorities, read.
+fn tally_leaving_read(db: &Db, t: &mut common::Tally, z: &str, ids: &[String]) -> Result<()> {
+    for id in ids {
+        let p = common::priority_of(db.row(id)?.and_then(|r| r.priority).as_deref());
+        if let Some(rank) = db.zscore(z, id)? {
+            t.add(rank, p, -1, None);
+        }
+    }
+    Ok(())
 }
 
 /// `emq_zset_purge`: these members of sorted set `z` deleted with their rows.

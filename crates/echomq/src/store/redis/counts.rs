@@ -2,6 +2,8 @@
 //! groups hash counts them, or (a queue an earlier version wrote, until a job next joins a lane)
 //! their lengths summed over calls that walk the groups hash by cursor.
 
+use std::time::Duration;
+
 use redis::Value;
 
 use super::{reply, RedisStore};
@@ -20,8 +22,8 @@ pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Coun
             .run(&store.scripts.counts, &keys, vec![k.base().as_bytes().to_vec(), cursor])
             .await?;
         let items = reply::array(verb, v)?;
-        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, next, groups, kept] =
-            <[Value; 14]>::try_from(items).map_err(|_| Error::Protocol {
+        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, age, next, groups, kept] =
+            <[Value; 15]>::try_from(items).map_err(|_| Error::Protocol {
                 verb,
                 reply: "counts shape".into(),
             })?;
@@ -50,6 +52,7 @@ pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Coun
                 stalled: n(&stalled)?,
                 reaped: n(&reaped)?,
                 paused: n(&paused)? == 1,
+                oldest_pending_age: u64::try_from(reply::int(verb, &age)?).ok().map(Duration::from_millis),
             });
         }
     }
