@@ -7,6 +7,7 @@
 //! | `emq_jobs` | gauge | `queue`, `state` (`pending`, `scheduled`, `active`, `dead`) |
 //! | `emq_events_total` | counter | `queue`, `event` (`completed`, `cancelled`, `failed`, `retried`, `stalled`, `reaped`) |
 //! | `emq_queue_paused` | gauge | `queue` (1 while paused) |
+//! | `emq_oldest_pending_age_seconds` | gauge | `queue` (0 when no pending job is counted) |
 //! | `emq_consumers` | gauge | `queue` (the consumers alive: the registry's entries) |
 //! | `emq_job_duration_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
 //! | `emq_job_wait_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
@@ -74,6 +75,16 @@ fn render(counts: &[(QueueName, Counts)], alive: &[usize]) -> String {
     family(&mut out, "emq_queue_paused", "gauge", "1 while the queue is paused.");
     for (q, c) in counts {
         let _ = writeln!(out, "emq_queue_paused{{queue=\"{q}\"}} {}", u8::from(c.paused));
+    }
+    family(
+        &mut out,
+        "emq_oldest_pending_age_seconds",
+        "gauge",
+        "How long the oldest pending job has waited ready, to within a second, per queue (0 when none is counted).",
+    );
+    for (q, c) in counts {
+        let age = c.oldest_pending_age.unwrap_or_default().as_secs_f64();
+        let _ = writeln!(out, "emq_oldest_pending_age_seconds{{queue=\"{q}\"}} {age}");
     }
     family(
         &mut out,

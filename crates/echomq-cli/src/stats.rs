@@ -19,7 +19,10 @@ pub struct Args {
     /// `rate_limit=none` for a queue without any).
     pub queue: Option<String>,
     /// One JSON object per line per queue (NDJSON): queue, pending, scheduled, active, dead,
-    /// completed, cancelled (counters since the queue was created or obliterated), paused.
+    /// completed, cancelled (counters since the queue was created or obliterated), paused,
+    /// oldest_pending_age_ms (how long the oldest pending job has waited ready, to within a
+    /// second; null when none is counted — jobs put back at the front by a recovery or a release
+    /// are not).
     #[arg(long)]
     pub json: bool,
     /// Redraw every second with rates since the last draw (completed, retried and dead-lettered
@@ -124,7 +127,7 @@ where
 /// One NDJSON line, its fields in the documented order.
 fn json_line(queue: &QueueName, c: &Counts) -> String {
     format!(
-        "{{\"queue\":{},\"pending\":{},\"scheduled\":{},\"active\":{},\"dead\":{},\"completed\":{},\"cancelled\":{},\"paused\":{}}}",
+        "{{\"queue\":{},\"pending\":{},\"scheduled\":{},\"active\":{},\"dead\":{},\"completed\":{},\"cancelled\":{},\"paused\":{},\"oldest_pending_age_ms\":{}}}",
         serde_json::Value::from(queue.as_str()),
         c.pending,
         c.scheduled,
@@ -133,7 +136,21 @@ fn json_line(queue: &QueueName, c: &Counts) -> String {
         c.completed,
         c.cancelled,
         c.paused,
+        serde_json::Value::from(c.oldest_pending_age.map(|a| a.as_millis() as u64)),
     )
+}
+
+/// How long the oldest pending job has waited, as the table and the dashboard show it: `45s`,
+/// `12m05s`, `3h20m`, `2d04h`; `-` when none is counted.
+pub(crate) fn age_text(age: Option<std::time::Duration>) -> String {
+    let Some(age) = age else { return "-".into() };
+    let s = age.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
 }
 
 fn print_json(rows: &[(QueueName, Counts)]) {
@@ -153,7 +170,7 @@ fn print_table(rows: &[(QueueName, Counts)]) {
     }
 }
 
-const HEAD: [&str; 8] = [
+const HEAD: [&str; 9] = [
     "QUEUE",
     "PENDING",
     "SCHEDULED",
@@ -161,6 +178,7 @@ const HEAD: [&str; 8] = [
     "DEAD",
     "COMPLETED",
     "CANCELLED",
+    "OLDEST",
     "PAUSED",
 ];
 
@@ -170,11 +188,11 @@ const RATE_HEAD: [&str; 3] = ["COMPLETED/S", "RETRIED/S", "FAILED/S"];
 /// The aligned table: numbers right-aligned, the last column (paused) left-aligned. With `rates`
 /// (one per row, `None` before the second draw), the rate columns go before PAUSED.
 fn table(rows: &[(QueueName, Counts)], rates: Option<&[Option<Rates>]>) -> Vec<String> {
-    let mut head: Vec<&str> = HEAD[..7].to_vec();
+    let mut head: Vec<&str> = HEAD[..8].to_vec();
     if rates.is_some() {
         head.extend(RATE_HEAD);
     }
-    head.push(HEAD[7]);
+    head.push(HEAD[8]);
     let cells: Vec<Vec<String>> = rows
         .iter()
         .enumerate()
@@ -187,6 +205,7 @@ fn table(rows: &[(QueueName, Counts)], rates: Option<&[Option<Rates>]>) -> Vec<S
                 c.dead.to_string(),
                 c.completed.to_string(),
                 c.cancelled.to_string(),
+                age_text(c.oldest_pending_age),
             ];
             if let Some(rates) = rates {
                 match rates.get(i).copied().flatten() {
@@ -329,4 +348,23 @@ async fn watch(store: &dyn Store, named: Option<&QueueName>, json: bool) -> anyh
         last = Some((now, rows.into_iter().collect()));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::age_text;
+
+    #[test]
+    fn an_age_shows_its_two_largest_units() {
+        let at = |s: u64| age_text(Some(Duration::from_secs(s)));
+        assert_eq!(age_text(None), "-");
+        assert_eq!(age_text(Some(Duration::from_millis(999))), "0s");
+        assert_eq!(at(59), "59s");
+        assert_eq!(at(60), "1m00s");
+        assert_eq!(at(725), "12m05s");
+        assert_eq!(at(3600 * 3 + 20 * 60 + 59), "3h20m");
+        assert_eq!(at(86400 * 2 + 3600 * 4 + 1), "2d04h");
+    }
 }

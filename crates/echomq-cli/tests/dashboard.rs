@@ -250,6 +250,9 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
         .unwrap();
     assert_eq!(mine["counts"]["pending"], 3);
     assert_eq!(mine["counts"]["dead"], 1);
+    // the three pending jobs were released to the front of the queue: no age is counted for them
+    assert!(home.body.contains("oldest pending"));
+    assert_eq!(mine["counts"]["oldest"], "-");
     assert!(mine.get("history").is_none(), "the hour only when asked");
     let api: serde_json::Value = serde_json::from_str(&d.get("/api/overview?history=1").body).unwrap();
     let mine = api["queues"]
@@ -565,12 +568,20 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     let refused = b.emq(&["stats", &q, "--history", "0"]);
     assert_exit(&refused, 1);
 
-    // the dashboard's scrape equals `emq stats`
+    // the dashboard's scrape equals `emq stats`, a job left pending a second included
+    b.enqueue(&q, "waits", &[]);
+    std::thread::sleep(Duration::from_millis(1_100));
     let d = Dashboard::start(b, &[]);
     let scraped = d.get("/metrics");
     assert_eq!(scraped.status, 200);
     let m = samples(&scraped.body);
     let stats = b.stats(&q);
+    let scraped_age = m[&format!("emq_oldest_pending_age_seconds{{queue=\"{q}\"}}")];
+    let stats_age = stats["oldest_pending_age_ms"].as_f64().unwrap() / 1000.0;
+    assert!(
+        scraped_age >= 1.0 && stats_age >= scraped_age && stats_age - scraped_age < 10.0,
+        "the oldest pending job's age: scraped {scraped_age} s, stats {stats_age} s"
+    );
     for state in ["pending", "scheduled", "active", "dead"] {
         let series = format!("emq_jobs{{queue=\"{q}\",state=\"{state}\"}}");
         assert_eq!(m[&series], stats[state].as_f64().unwrap(), "{series}");

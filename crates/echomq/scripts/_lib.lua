@@ -220,7 +220,7 @@ local function emq_tally(t, rank, p, n, clock)
   if sec == t.sec and p == t.p then
     f = t.f
   else
-    f = p .. ':' .. sec
+    f = string.format('%s:%s', p, sec)
     t.sec, t.p, t.f = sec, p, f
   end
   local had = t.n[f]

@@ -17,7 +17,8 @@
 -- a row carrying a cancel request goes to cancelled; a malformed row (no data, a state other than
 -- pending, a count that is no whole number) or a key of another type goes dead naming its defect; a
 -- missing row is dropped. None of these fails the batch; a waited job among them has its id
--- published.
+-- published. Every job taken out of its set leaves the pending tally (_lib.lua), in one write per
+-- second of rank the batch spans.
 -- Reads first (_lib.lua): the walk is planned from reads alone — the ring, each member's fields,
 -- the heads of pending and of the lanes, every row it takes — then written in one go, so a refused
 -- key or any error ends the script with nothing written.

@@ -76,6 +76,7 @@ redis_cases!(
     an_enqueue_reply_owes_the_registration_until_the_client_pays_it,
     a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new_jobs,
     the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_lane_move,
+    jobs_an_earlier_version_made_ready_leave_the_pending_tally_without_a_count_below_1,
 );
 
 owned_server_cases!(
@@ -1609,4 +1610,34 @@ async fn a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes(ctx: &Ctx) 
     }
     let per_job = (used(&mut conn).await - before) as f64 / n as f64;
     assert!(per_job <= 250.0, "{per_job:.1} bytes per waiting job");
+}
+
+/// A queue an earlier version wrote keeps no pending tally: its jobs leave without driving a
+/// count below 1 (a field that would go below 1 is dropped), and the jobs ranked since are counted.
+async fn jobs_an_earlier_version_made_ready_leave_the_pending_tally_without_a_count_below_1(ctx: &Ctx) {
+    let (mut conn, base) = raw(ctx);
+    let (tally, since) = (format!("{base}pending_tally"), format!("{base}pending_since"));
+    ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
+    ctx.store.genqueue(&ctx.q, &group("g"), &jobs(1)).await.unwrap();
+    let _: () = conn.del(&[&tally, &since]).await.unwrap();
+    assert_eq!(counts(ctx).await.oldest_pending_age, None, "as an earlier version left it");
+    // a second on, so the new job is ranked in a later second than the old ones
+    let t = server_ms(ctx).await;
+    while server_ms(ctx).await < t + 1_100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let new = add(ctx, "new").await;
+    let fields: std::collections::HashMap<String, i64> = conn.hgetall(&tally).await.unwrap();
+    assert_eq!(fields.values().copied().collect::<Vec<_>>(), [1], "{fields:?}");
+    let taken = claim(ctx, 3, Duration::from_secs(30)).await;
+    assert_eq!(ids(&taken), [id("1"), id("3"), id("2")], "the old jobs first");
+    let after: std::collections::HashMap<String, i64> = conn.hgetall(&tally).await.unwrap();
+    assert_eq!(after, fields, "only the new job counted, no field below 1");
+    let members: Vec<String> = conn.zrange(&since, 0, -1).await.unwrap();
+    assert_eq!(members, fields.keys().cloned().collect::<Vec<_>>());
+    assert!(counts(ctx).await.oldest_pending_age.is_some());
+    assert_eq!(ids(&claim(ctx, 1, Duration::from_secs(30)).await), [new]);
+    let left: std::collections::HashMap<String, i64> = conn.hgetall(&tally).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(counts(ctx).await.oldest_pending_age, None);
 }

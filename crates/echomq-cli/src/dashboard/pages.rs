@@ -64,8 +64,9 @@ fn count_of(c: &Counts, state: JobState) -> u64 {
     }
 }
 
-/// `GET /`: every queue with its counts per state, whether it is paused, and its jobs
-/// completed and dead-lettered per minute over the last hour as a chart; the counts live.
+/// `GET /`: every queue with its counts per state, the age of its oldest pending job, whether it
+/// is paused, and its jobs completed and dead-lettered per minute over the last hour as a chart;
+/// the counts live.
 pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
     let rows = counts_of_every_queue(&app).await?;
     let names: Vec<QueueName> = rows.iter().map(|(q, _)| q.clone()).collect();
@@ -83,6 +84,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
                 thead { tr {
                     th { "queue" }
                     @for s in STATES { th { (s.as_str()) } }
+                    th title="how long the oldest pending job has waited" { "oldest pending" }
                     th { "failed" } th { "retried" } th { "" } th { "last hour" }
                 } }
                 tbody {
@@ -92,6 +94,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
                             @for s in STATES {
                                 td.n data-q=(q.as_str()) data-k=(s.as_str()) { (count_of(c, s)) }
                             }
+                            td.n data-q=(q.as_str()) data-k="oldest" { (crate::stats::age_text(c.oldest_pending_age)) }
                             td.n data-q=(q.as_str()) data-k="failed" { (c.failed) }
                             td.n data-q=(q.as_str()) data-k="retried" { (c.retried) }
                             td { @if c.paused { span.paused { "paused" } } }
@@ -171,6 +174,7 @@ pub(crate) async fn overview_json(State(app): State<Arc<App>>, Query(o): Query<O
         for s in STATES {
             counts.insert(s.as_str().into(), count_of(c, s).into());
         }
+        counts.insert("oldest".into(), crate::stats::age_text(c.oldest_pending_age).into());
         counts.insert("failed".into(), c.failed.into());
         counts.insert("retried".into(), c.retried.into());
         let mut line = serde_json::json!({ "name": q.as_str(), "paused": c.paused, "counts": counts });
