@@ -895,7 +895,13 @@ fn stats_watch_prints_a_table_block_per_second_when_stdout_is_not_a_terminal() {
         assert!(head.starts_with("QUEUE") && head.contains("COMPLETED/S"), "{head}");
         let row = w.next_line();
         assert!(row.starts_with(&q), "{row}");
-        let rate = row.split_whitespace().nth(7).unwrap().to_string();
+        // the pending job's age (OLDEST), then the first rate
+        let age = row.split_whitespace().nth(7).unwrap();
+        assert!(
+            age.ends_with('s') && age[..age.len() - 1].parse::<u64>().is_ok(),
+            "{row}"
+        );
+        let rate = row.split_whitespace().nth(8).unwrap().to_string();
         if draw == 0 {
             assert_eq!(rate, "-", "no rate before the second draw: {row}");
         } else {

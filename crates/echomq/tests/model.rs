@@ -1701,11 +1701,10 @@ impl Probe {
                         .collect::<Result<Vec<_>, _>>()
                         .expect("the tally")
                 };
-                let kept = rows(
-                    "SELECT substr(key, 15), value FROM emq_kv WHERE queue = ?1 AND key LIKE 'pending_tally:%'",
-                )
-                .into_iter()
-                .collect();
+                let kept =
+                    rows("SELECT substr(key, 15), value FROM emq_kv WHERE queue = ?1 AND key LIKE 'pending_tally:%'")
+                        .into_iter()
+                        .collect();
                 let since = rows("SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = 'pending_since'")
                     .into_iter()
                     .map(|(f, _)| f)
@@ -1718,7 +1717,9 @@ impl Probe {
                     )
                     .expect("read the ready sets");
                 let ranked = st
-                    .query_map([q.as_str()], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?)))
+                    .query_map([q.as_str()], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
                     .expect("the ready sets")
                     .collect::<Result<Vec<_>, _>>()
                     .expect("the ready sets");

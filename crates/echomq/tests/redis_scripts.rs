@@ -1620,7 +1620,11 @@ async fn jobs_an_earlier_version_made_ready_leave_the_pending_tally_without_a_co
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     ctx.store.genqueue(&ctx.q, &group("g"), &jobs(1)).await.unwrap();
     let _: () = conn.del(&[&tally, &since]).await.unwrap();
-    assert_eq!(counts(ctx).await.oldest_pending_age, None, "as an earlier version left it");
+    assert_eq!(
+        counts(ctx).await.oldest_pending_age,
+        None,
+        "as an earlier version left it"
+    );
     // a second on, so the new job is ranked in a later second than the old ones
     let t = server_ms(ctx).await;
     while server_ms(ctx).await < t + 1_100 {

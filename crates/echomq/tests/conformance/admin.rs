@@ -1150,7 +1150,10 @@ pub async fn counts_report_every_state_and_counter(ctx: &Ctx) {
     want.reaped = 1;
     want.paused = true;
     // 2 (retried at once) and the lane jobs are in the pending tally; 5, reaped to the front, is not
-    assert!(c.oldest_pending_age.is_some_and(|a| a < Duration::from_secs(60)), "{c:?}");
+    assert!(
+        c.oldest_pending_age.is_some_and(|a| a < Duration::from_secs(60)),
+        "{c:?}"
+    );
     want.oldest_pending_age = c.oldest_pending_age;
     assert_eq!(c, want);
     assert_slot_invariant(ctx).await;

@@ -166,7 +166,11 @@ pub async fn enqueue_with_dedup_debounce_takes_back_a_ready_job_that_has_not_sta
         .unwrap();
     assert_eq!(again, [Enqueued::Debounced(h.clone())]);
     let counts = ctx.store.counts(&ctx.q).await.unwrap();
-    assert_eq!((counts.pending, counts.oldest_pending_age), (0, None), "out of its lane");
+    assert_eq!(
+        (counts.pending, counts.oldest_pending_age),
+        (0, None),
+        "out of its lane"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     ctx.store
         .promote(&ctx.q, 100, echomq::schedule::GRACE_MIN)

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use echomq::store::{Cancelled, Removed, Settled, SettleOptions};
+use echomq::store::{Cancelled, Removed, SettleOptions, Settled};
 use echomq::{JobId, NewJob};
 
 use crate::harness::Ctx;
@@ -63,7 +63,10 @@ pub async fn counts_tell_the_age_of_the_oldest_pending_job_flat_or_in_a_lane(ctx
     let (b0, b1) = push(ctx, Some("g"), &named(&["b"])).await;
     assert_age_of_a_job_made_ready_between(ctx, a0, a1, "a, older than b").await;
     let age_a = age(ctx).await.unwrap();
-    assert!(age_a >= Duration::from_millis(1_100), "a has waited over a second: {age_a:?}");
+    assert!(
+        age_a >= Duration::from_millis(1_100),
+        "a has waited over a second: {age_a:?}"
+    );
     assert_eq!(payloads(&claim(ctx, 1).await), ["a"]);
     assert_age_of_a_job_made_ready_between(ctx, b0, b1, "b in its lane, once a is claimed").await;
     assert_eq!(payloads(&claim(ctx, 1).await), ["b"]);
