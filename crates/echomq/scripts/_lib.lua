@@ -1003,19 +1003,23 @@ local function emq_new_jobs(verb, base, o, g)
 end
 
 -- the first `budget` members of a sorted set of job ids (drain, obliterate); none once the budget
--- is spent
-local function emq_zset_head_read(key, budget)
+-- is spent. With `ranks`, a table, their scores go there in order.
+local function emq_zset_head_read(key, budget, ranks)
   if budget <= 0 then return {} end
-  return redis.call('ZRANGE', key, 0, budget - 1)
+  if not ranks then return redis.call('ZRANGE', key, 0, budget - 1) end
+  local page, ids = redis.call('ZRANGE', key, 0, budget - 1, 'WITHSCORES'), {}
+  for i = 2, #page, 2 do
+    ids[i / 2] = page[i - 1]
+    ranks[i / 2] = tonumber(page[i])
+  end
+  return ids
 end
 
--- the pending tally of ready jobs deleted with their rows (drain): `ids`, members of the ready set
--- `key` (a suffix of the queue base), tallied in t as leaving at their ranks and priorities, read
-local function emq_tally_leaving_read(base, t, key, ids)
-  for _, id in ipairs(ids) do
-    local rank = tonumber(redis.call('ZSCORE', base .. key, id))
-    local p = tonumber(redis.call('HGET', base .. 'job:' .. id, 'priority')) or 0
-    if rank then emq_tally(t, rank, p, -1) end
+-- the pending tally of ready jobs deleted with their rows (drain): `ids` at `ranks` (as
+-- emq_zset_head_read reads them), tallied in t as leaving, their priorities read
+local function emq_tally_leaving_read(base, t, ids, ranks)
+  for i, id in ipairs(ids) do
+    emq_tally(t, ranks[i], tonumber(redis.call('HGET', base .. 'job:' .. id, 'priority')) or 0, -1)
   end
 end
 
@@ -1051,8 +1055,9 @@ local function emq_lanes_read(base, budget, fields)
         seen[g] = true
         local lane = base .. 'lane:' .. g
         local len = emq_lane_len(base, g)
-        local ids = redis.call('ZRANGE', lane, 0, budget - removed - 1)
-        cuts[#cuts + 1] = { lane = lane, group = g, ids = ids }
+        local ranks = {}
+        local ids = emq_zset_head_read(lane, budget - removed, ranks)
+        cuts[#cuts + 1] = { lane = lane, ids = ids, ranks = ranks }
         if not cuts.lj then cuts.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs')) end
         removed = removed + #ids
         if len > #ids then return cuts, removed, false end

@@ -3,9 +3,9 @@
 -- and dead jobs stay. Ring members of emptied lanes are dropped by the next claim that meets them.
 -- Reads first (_lib.lua): the heads of pending and scheduled, then (budget left) a page of the
 -- groups hash and the heads of its lanes, every row they hold (EXISTS: the rows are only
--- deleted) and the rank and priority of each ready job (they leave the pending tally), then the
--- writes. A call that deletes rows tells the queue's waiters to look at their
--- jobs again (`*` on emq:{q}:finished): it reads no row, so it sees no waited mark.
+-- deleted) and the priority of each ready job (with its rank, read with the heads, it leaves the
+-- pending tally), then the writes. A call that deletes rows tells the queue's waiters to look at
+-- their jobs again (`*` on emq:{q}:finished): it reads no row, so it sees no waited mark.
 --
 -- KEYS[1] emq:{q}:pending     (zset)
 -- KEYS[2] emq:{q}:scheduled   (zset)
@@ -17,7 +17,8 @@
 -- Replies: {removed, next cursor, finished (1/0)}; error EMQARGS.
 local base, limit, cursor = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 if not limit or limit < 1 or limit > 1000 then return emq_bad_args('drain', 'limit') end
-local pend = emq_zset_head_read(KEYS[1], limit)
+local ranks = {}
+local pend = emq_zset_head_read(KEYS[1], limit, ranks)
 local sched = emq_zset_head_read(KEYS[2], limit - #pend)
 local removed = #pend + #sched
 local rows = emq_rows_of(sched, emq_rows_of(pend, {}))
@@ -30,8 +31,8 @@ if removed < limit then
   for _, c in ipairs(cuts) do emq_rows_of(c.ids, rows) end
 end
 local left = emq_tally_new()
-emq_tally_leaving_read(base, left, 'pending', pend)
-for _, c in ipairs(cuts) do emq_tally_leaving_read(base, left, 'lane:' .. c.group, c.ids) end
+emq_tally_leaving_read(base, left, pend, ranks)
+for _, c in ipairs(cuts) do emq_tally_leaving_read(base, left, c.ids, c.ranks) end
 emq_touch(base, emq_tally_touch(rows))
 if #rows > 0 then redis.call('PUBLISH', base .. 'finished', '*') end
 

@@ -12,7 +12,7 @@ use crate::error::Result;
 
 /// Rows deleted in one call, and whether nothing is left to drain.
 pub(crate) fn drain(db: &Db, limit: i64) -> Result<(u64, bool)> {
-    let pending = zset_head_read(db, "pending", limit)?;
+    let pending = ranked_head_read(db, "pending", limit)?;
     let scheduled = zset_head_read(db, "scheduled", limit - pending.len() as i64)?;
     let removed = (pending.len() + scheduled.len()) as i64;
     let (mut cuts, mut lanes, mut finished) = (Vec::new(), 0, false);
@@ -24,10 +24,11 @@ pub(crate) fn drain(db: &Db, limit: i64) -> Result<(u64, bool)> {
         left = db.zcard("pending")? + db.zcard("scheduled")? - removed + db.lanes_len()?;
     }
     let mut tally = common::Tally::default();
-    tally_leaving_read(db, &mut tally, "pending", &pending)?;
-    for (lane, ids) in &cuts {
-        tally_leaving_read(db, &mut tally, lane, ids)?;
+    tally_leaving_read(db, &mut tally, &pending)?;
+    for cut in &cuts {
+        tally_leaving_read(db, &mut tally, &cut.ids)?;
     }
+    let pending: Vec<String> = pending.into_iter().map(|(id, _)| id).collect();
     if removed + lanes > 0 {
         // it reads no row, so no waited mark: every waiter of the queue looks at its job again
         db.notify_all();
@@ -51,14 +52,21 @@ pub(crate) fn zset_head_read(db: &Db, z: &str, budget: i64) -> Result<Vec<String
     db.zrange(z, 0, budget, false)
 }
 
-/// `emq_tally_leaving_read`: ready jobs deleted with their rows, `ids` of the ready set `z`,
-/// tallied in `t` as leaving at their ranks and priorities, read.
-fn tally_leaving_read(db: &Db, t: &mut common::Tally, z: &str, ids: &[String]) -> Result<()> {
-    for id in ids {
+/// `emq_zset_head_read` with its ranks: the first `budget` members of ready set `z` and their
+/// scores, in score order; none once the budget is spent.
+fn ranked_head_read(db: &Db, z: &str, budget: i64) -> Result<Vec<(String, i64)>> {
+    if budget <= 0 {
+        return Ok(Vec::new());
+    }
+    db.zrange_scored(z, 0, budget)
+}
+
+/// `emq_tally_leaving_read`: ready jobs deleted with their rows, at their ranks (as the heads were
+/// read), tallied in `t` as leaving, their priorities read.
+fn tally_leaving_read(db: &Db, t: &mut common::Tally, ranked: &[(String, i64)]) -> Result<()> {
+    for (id, rank) in ranked {
         let p = common::priority_of(db.row(id)?.and_then(|r| r.priority).as_deref());
-        if let Some(rank) = db.zscore(z, id)? {
-            t.add(rank, p, -1, None);
-        }
+        t.add(*rank, p, -1, None);
     }
     Ok(())
 }
@@ -72,8 +80,19 @@ pub(crate) fn zset_purge(db: &Db, z: &str, ids: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// One lane's head jobs to delete (`emq_lanes_read`'s cuts): the lane and the ids.
-pub(crate) type Cut = (String, Vec<String>);
+/// One lane's head jobs to delete (`emq_lanes_read`'s cuts): the lane, and the ids with their
+/// ranks.
+pub(crate) struct Cut {
+    lane: String,
+    ids: Vec<(String, i64)>,
+}
+
+impl Cut {
+    /// The ids cut.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = &str> {
+        self.ids.iter().map(|(id, _)| id.as_str())
+    }
+}
 
 /// `emq_lanes_read`: the lanes walk from reads alone: up to `budget` lane jobs, lane by lane over
 /// `groups` (the groups with a lane). Returns the cuts, the jobs they hold, and whether they empty
@@ -86,11 +105,11 @@ pub(crate) fn lanes_read(db: &Db, budget: i64, groups: &[String]) -> Result<(Vec
             return Ok((cuts, removed, false));
         }
         // one past the budget: whether the lane keeps jobs once its head goes
-        let mut ids = db.zrange(&lane, 0, budget - removed + 1, false)?;
+        let mut ids = db.zrange_scored(&lane, 0, budget - removed + 1)?;
         let keeps = ids.len() as i64 > budget - removed;
         ids.truncate((budget - removed) as usize);
         removed += ids.len() as i64;
-        cuts.push((lane, ids));
+        cuts.push(Cut { lane, ids });
         if keeps {
             return Ok((cuts, removed, false));
         }
@@ -100,12 +119,12 @@ pub(crate) fn lanes_read(db: &Db, budget: i64, groups: &[String]) -> Result<(Vec
 
 /// `emq_lanes_cut`: the cuts [`lanes_read`] planned: each lane's head jobs deleted, rows and entries.
 pub(crate) fn lanes_cut(db: &Db, cuts: &[Cut]) -> Result<()> {
-    for (lane, ids) in cuts {
-        for id in ids {
+    for cut in cuts {
+        for id in cut.ids() {
             db.del_row(id)?;
         }
         // ZREMRANGEBYRANK lane 0 #ids-1: the head entries go
-        db.zrem_head(lane, ids.len() as i64)?;
+        db.zrem_head(&cut.lane, cut.ids.len() as i64)?;
     }
     Ok(())
 }
