@@ -28,7 +28,8 @@ pre{background:#fff;border:1px solid #e3e6eb;padding:.6em;overflow:auto;white-sp
 dt{font-weight:600}dd{margin:0}
 "#;
 
-/// The live overview: polls the counts every 2 s while the page is visible and writes each
+/// The live overview: polls the counts while the page is visible — every 2 s, or as the table's
+/// `data-poll-ms` says for a page of many queues (`pages::poll_ms`) — and writes each
 /// cell whose `data-q`/`data-k` names it; the poll after one that saw a queue's completed or
 /// dead-lettered count move asks for the last hour too (at most every 10 s, and at least every
 /// minute, as the bars move on) and redraws each queue's chart (`svg.chart[data-q]`) as the server
@@ -75,7 +76,8 @@ const LIVE: &str = r#"
       });
     }).catch(function(){});
   }
-  setInterval(tick,2000);
+  var table=document.querySelector('[data-poll-ms]');
+  setInterval(tick,Math.max(2000,Number(table&&table.getAttribute('data-poll-ms'))||2000));
 })();
 "#;
 

@@ -80,7 +80,7 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
         @if rows.is_empty() {
             p { "No queues yet: enqueue a job (" code { "emq enqueue QUEUE PAYLOAD" } ") and it shows here." }
         } @else {
-            table {
+            table data-poll-ms=(poll_ms(rows.len())) {
                 thead { tr {
                     th { "queue" }
                     @for s in STATES { th { (s.as_str()) } }
@@ -107,6 +107,15 @@ pub(crate) async fn overview(State(app): State<Arc<App>>) -> PageResult {
         }
     };
     Ok(page(&app, "Queues", body, true).into_response())
+}
+
+/// How often the open overview of `queues` queues polls its counts, in ms: every 2 s, or less
+/// often when its queues are many, so that an open page costs the store at most 2 round trips a
+/// second. A poll is one round trip for the list of queues and one per `QUEUES_IN_FLIGHT` queues'
+/// counts, and as many again for their last hour when it asks for that too.
+pub(crate) fn poll_ms(queues: usize) -> u64 {
+    let batches = queues.div_ceil(crate::stats::QUEUES_IN_FLIGHT) as u64;
+    (500 * (1 + 2 * batches)).max(2000)
 }
 
 /// A queue's last hour as bars, a minute each: completed up from the middle line, dead-lettered
@@ -154,7 +163,8 @@ pub(crate) struct OverviewQuery {
 }
 
 /// `GET /api/overview[?history=1]`: the overview's counts as JSON, for its live refresh (the
-/// counts every 2 s, the last hour's chart every 30 s: a minute is its finest grain).
+/// counts every [`poll_ms`], the last hour at most every 10 s and at least every minute: a minute
+/// is its finest grain).
 pub(crate) async fn overview_json(State(app): State<Arc<App>>, Query(o): Query<OverviewQuery>) -> PageResult {
     let rows = counts_of_every_queue(&app).await?;
     let names: Vec<QueueName> = rows.iter().map(|(q, _)| q.clone()).collect();
@@ -537,4 +547,23 @@ pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
 /// Any other path.
 pub(crate) async fn not_found() -> Response {
     layout::error_page(StatusCode::NOT_FOUND, "no such page")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::poll_ms;
+
+    /// An open overview costs the store at most 2 round trips a second, however many its queues:
+    /// a poll's round trips (the list, then each batch's counts and last hour) over its period.
+    #[test]
+    fn the_overview_polls_less_often_as_its_queues_grow() {
+        assert_eq!(poll_ms(0), 2000);
+        assert_eq!(poll_ms(64), 2000);
+        for queues in [1usize, 64, 65, 200, 3_000, 100_000] {
+            let batches = queues.div_ceil(crate::stats::QUEUES_IN_FLIGHT) as f64;
+            let per_second = (1.0 + 2.0 * batches) / (poll_ms(queues) as f64 / 1000.0);
+            assert!(per_second <= 2.0, "{queues} queues: {per_second} round trips a second");
+        }
+        assert!(poll_ms(3_000) > poll_ms(200));
+    }
 }
