@@ -161,14 +161,17 @@ local function judge(id, g, rank)
   met[id] = 0
   local jk = jobs .. id
   local all = redis.pcall('HGETALL', jk)
-  if emq_foreign(all) or #all == 0 then emq_tally(left, rank, 0, -1) end
   if emq_foreign(all) then
+    emq_tally(left, rank, 0, -1)
     local defect, data = emq_foreign_read(base, id)
     settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = '0', foreign = true, data = data }
     failed = failed + 1
     return false
   end
-  if #all == 0 then return false end -- a missing row: dropped
+  if #all == 0 then -- a missing row: dropped
+    emq_tally(left, rank, 0, -1)
+    return false
+  end
   local data, state, attempts, free, maxattempts, cancel, kind, waited, retry, prio
   for i = 1, #all, 2 do
     local k = all[i]

@@ -57,7 +57,7 @@ pub(crate) async fn store_now(ctx: &Ctx) -> u64 {
 }
 
 /// Waits until the store's clock has passed `ms`, so the next write gets a later score.
-async fn after(ctx: &Ctx, ms: u64) {
+pub(crate) async fn after(ctx: &Ctx, ms: u64) {
     let deadline = Instant::now() + Duration::from_secs(2);
     while store_now(ctx).await <= ms {
         assert!(Instant::now() < deadline, "the store clock did not pass {ms}");

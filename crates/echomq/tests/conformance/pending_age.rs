@@ -3,11 +3,12 @@
 //! leaving them (claim, cancel, remove, drain), counts a lower priority's wait rather than its
 //! rank, and leaves out jobs put back at the front (recovered, released).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use echomq::store::{Cancelled, Removed, SettleOptions, Settled};
 use echomq::{JobId, NewJob};
 
+use crate::admin::{after, store_now};
 use crate::harness::Ctx;
 use crate::steps::{claim, group, named, payloads};
 
@@ -17,27 +18,14 @@ async fn age(ctx: &Ctx) -> Option<Duration> {
     ctx.store.counts(&ctx.q).await.unwrap().oldest_pending_age
 }
 
-async fn now(ctx: &Ctx) -> u64 {
-    ctx.probe.now_ms().await
-}
-
-/// Waits until the store's clock has passed `ms`.
-async fn until(ctx: &Ctx, ms: u64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while now(ctx).await <= ms {
-        assert!(Instant::now() < deadline, "the store clock did not pass {ms}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// The age counts reads now is that of the oldest pending job, made ready between `from` and `to`
 /// (ms on the store's clock), to within the second of rank its tally field spans: at least the
 /// time since `to`, less than a second past the time since `from`.
 async fn assert_age_of_a_job_made_ready_between(ctx: &Ctx, from: u64, to: u64, what: &str) {
-    let before = now(ctx).await;
+    let read_from = store_now(ctx).await;
     let age = age(ctx).await.unwrap_or_else(|| panic!("{what}: no age")).as_millis() as u64;
-    let after = now(ctx).await;
-    let (least, most) = (before.saturating_sub(to), after - from + 999);
+    let read_to = store_now(ctx).await;
+    let (least, most) = (read_from.saturating_sub(to), read_to - from + 999);
     assert!(
         (least..=most).contains(&age),
         "{what}: age {age} ms outside [{least}, {most}]"
@@ -46,12 +34,12 @@ async fn assert_age_of_a_job_made_ready_between(ctx: &Ctx, from: u64, to: u64, w
 
 /// Enqueues `jobs` (to g's lane when given); the store's clock just before and just after.
 async fn push(ctx: &Ctx, g: Option<&str>, jobs: &[NewJob]) -> (u64, u64) {
-    let from = now(ctx).await;
+    let from = store_now(ctx).await;
     match g {
         Some(g) => ctx.store.genqueue(&ctx.q, &group(g), jobs).await.unwrap(),
         None => ctx.store.enqueue(&ctx.q, jobs).await.unwrap(),
     };
-    (from, now(ctx).await)
+    (from, store_now(ctx).await)
 }
 
 pub async fn counts_tell_the_age_of_the_oldest_pending_job_flat_or_in_a_lane(ctx: &Ctx) {
@@ -59,7 +47,7 @@ pub async fn counts_tell_the_age_of_the_oldest_pending_job_flat_or_in_a_lane(ctx
     let (a0, a1) = push(ctx, None, &named(&["a"])).await;
     assert_age_of_a_job_made_ready_between(ctx, a0, a1, "one flat job").await;
     // a second later: b is ranked in a later second than a
-    until(ctx, a1 + 1_100).await;
+    after(ctx, a1 + 1_100).await;
     let (b0, b1) = push(ctx, Some("g"), &named(&["b"])).await;
     assert_age_of_a_job_made_ready_between(ctx, a0, a1, "a, older than b").await;
     let age_a = age(ctx).await.unwrap();
@@ -79,7 +67,7 @@ pub async fn counts_age_of_a_lower_priority_job_is_its_wait_not_its_rank(ctx: &C
     let (a0, a1) = push(ctx, None, &[NewJob::new("low").with_priority(9)]).await;
     assert_age_of_a_job_made_ready_between(ctx, a0, a1, "priority 9, default aging").await;
     ctx.store.set_priority_aging(&ctx.q, Duration::ZERO).await.unwrap();
-    until(ctx, a1 + 1_100).await;
+    after(ctx, a1 + 1_100).await;
     let (b0, b1) = push(ctx, Some("g"), &[NewJob::new("strict").with_priority(5)]).await;
     assert_age_of_a_job_made_ready_between(ctx, a0, a1, "the older of two").await;
     // the aging changed since the first was ranked: it still leaves the tally it joined
@@ -132,19 +120,19 @@ pub async fn counts_age_follows_cancel_remove_retry_and_drain(ctx: &Ctx) {
     // a retry at once makes the job ready again: counted from the retry
     push(ctx, None, &named(&["retried"])).await;
     let held = claim(ctx, 1).await;
-    let r0 = now(ctx).await;
+    let r0 = store_now(ctx).await;
     ctx.store
         .retry(&ctx.q, &held[0].id, held[0].token, Duration::ZERO, 3, "e", PLAIN)
         .await
         .unwrap();
-    let r1 = now(ctx).await;
+    let r1 = store_now(ctx).await;
     assert_age_of_a_job_made_ready_between(ctx, r0, r1, "a retried job").await;
 
     // drain takes flat and lane jobs out of the tally; the next job is counted afresh
     push(ctx, Some("g"), &[NewJob::new("x"), NewJob::new("y").with_priority(4)]).await;
     let later = NewJob::new("later").with_delay(Duration::from_secs(60));
     push(ctx, None, &[later, NewJob::new("low").with_priority(7)]).await;
-    until(ctx, r1 + 1_100).await;
+    after(ctx, r1 + 1_100).await;
     assert_eq!(ctx.store.drain(&ctx.q).await.unwrap(), 5);
     assert_eq!(age(ctx).await, None, "drained");
     let (n0, n1) = push(ctx, None, &named(&["next"])).await;

@@ -661,12 +661,7 @@ pub(crate) fn unwait(db: &Db, id: &str, state: &str, g: Option<&str>) -> Result<
         return Ok(false);
     };
     let mut left = Tally::default();
-    left.add(
-        rank,
-        priority_of(db.row(id)?.and_then(|r| r.priority).as_deref()),
-        -1,
-        None,
-    );
+    left.add(rank, priority_of(db.priority(id)?.as_deref()), -1, None);
     let gone = db.zrem(&set, id)?;
     left.write(db)?;
     Ok(gone)

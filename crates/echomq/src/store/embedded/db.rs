@@ -479,6 +479,15 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
+    /// HGET priority: a row's priority field (absent on a row of priority 0, and with no row).
+    pub(crate) fn priority(&self, id: &str) -> R<Option<String>> {
+        self.tx
+            .prepare_cached("SELECT priority FROM emq_jobs WHERE queue = ?1 AND id = ?2")
+            .and_then(|mut s| s.query_row(params![self.q, id], |r| text(r, 0)).optional())
+            .map(Option::flatten)
+            .map_err(|e| self.e(e))
+    }
+
     /// The fields a claim reads (HGETALL, of which it uses data state attempts free max_attempts
     /// cancel kind waited retry).
     pub(crate) fn claim_row(&self, id: &str) -> R<Option<Row>> {

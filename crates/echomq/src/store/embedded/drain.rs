@@ -65,7 +65,7 @@ fn ranked_head_read(db: &Db, z: &str, budget: i64) -> Result<Vec<(String, i64)>>
 /// read), tallied in `t` as leaving, their priorities read.
 fn tally_leaving_read(db: &Db, t: &mut common::Tally, ranked: &[(String, i64)]) -> Result<()> {
     for (id, rank) in ranked {
-        let p = common::priority_of(db.row(id)?.and_then(|r| r.priority).as_deref());
+        let p = common::priority_of(db.priority(id)?.as_deref());
         t.add(*rank, p, -1, None);
     }
     Ok(())
