@@ -2,7 +2,7 @@
 """Redis instructions per job of claim + complete_many, counted by callgrind: a figure this
 machine's noise does not move (its Redis CPU µs per job swings about 2x within minutes).
 
-    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--groups 0] [--throttled 0]
+    tools/redis_instructions.py [--jobs 5000] [--batch 100] [--groups 0] [--throttled 0] [--keep K]
                                 [--redis redis-server] [--lib FILE] [--claim FILE]
                                 [--complete-many FILE] [--beat-schedules N [--promote FILE]]
 
@@ -93,6 +93,8 @@ def main():
     ap.add_argument("--promote", default=os.path.join(SCRIPTS, "promote.lua"))
     ap.add_argument("--groups", type=int, default=0, help="spread the jobs over this many groups")
     ap.add_argument("--throttled", type=int, default=0, help="rate-limited groups held back beside the jobs")
+    ap.add_argument("--keep", type=int, default=None,
+                    help="the queue's retention keep (0: rows deleted as they finish, as `emq bench process`)")
     ap.add_argument("--beat-schedules", type=int, default=0, help="count an idle beat with this many schedules")
     a = ap.parse_args()
     if a.jobs % 1000 or a.jobs % a.batch or not 1 < a.batch <= 1000:
@@ -131,6 +133,8 @@ def main():
             sys.exit(f"redis under valgrind did not answer (see {outdir}/valgrind.log)")
         sha = {name: conn.cmd("SCRIPT", "LOAD", body).decode() for name, body in src.items()}
         base = "emq:{bench}:"
+        if a.keep is not None:
+            conn.cmd("HSET", base + "retention", "keep", a.keep)
         keys = lambda *s: [base + x for x in s]
 
         def claim_call(n):
@@ -138,9 +142,9 @@ def main():
                          *keys("ring", "groups", "pending", "active", "paused", "obliterating",
                                "throttled", "tats", "tat"),
                          base, n, 60000, 3, 0, 1 << 24)
-            # (id, payload, token, attempt, group, kind, max_attempts, retry) per job, then the
+            # (id, payload, token, attempt, group, kind, max_attempts, retry, wait) per job, then the
             # wait and whether the queue's limit held it
-            return [(r[i], r[i + 2]) for i in range(0, len(r) - 2, 8)]
+            return [(r[i], r[i + 2]) for i in range(0, len(r) - 2, 9)]
 
         def claim_batch():
             return claim_call(a.batch)

@@ -604,41 +604,37 @@ end
 -- job leaves `active` finished as `state` ('completed' or 'cancelled') under the queue's retention
 -- (emq_finish: its row deleted, or kept with its value — the output, or the cancel reason as
 -- last_error), its lane's slot freed with the ring step, the event counted and recorded, a waited
--- job's id published. Reads first: the rows, their membership of `active`, their groups, the
--- retention, then the writes. Returns a code per entry: 1 settled, 0 stale, -1 gone.
+-- job's id published. Reads first: the rows (a held row's state 'active' is its membership of
+-- `active`: every verb that moves an id into or out of `active` writes the row's state in the same
+-- step), their groups, the retention, then the writes. Returns a code per entry: 1 settled, 0
+-- stale, -1 gone.
 local function emq_settle_finished(base, active, entries, state, recmax)
   local field, record_field = 'output', 'output'
   if state == 'cancelled' then field, record_field = 'last_error', 'error' end
-  local reply, held, ids, firsts = {}, {}, {}, {}
+  local reply, done, firsts, lanes = {}, {}, {}, {}
   for i, e in ipairs(entries) do
     if firsts[e.id] then
       reply[i] = 0
     else
-      local refused, g, r = emq_fence(base .. 'job:' .. e.id, e.token, 'free', 'waited')
+      local jk = base .. 'job:' .. e.id
+      local refused, g, r = emq_fence(jk, e.token, 'free', 'waited', 'state')
       if refused then
         reply[i] = refused
       else
         firsts[e.id] = true
-        held[#held + 1] = { i = i, e = e, g = g, used = emq_used(r[1], r[3]), waited = r[4] }
-        ids[#ids + 1] = e.id
+        if r[5] == 'active' then
+          reply[i] = 1
+          done[#done + 1] = { e = e, jk = jk, g = g, used = emq_used(r[1], r[3]), waited = r[4] }
+          if g then emq_lane_read(lanes, base, g) end
+        else
+          reply[i] = 0
+        end
       end
     end
   end
-  if #held == 0 then return reply end
-  -- membership of `active`, for every held entry in one read (at most 1000)
-  local scores = redis.call('ZMSCORE', active, unpack(ids))
-  local done, lanes, paused = {}, {}, false
-  local touch = { 'metrics:' .. state }
-  for k, h in ipairs(held) do
-    if scores[k] then
-      reply[h.i] = 1
-      done[#done + 1] = h
-      if h.g then emq_lane_read(lanes, base, h.g) end
-    else
-      reply[h.i] = 0
-    end
-  end
   if #done == 0 then return reply end
+  local paused = false
+  local touch = { 'active', 'metrics:' .. state }
   if next(lanes) then
     paused = emq_paused_read(base)
     touch[#touch + 1] = 'ring'
@@ -653,7 +649,7 @@ local function emq_settle_finished(base, active, entries, state, recmax)
   local gone, rows = {}, {}
   for k, h in ipairs(done) do
     gone[k] = h.e.id
-    rows[k] = base .. 'job:' .. h.e.id
+    rows[k] = h.jk
   end
   emq_bulk('ZREM', active, gone)
   emq_expire(base, ret)

@@ -55,9 +55,9 @@ local base = ARGV[1]
 local n, lease, maxdef = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local recmax, maxbytes = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not n or n < 1 or n > 1000 then return emq_bad_args('claim', 'n') end
--- a finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf is past every recovery
--- range, and a job leased so would never be recovered
-if not lease or lease <= 0 or lease >= 2^53 or lease ~= lease then return emq_bad_args('claim', 'lease') end
+-- a whole, finite lease only (tonumber takes 'inf' and 'nan'): a deadline at +inf is past every
+-- recovery range, and a job leased so would never be recovered
+if not emq_whole(lease, 1) then return emq_bad_args('claim', 'lease') end
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
@@ -147,7 +147,10 @@ local aging = nil
 -- job taken out of its set (a missing row or a key of another type counted at priority 0)
 local out, nout, leases, tokens, settled, met = {}, 0, {}, {}, {}, {}
 local left = emq_tally_new()
-local deadline = now + lease
+-- the lease deadline and the tokens as decimal texts, each formatted once: Redis formats a number
+-- passed to redis.call itself, at each use (docs/performance.md: numbers passed as text)
+local deadline = string.format('%d', now + lease)
+local token_texts = {}
 local got, bytes, failed, cancelled = 0, 0, 0, 0
 
 -- one job taken from a member (g: its group, nil for the flat set) at its rank: read its row and
@@ -228,8 +231,13 @@ local function judge(id, g, rank)
   nout = nout + 9
   leases[#leases + 1] = deadline
   leases[#leases + 1] = id
+  local text = token_texts[token]
+  if not text then
+    text = string.format('%d', token)
+    token_texts[token] = text
+  end
   tokens[#tokens + 1] = jk
-  tokens[#tokens + 1] = token
+  tokens[#tokens + 1] = text
   return true
 end
 

@@ -438,15 +438,18 @@ pub async fn every_holder_verb_of_a_job_never_claimed_is_stale(ctx: &Ctx) {
     assert_slot_invariant(ctx).await;
 }
 
-/// The fence is the token and the membership of `active`; the row's `state` field is not read
-/// (every verb moving a job into or out of `active` writes it in the same step): a holder whose
-/// row's state was rewritten under it still settles, on both stores alike.
-pub async fn a_holder_settles_by_its_token_and_active_not_by_the_state_field(ctx: &Ctx) {
-    for verb in [Holder::Complete, Holder::CompleteMany] {
+/// The settles (complete, complete_many, complete_cancelled) read a holder's membership of `active`
+/// from its row's state, which every verb moving a job into or out of `active` writes in the same
+/// step: a holder whose row's state was rewritten under it is stale and nothing is written; one
+/// whose row still says active settles, on both stores alike.
+pub async fn a_settle_reads_a_holders_membership_of_active_from_its_rows_state(ctx: &Ctx) {
+    for verb in [Holder::Complete, Holder::CompleteMany, Holder::CompleteCancelled] {
         for g in flat_then_lane() {
             let id = add(ctx, g.as_ref(), "p").await;
             let c = claim_id(ctx, &id, LEASE).await;
             ctx.probe.set_row_field(&id, "state", "pending").await;
+            refused(ctx, verb, &id, c.token, Reply::Stale).await;
+            ctx.probe.set_row_field(&id, "state", "active").await;
             held(ctx, verb, &id, c.token).await;
             assert_slot_invariant(ctx).await;
         }
@@ -1652,7 +1655,7 @@ crate::conformance!(
     release_after_a_reap_is_stale_for_the_old_token,
     release_after_a_redrive_is_stale_for_the_old_token,
     release_of_an_unknown_id_is_gone,
-    a_holder_settles_by_its_token_and_active_not_by_the_state_field,
+    a_settle_reads_a_holders_membership_of_active_from_its_rows_state,
     complete_with_the_holders_token_completes,
     complete_with_a_stale_token_is_stale_and_writes_nothing,
     complete_after_a_reap_is_stale_for_the_old_token,

@@ -212,7 +212,8 @@ pub(crate) fn fence(db: &Db, id: &str, token: u64) -> Result<std::result::Result
 pub(crate) struct Held {
     /// The row's group.
     pub(crate) group: Option<String>,
-    /// Whether its id is in `active` (the settles' membership test, read with the fence).
+    /// Whether its row's state is `active`: the settles' membership test, read with the fence
+    /// (every verb moving a job into or out of `active` writes its state in the same step).
     pub(crate) active: bool,
     /// The attempts it has used (attempts − free; `emq_used`).
     pub(crate) used: i64,
@@ -229,10 +230,10 @@ pub(crate) fn used(attempts: Option<&str>, free: Option<&str>) -> i64 {
     n(attempts) - n(free)
 }
 
-/// [`fence`], with the job's membership of `active` read in the same look.
+/// [`fence`], with the job's state read in the same look (the settles' membership of `active`).
 pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::Result<Held, Settled>> {
     use rusqlite::OptionalExtension;
-    /// attempts, group, in active, has a field, free, waited
+    /// attempts, group, state active, has a field, free, waited
     type Look = (
         Option<String>,
         Option<String>,
@@ -244,7 +245,7 @@ pub(crate) fn fence_held(db: &Db, id: &str, token: u64) -> Result<std::result::R
     let row: Option<Look> = db
         .sql()
         .prepare_cached(concat!(
-            "SELECT attempts, grp, lease IS NOT NULL, ",
+            "SELECT attempts, grp, state IS 'active', ",
             super::db::fields!(),
             " IS NOT NULL, free, waited FROM emq_jobs WHERE queue = ?1 AND id = ?2"
         ))
