@@ -148,7 +148,7 @@ local aging = nil
 local out, nout, leases, tokens, settled, met = {}, 0, {}, {}, {}, {}
 local left = emq_tally_new()
 -- the lease deadline and the tokens as decimal texts, each formatted once: Redis formats a number
--- passed to redis.call itself, at each use (docs/performance.md: numbers passed as text)
+-- passed to redis.call itself, at each use (docs/performance.md: "Numbers passed as text")
 local deadline = string.format('%d', now + lease)
 local token_texts = {}
 local got, bytes, failed, cancelled = 0, 0, 0, 0
