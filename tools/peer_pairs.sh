@@ -20,8 +20,12 @@ for _ in $(seq "$runs"); do
       ;;
     process*)
       c=${mode#process}
+      # each run starts on a settled machine: the run before it and its processes gone
+      sleep 3
       echo "ours $(EMQ_URL=redis://127.0.0.1:$port "$emq" bench process "$c" 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_us_per_job"], 1)')"
+      sleep 3
       echo "rs   $(REDIS_PORT=$port "$peers/bullmq-rs/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1)')"
+      sleep 3
       echo "node $(REDIS_PORT=$port "$peers/bullmq/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1)')"
       ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
