@@ -599,32 +599,37 @@ local function emq_ready(base, id, g, s, o, p)
   s.len = s.len + 1
 end
 
--- the settles that finish held jobs (complete, complete_many, complete_cancelled): each entry {id,
--- token, value} fenced on its own, a repeated entry stale after its first settle; then every held
--- job leaves `active` finished as `state` ('completed' or 'cancelled') under the queue's retention
--- (emq_finish: its row deleted, or kept with its value — the output, or the cancel reason as
--- last_error), its lane's slot freed with the ring step, the event counted and recorded, a waited
--- job's id published. Reads first: the rows (a held row's state 'active' is its membership of
--- `active`: every verb that moves an id into or out of `active` writes the row's state in the same
--- step), their groups, the retention, then the writes. Returns a code per entry: 1 settled, 0
+-- the settles that finish held jobs (complete, complete_many, complete_cancelled): n entries, entry
+-- i the three values of `args` from first + 3(i - 1) on — id, token, value as sent ('' = none, else
+-- '+' and the bytes) — each fenced on its own, a repeated entry stale after its first settle; then
+-- every held job leaves `active` finished as `state` ('completed' or 'cancelled') under the queue's
+-- retention (emq_finish: its row deleted, or kept with its value — the output, or the cancel reason
+-- as last_error), its lane's slot freed with the ring step, the event counted and recorded, a
+-- waited job's id published. Reads first: the rows (a held row's state 'active' is its membership
+-- of `active`: every verb that moves an id into or out of `active` writes the row's state in the
+-- same step), their groups, the retention, then the writes. Returns a code per entry: 1 settled, 0
 -- stale, -1 gone.
-local function emq_settle_finished(base, active, entries, state, recmax)
+local function emq_settle_finished(base, active, args, first, n, state, recmax)
   local field, record_field = 'output', 'output'
   if state == 'cancelled' then field, record_field = 'last_error', 'error' end
-  local reply, done, firsts, lanes = {}, {}, {}, {}
-  for i, e in ipairs(entries) do
-    if firsts[e.id] then
+  local reply, firsts, lanes = {}, {}, {}
+  -- the held entries: their first argument, row key and fence reply (attempts, group, free, waited)
+  local held, rows, fenced = {}, {}, {}
+  for i = 1, n do
+    local a = first + 3 * (i - 1)
+    local id = args[a]
+    if firsts[id] then
       reply[i] = 0
     else
-      local jk = base .. 'job:' .. e.id
-      local refused, g, r = emq_fence(jk, e.token, 'free', 'waited', 'state')
+      local jk = base .. 'job:' .. id
+      local refused, g, r = emq_fence(jk, args[a + 1], 'free', 'waited', 'state')
       if refused then
         reply[i] = refused
       else
-        firsts[e.id] = true
+        firsts[id] = true
         if r[5] == 'active' then
           reply[i] = 1
-          done[#done + 1] = { e = e, jk = jk, g = g, used = emq_used(r[1], r[3]), waited = r[4] }
+          held[#held + 1], rows[#rows + 1], fenced[#fenced + 1] = a, jk, r
           if g then emq_lane_read(lanes, base, g) end
         else
           reply[i] = 0
@@ -632,7 +637,8 @@ local function emq_settle_finished(base, active, entries, state, recmax)
       end
     end
   end
-  if #done == 0 then return reply end
+  local done = #held
+  if done == 0 then return reply end
   local paused = false
   local touch = { 'active', 'metrics:' .. state }
   if next(lanes) then
@@ -642,27 +648,28 @@ local function emq_settle_finished(base, active, entries, state, recmax)
   end
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)
-  local ret = emq_retention_read(base, state, #done)
+  local ret = emq_retention_read(base, state, done)
   local now = ret.now or 0
   -- the clock for the record, and for a completion's minute in the history
   if (recmax > 0 or state == 'completed') and now == 0 then now = emq_now() end
-  local gone, rows = {}, {}
-  for k, h in ipairs(done) do
-    gone[k] = h.e.id
-    rows[k] = h.jk
-  end
+  local gone = {}
+  for k = 1, done do gone[k] = args[held[k]] end
   emq_bulk('ZREM', active, gone)
   emq_expire(base, ret)
   if ret.keep <= 0 then emq_bulk('DEL', nil, rows) end
   local wakes = 0
-  for _, h in ipairs(done) do
-    if ret.keep > 0 then emq_finish(base, h.e.id, state, now, ret, field, h.e.value) end
-    emq_record(base, recmax, h.e.id, state, h.used, record_field, h.e.value, now)
-    emq_notify(base, h.waited, h.e.id)
-    if h.g then wakes = wakes + emq_lane_leave(base, h.g, lanes[h.g]) end
+  for k = 1, done do
+    local a, r = held[k], fenced[k]
+    local id = args[a]
+    if ret.keep > 0 then emq_finish(base, id, state, now, ret, field, emq_opt(args[a + 2])) end
+    if recmax > 0 then
+      emq_record(base, recmax, id, state, emq_used(r[1], r[3]), record_field, emq_opt(args[a + 2]), now)
+    end
+    emq_notify(base, r[4], id)
+    if r[2] then wakes = wakes + emq_lane_leave(base, r[2], lanes[r[2]]) end
   end
   emq_wake(base, wakes, paused)
-  emq_count(base, state, #done, now)
+  emq_count(base, state, done, now)
   return reply
 end
 

@@ -190,16 +190,21 @@ local function judge(id, g, rank)
     elseif k == 'priority' then prio = all[i + 1]
     end
   end
-  local p = tonumber(prio) or 0
+  local p = 0
+  if prio then p = tonumber(prio) or 0 end
   met[id] = p
   emq_tally(left, rank, p, -1)
-  local att, fr, maxa = tonumber(attempts or '0'), tonumber(free or '0'), tonumber(maxattempts or maxdef)
+  -- an absent count is its default (a job never claimed has none): 0 attempts, 0 free, ARGV[4]
+  local att, fr, maxa = 0, 0, maxdef
+  if attempts then att = tonumber(attempts) end
+  if free then fr = tonumber(free) end
+  if maxattempts then maxa = tonumber(maxattempts) end
   local defect = nil
   if not data then defect = 'malformed row: no data'
   elseif state ~= 'pending' then defect = 'malformed row: state ' .. tostring(state) .. ' in a ready set'
-  elseif not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
-  elseif not emq_whole(fr, 0) or fr > att then defect = 'malformed row: free ' .. free
-  elseif not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. tostring(maxattempts)
+  elseif attempts and not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
+  elseif free and (not emq_whole(fr, 0) or fr > att) then defect = 'malformed row: free ' .. free
+  elseif maxattempts and not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. maxattempts
   end
   -- the attempts it has used, as its record states them (a malformed count as it stands)
   local used = attempts or '0'

@@ -16,5 +16,4 @@ local active = KEYS[1]
 local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local recmax = tonumber(ARGV[4])
 if not recmax then return emq_bad_args('complete', 'settle options') end
-local entry = { id = id, token = token, value = emq_opt(ARGV[5]) }
-return emq_settle_finished(base, active, { entry }, 'completed', recmax)[1]
+return emq_settle_finished(base, active, { id, token, ARGV[5] }, 1, 1, 'completed', recmax)[1]

@@ -14,9 +14,4 @@ local base = ARGV[1]
 local n, recmax = tonumber(ARGV[2]), tonumber(ARGV[3])
 if not n or n < 1 or n > 1000 or #ARGV ~= 3 + 3 * n then return emq_bad_args('complete_many', 'batch shape') end
 if not recmax then return emq_bad_args('complete_many', 'settle options') end
-local entries = {}
-for i = 1, n do
-  local a = 4 + 3 * (i - 1)
-  entries[i] = { id = ARGV[a], token = ARGV[a + 1], value = emq_opt(ARGV[a + 2]) }
-end
-return emq_settle_finished(base, active, entries, 'completed', recmax)
+return emq_settle_finished(base, active, ARGV, 4, n, 'completed', recmax)
