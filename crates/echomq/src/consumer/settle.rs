@@ -57,6 +57,10 @@ impl Settler {
                 tokio::select! {
                     first = rx.recv(), if open && in_flight.len() < SETTLES_IN_FLIGHT => match first {
                         Some(first) => {
+                            // the jobs one reply started finish together: let those already
+                            // woken finish before the batch is taken, so that one round trip
+                            // settles them together instead of the first alone
+                            tokio::task::yield_now().await;
                             let mut batch = vec![first];
                             while batch.len() < BATCH_MAX {
                                 match rx.try_recv() {
