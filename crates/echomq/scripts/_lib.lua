@@ -660,11 +660,10 @@ local function emq_settle_finished(base, active, args, first, n, state, recmax)
   local wakes = 0
   for k = 1, done do
     local a, r = held[k], fenced[k]
-    local id = args[a]
-    if ret.keep > 0 then emq_finish(base, id, state, now, ret, field, emq_opt(args[a + 2])) end
-    if recmax > 0 then
-      emq_record(base, recmax, id, state, emq_used(r[1], r[3]), record_field, emq_opt(args[a + 2]), now)
-    end
+    local id, value = args[a], nil
+    if ret.keep > 0 or recmax > 0 then value = emq_opt(args[a + 2]) end
+    if ret.keep > 0 then emq_finish(base, id, state, now, ret, field, value) end
+    if recmax > 0 then emq_record(base, recmax, id, state, emq_used(r[1], r[3]), record_field, value, now) end
     emq_notify(base, r[4], id)
     if r[2] then wakes = wakes + emq_lane_leave(base, r[2], lanes[r[2]]) end
   end
