@@ -612,24 +612,31 @@ end
 local function emq_settle_finished(base, active, args, first, n, state, recmax)
   local field, record_field = 'output', 'output'
   if state == 'cancelled' then field, record_field = 'last_error', 'error' end
-  local reply, firsts, lanes = {}, {}, {}
-  -- the held entries: their first argument, row key and fence reply (attempts, group, free, waited)
-  local held, rows, fenced = {}, {}, {}
+  local reply, firsts, lanes, jobs = {}, {}, {}, base .. 'job:'
+  -- the held entries, `done` of them: their first argument, row key and fence reply (attempts,
+  -- group, state, waited, and the count of free claims only when a record needs it)
+  local held, rows, fenced, done = {}, {}, {}, 0
   for i = 1, n do
     local a = first + 3 * (i - 1)
     local id = args[a]
     if firsts[id] then
       reply[i] = 0
     else
-      local jk = base .. 'job:' .. id
-      local refused, g, r = emq_fence(jk, args[a + 1], 'free', 'waited', 'state')
+      local jk = jobs .. id
+      local refused, g, r
+      if recmax > 0 then
+        refused, g, r = emq_fence(jk, args[a + 1], 'state', 'waited', 'free')
+      else
+        refused, g, r = emq_fence(jk, args[a + 1], 'state', 'waited')
+      end
       if refused then
         reply[i] = refused
       else
         firsts[id] = true
-        if r[5] == 'active' then
+        if r[3] == 'active' then
           reply[i] = 1
-          held[#held + 1], rows[#rows + 1], fenced[#fenced + 1] = a, jk, r
+          done = done + 1
+          held[done], rows[done], fenced[done] = a, jk, r
           if g then emq_lane_read(lanes, base, g) end
         else
           reply[i] = 0
@@ -637,7 +644,6 @@ local function emq_settle_finished(base, active, args, first, n, state, recmax)
       end
     end
   end
-  local done = #held
   if done == 0 then return reply end
   local paused = false
   local touch = { 'active', 'metrics:' .. state }
@@ -663,7 +669,7 @@ local function emq_settle_finished(base, active, args, first, n, state, recmax)
     local id, value = args[a], nil
     if ret.keep > 0 or recmax > 0 then value = emq_opt(args[a + 2]) end
     if ret.keep > 0 then emq_finish(base, id, state, now, ret, field, value) end
-    if recmax > 0 then emq_record(base, recmax, id, state, emq_used(r[1], r[3]), record_field, value, now) end
+    if recmax > 0 then emq_record(base, recmax, id, state, emq_used(r[1], r[5]), record_field, value, now) end
     emq_notify(base, r[4], id)
     if r[2] then wakes = wakes + emq_lane_leave(base, r[2], lanes[r[2]]) end
   end

@@ -109,12 +109,12 @@ local function member(m)
   local s = members[m]
   if s then return s end
   if m == '~' then
-    s = { key = pending, size = call('ZCARD', pending), ids = {}, ranks = {}, taken = 0 }
+    s = { key = pending, size = call('ZCARD', pending), ids = {}, ranks = {}, read = 0, taken = 0 }
   else
     local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m)
     local lane = base .. 'lane:' .. m
     local spec = f[4] or default_rate
-    s = { key = lane, size = emq_lane_len(base, m), ids = {}, ranks = {}, taken = 0, group = m,
+    s = { key = lane, size = emq_lane_len(base, m), ids = {}, ranks = {}, read = 0, taken = 0, group = m,
           a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0,
           rate = spec and emq_rate_read(spec, redis.pcall('ZSCORE', tats, m), now_us) or nil }
   end
@@ -123,15 +123,16 @@ local function member(m)
   return s
 end
 
--- the next job id of s and its rank; its next page holds `ahead` ids
+-- the next job id of s and its rank; its next page holds `ahead` ids (`read` of them in all)
 local function next_id(s, ahead)
-  if s.taken == #s.ids then
+  if s.taken == s.read then
     local from, to = s.taken, s.taken + ahead - 1
     local page = call('ZRANGE', s.key, from, to, 'WITHSCORES')
     for i = 2, #page, 2 do
       s.ids[from + i / 2] = page[i - 1]
       s.ranks[from + i / 2] = page[i]
     end
+    s.read = from + #page / 2
   end
   s.taken = s.taken + 1
   return s.ids[s.taken], s.ranks[s.taken]
@@ -164,7 +165,8 @@ local function judge(id, g, rank)
   met[id] = 0
   local jk = jobs .. id
   local all = redis.pcall('HGETALL', jk)
-  if emq_foreign(all) then
+  -- an error reply is a table with an err field; a row's fields are an array
+  if all.err and emq_foreign(all) then
     emq_tally(left, rank, 0, -1)
     local defect, data = emq_foreign_read(base, id)
     settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = '0', foreign = true, data = data }
@@ -231,18 +233,24 @@ local function judge(id, g, rank)
   out[nout + 7] = maxa
   out[nout + 8] = retry or ''
   if p > 0 and not aging then aging = tonumber(call('HGET', base .. 'order', 'aging')) or 60000 end
-  local ready = emq_rank_ready(rank, p, aging)
-  out[nout + 9] = ready and math.max(now - ready, 0) or ''
+  local ready, wait = emq_rank_ready(rank, p, aging), ''
+  if ready then
+    wait = now - ready
+    if wait < 0 then wait = 0 end
+  end
+  out[nout + 9] = wait
   nout = nout + 9
-  leases[#leases + 1] = deadline
-  leases[#leases + 1] = id
+  -- the k-th job handed out: its lease's pair and its row's token at 2k - 1 and 2k
+  local k = nout / 9
+  leases[2 * k - 1] = deadline
+  leases[2 * k] = id
   local text = token_texts[token]
   if not text then
     text = string.format('%d', token)
     token_texts[token] = text
   end
-  tokens[#tokens + 1] = jk
-  tokens[#tokens + 1] = text
+  tokens[2 * k - 1] = jk
+  tokens[2 * k] = text
   return true
 end
 
@@ -266,12 +274,14 @@ while got < n and bytes < maxbytes and budget > 0 do
     local want = 1
     if ring_len - popped + #back - repopped == 0 then want = n - got end
     local used = 0
-    while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
+    -- the queue's limit, when it has one, admits each job of the run
+    while used < want and bytes < maxbytes and s.taken < s.size
+        and (not qrate or emq_rate_admits(qrate, now_us)) do
       used = used + 1
       local id, rank = next_id(s, n - got)
       if judge(id, nil, rank) then
         got = got + 1
-        emq_rate_take(qrate)
+        if qrate then emq_rate_take(qrate) end
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
