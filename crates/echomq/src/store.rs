@@ -895,6 +895,15 @@ pub trait Store: Send + Sync {
         false
     }
 
+    /// How many settle round trips a consumer keeps in flight at once (at least 1): while they are
+    /// out, the jobs that finish meanwhile gather into the next batch, so the store has the next
+    /// round trip before it has answered the last. More round trips keep a store busy that waits
+    /// on the network; each is a smaller batch, which costs a store that pays per call. The
+    /// default is 2.
+    fn settle_round_trips(&self) -> usize {
+        2
+    }
+
     /// cancel_requests: the stream of cancel requests for running jobs of `queue`.
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>>;
 }

@@ -1,7 +1,7 @@
 //! The settler: turns verdicts into fenced settles, and fills the slots they free. A lone finished
-//! job settles at once; jobs that finish while the settle round trips in flight (at most two) are
-//! out go together in the next `complete_many` (the group commit), so settles never wait behind
-//! claims or parks and one round trip settles many. The slots of a batch stay taken until its
+//! job settles at once; jobs that finish while the settle round trips in flight (as many as the
+//! store keeps busy) are out go together in the next `complete_many` (the group commit), so
+//! settles never wait behind claims or parks and one round trip settles many. The slots of a batch stay taken until its
 //! settles are sent: the claim for them rides behind the completions in the same round trip
 //! (`complete_then_claim`), or follows the other settles, so a claim never overtakes the settle
 //! whose slot it fills (a lane job's slot is free in the store only once its settle has run).
@@ -37,12 +37,6 @@ pub(crate) struct Finished {
 
 pub(crate) struct Settler;
 
-/// Settle round trips in flight at once: while one is on the wire, the jobs finishing meanwhile go
-/// out in the next, so the store is not idle while this process turns a reply around. Each round
-/// trip claims only for its own batch's slots, behind that batch's settles, so a claim still never
-/// overtakes the settle whose slot it fills.
-const SETTLES_IN_FLIGHT: usize = 2;
-
 impl Settler {
     /// Spawns the settler; it ends once every sender is gone and the channel is drained.
     pub(crate) fn spawn(
@@ -51,11 +45,16 @@ impl Settler {
         launcher: Launcher,
     ) -> JoinHandle<()> {
         tokio::spawn(async move {
+            // settle round trips in flight at once, as many as the store keeps busy: while they
+            // are out, the jobs finishing meanwhile go in the next. Each claims only for its own
+            // batch's slots, behind that batch's settles, so a claim still never overtakes the
+            // settle whose slot it fills.
+            let most = shared.store.settle_round_trips().max(1);
             let mut in_flight = FuturesUnordered::new();
             let mut open = true;
             while open || !in_flight.is_empty() {
                 tokio::select! {
-                    first = rx.recv(), if open && in_flight.len() < SETTLES_IN_FLIGHT => match first {
+                    first = rx.recv(), if open && in_flight.len() < most => match first {
                         Some(first) => {
                             // the jobs one reply started finish together: let those already
                             // woken finish before the batch is taken, so that one round trip

@@ -633,6 +633,13 @@ impl Store for RedisStore {
         self.park_on_own_connection(queue, timeout).await
     }
 
+    /// Four: a consumer's round trips wait on the network and on Redis's one thread, so with two
+    /// out Redis idles while the consumer turns a reply around; with four it stays busy (the
+    /// smaller batches cost less than the idle time).
+    fn settle_round_trips(&self) -> usize {
+        4
+    }
+
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
         self.subscribe_cancels(queue).await
     }
