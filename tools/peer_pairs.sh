@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Pairs of runs against the peers on one Redis, ours first, then the peer(s), as issue 3 judges them.
-#   tools/peer_pairs.sh latency|process100|process10 [RUNS] [PORT]
+#   tools/peer_pairs.sh latency|process100|process10|process1 [RUNS] [PORT]
 # Needs a redis-server on 127.0.0.1:PORT (default 6390) that may be flushed: every run FLUSHALLs it.
 # Prints per pair: ours, then bullmq-official (rs) and, for process, BullMQ on Node — jobs/s and Redis
-# CPU µs per job, or p50 / p99 ms for latency. Builds `emq` (release) first.
+# CPU µs per job, or p50 / p99 ms for latency; for process, then each pair's ratios (ours / theirs)
+# and their medians. Builds `emq` (release) first.
 set -euo pipefail
-mode=${1:?latency|process100|process10}; runs=${2:-3}; port=${3:-6390}
+mode=${1:?latency|process100|process10|process1}; runs=${2:-3}; port=${3:-6390}
 root=$(cd "$(dirname "$0")/.." && pwd)
 peers=$root/../shared/peers
 cargo build --release -q -p echomq-cli --manifest-path "$root/Cargo.toml"
 emq=${CARGO_TARGET_DIR:-$root/target}/release/emq
 field() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print($1)"; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+say() { echo "$1"; echo "$1" >> "$log"; }
 for _ in $(seq "$runs"); do
   redis-cli -p "$port" flushall >/dev/null
   case $mode in
@@ -22,12 +26,26 @@ for _ in $(seq "$runs"); do
       c=${mode#process}
       # each run starts on a settled machine: the run before it and its processes gone
       sleep 3
-      echo "ours $(EMQ_URL=redis://127.0.0.1:$port "$emq" bench process "$c" 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_us_per_job"], 1)')"
+      say "ours $(EMQ_URL=redis://127.0.0.1:$port "$emq" bench process "$c" 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_us_per_job"], 1)')"
       sleep 3
-      echo "rs   $(REDIS_PORT=$port "$peers/bullmq-rs/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1)')"
+      say "rs   $(REDIS_PORT=$port "$peers/bullmq-rs/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1)')"
       sleep 3
-      echo "node $(REDIS_PORT=$port "$peers/bullmq/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1)')"
+      say "node $(REDIS_PORT=$port "$peers/bullmq/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1)')"
       ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac
 done
+if [[ $mode == process* ]]; then
+  # the ratios of each pair, ours over each peer's jobs/s, and their medians
+  python3 - "$log" <<'PY'
+import statistics, sys
+# three lines a run (ours, rs, node), a run that failed with its value missing
+runs = [l.split() for l in open(sys.argv[1])]
+runs = [runs[i:i + 3] for i in range(0, len(runs) - 2, 3)]
+value = lambda r: float(r[1]) if len(r) > 1 else None
+for k, name in ((1, "bullmq-official"), (2, "BullMQ")):
+    ratios = [value(r[0]) / value(r[k]) for r in runs if value(r[0]) and value(r[k])]
+    if ratios:
+        print(f"vs {name}: " + ", ".join(f"{x:.2f}" for x in ratios) + f" (median {statistics.median(ratios):.2f}x)")
+PY
+fi
