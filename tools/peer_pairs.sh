@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pairs of runs against the peers on one Redis, ours first, then the peer(s), as issue 3 judges them.
+# Pairs of runs against the peers on one Redis, ours first, then the peer(s), alternating in one run.
 #   tools/peer_pairs.sh latency|process100|process10|process1 [RUNS] [PORT]
 # Needs a redis-server on 127.0.0.1:PORT (default 6390) that may be flushed: every run FLUSHALLs it.
 # Prints per pair: ours, then bullmq-official (rs) and, for process, BullMQ on Node — jobs/s and Redis
