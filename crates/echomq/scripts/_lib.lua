@@ -526,10 +526,11 @@ local function emq_bury(base, id, now, err)
   redis.call('ZADD', base .. 'dead', now, id)
 end
 
--- whether a reply of redis.pcall reading a row is Redis's refusal of a key of another type (any
--- other error is raised again: nothing is written before a row is read)
+-- whether a reply of redis.pcall reading a row (a table: the row's fields, or an error's `err`) is
+-- Redis's refusal of a key of another type (any other error is raised again: nothing is written
+-- before a row is read)
 local function emq_foreign(reply)
-  local err = type(reply) == 'table' and reply['err']
+  local err = reply.err
   if not err then return false end
   if string.sub(err, 1, 9) == 'WRONGTYPE' then return true end
   error(reply)

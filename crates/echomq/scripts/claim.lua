@@ -165,8 +165,7 @@ local function judge(id, g, rank)
   met[id] = 0
   local jk = jobs .. id
   local all = redis.pcall('HGETALL', jk)
-  -- an error reply is a table with an err field; a row's fields are an array
-  if all.err and emq_foreign(all) then
+  if emq_foreign(all) then
     emq_tally(left, rank, 0, -1)
     local defect, data = emq_foreign_read(base, id)
     settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = '0', foreign = true, data = data }
@@ -274,14 +273,12 @@ while got < n and bytes < maxbytes and budget > 0 do
     local want = 1
     if ring_len - popped + #back - repopped == 0 then want = n - got end
     local used = 0
-    -- the queue's limit, when it has one, admits each job of the run
-    while used < want and bytes < maxbytes and s.taken < s.size
-        and (not qrate or emq_rate_admits(qrate, now_us)) do
+    while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
       used = used + 1
       local id, rank = next_id(s, n - got)
       if judge(id, nil, rank) then
         got = got + 1
-        if qrate then emq_rate_take(qrate) end
+        emq_rate_take(qrate)
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then

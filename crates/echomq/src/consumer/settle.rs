@@ -1,11 +1,11 @@
 //! The settler: turns verdicts into fenced settles, and fills the slots they free. A lone finished
 //! job settles at once; jobs that finish while settle round trips are out (as many at once as the
 //! store keeps busy) go together in the next `complete_many` (the group commit), so settles never
-//! wait behind claims or parks and one round trip settles many. The slots of a
-//! batch stay taken until its settles are sent: the claim for them rides behind the completions
-//! in the same round trip (`complete_then_claim`), or follows the other settles, so a claim never
-//! overtakes the settle whose slot it fills (a lane job's slot is free in the store only once its
-//! settle has run).
+//! wait behind claims or parks and one round trip settles many. The slots of a batch stay taken
+//! until its settles are sent: the claim for them rides behind the completions in the same round
+//! trip (`complete_then_claim`), or follows the other settles, so a claim never overtakes the
+//! settle whose slot it fills (a lane job's slot is free in the store only once its settle has
+//! run).
 
 use std::sync::Arc;
 use std::time::Duration;
