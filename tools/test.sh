@@ -125,6 +125,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 for features in "" redis embedded; do
   cargo clippy -q -p echomq --lib --no-default-features --features "$features" --locked -- -D warnings
 done
+# Most tests wait on clocks and servers, not the CPU (at two threads the consumer's suite keeps a
+# quarter of two cores busy), so each test binary runs up to 8 tests at once
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-8}"
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
 # the crash audit's short form (docs/reliability.md): no acknowledged job lost and none settled
