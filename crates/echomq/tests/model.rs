@@ -1963,11 +1963,7 @@ async fn run_async(ops: &[Op]) -> Result<Vec<Reply>, String> {
     let q = queue_name();
     let url = redis_url();
     let redis = RedisStore::open(url).await.map_err(|e| e.to_string())?;
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    let conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())?;
+    let conn = redis_server::connect(url).await;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let path = dir.path().join("model.db");
     let path = path.to_str().expect("a UTF-8 path");

@@ -766,7 +766,11 @@ async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
 /// verb's reload and its resend, and every call still answers as on a server that keeps its
 /// scripts — single calls, extend_lock (which reads its own error reply), an enqueue's pipeline
 /// with its registration, complete_many's, and the round's three scripts. The verbs keep going
-/// until the flusher has flushed often enough to be sure it overlapped them.
+/// until the flusher has flushed often enough to be sure it overlapped them. A flush every 5 ms:
+/// a call is sent at most 5 times, so a flush in each of its sends needs flushes as fast as its
+/// round trips. A round trip carrying three scripts' bodies, each with the shared library, takes
+/// over a millisecond with eight tests running at once: a flush every millisecond failed this
+/// case in two of three runs.
 async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
     use echomq::store::{Extended, Retried, Settled};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -780,7 +784,7 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
             while !stop.load(Ordering::Relaxed) {
                 let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
                 flushes.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
     });
@@ -1287,11 +1291,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     tokio::time::sleep(SHORT * 4).await;
 
     let base = format!("emq:{{{q}}}:");
-    let mut conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = harness::redis_server::connect(&url).await;
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("rowless")

@@ -9,6 +9,7 @@ use echomq::{JobId, QueueName};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
+use super::redis_server::connect;
 use super::{Record, Snapshot};
 
 #[derive(Clone)]
@@ -28,11 +29,7 @@ pub async fn node_of(url: &str, q: &QueueName) -> String {
         return url.to_string();
     };
     let seed = seeds.split([',', '/', '?']).next().expect("a seed");
-    let client = redis::Client::open(format!("redis://{seed}")).expect("client");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("seed connection");
+    let mut conn = connect(&format!("redis://{seed}")).await;
     let key = format!("emq:{{{}}}:id", q.as_str());
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
@@ -64,11 +61,7 @@ pub async fn node_of(url: &str, q: &QueueName) -> String {
 impl RedisProbe {
     pub async fn open(url: &str, q: &QueueName) -> Self {
         let node = node_of(url, q).await;
-        let client = redis::Client::open(node.as_str()).expect("client");
-        let conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("probe connection");
+        let conn = connect(&node).await;
         RedisProbe {
             conn,
             base: format!("emq:{{{}}}:", q.as_str()),

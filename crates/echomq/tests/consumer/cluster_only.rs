@@ -56,11 +56,7 @@ impl Cluster {
 
     /// A plain connection to the node on `port`.
     async fn conn(port: u16) -> MultiplexedConnection {
-        redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
+        redis_server::connect(&format!("redis://127.0.0.1:{port}")).await
     }
 
     /// Waits until a master other than the one on `old` serves `q`'s slot, as the surviving nodes

@@ -72,12 +72,14 @@ async fn three_consumers_keep_to_a_queue_limit_and_reach_its_rate(ctx: &Ctx) {
         "a second held {} starts",
         max_window(&times, 1000)
     );
-    // the steady part, half a second in from either end: 200/s less the noise of a shared machine
-    // (a consumer that slept on the wake list instead, in its 100 ms steps, reaches far less)
+    // the steady part, half a second in from either end, near the limit: consumers that slept on
+    // the wake list instead, in its 100 ms steps, would start one job a step each (a burst of 1),
+    // about 30/s for three. The bound leaves room for a loaded machine (with two busy loops beside
+    // eight tests at once these consumers reached 147–168/s).
     let (first, last) = (times[0], times[times.len() - 1]);
     let steady = times.iter().filter(|&&t| t >= first + 500 && t < last - 500).count();
     let rate = steady as f64 * 1000.0 / (last - first - 1000) as f64;
-    assert!(rate >= 170.0, "{rate:.1} starts/s under a limit of 200/s");
+    assert!(rate >= 120.0, "{rate:.1} starts/s under a limit of 200/s");
 }
 
 async fn a_limited_group_keeps_to_its_limit_while_the_others_run_on(ctx: &Ctx) {

@@ -375,11 +375,7 @@ async fn a_cancel_sent_after_an_outage_reaches_its_running_job() {
     assert_eq!(probe.expect("the consumer recovered"), Some(b"probe".to_vec()));
     // the forwarder subscribed again (the server counts the subscribers of the queue's channel)
     let channel = echomq::keyspace::QueueKeys::new(&q).cancel();
-    let admin = redis::Client::open(server.url().as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let admin = redis_server::connect(&server.url()).await;
     wait_until(Duration::from_secs(10), "the cancel channel subscribed again", || {
         let (mut admin, channel) = (admin.clone(), channel.clone());
         async move {
@@ -511,8 +507,7 @@ async fn a_missing_password_ends_open_a_producer_and_a_consumer_at_once_naming_n
 #[tokio::test]
 async fn a_user_the_acl_denies_the_store_s_commands_ends_a_producer_and_a_consumer_naming_noperm() {
     let server = OwnedServer::start(&["--appendonly", "no"]);
-    let client = redis::Client::open(server.url().as_str()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let mut admin = redis_server::connect(&server.url()).await;
     let _: () = redis::cmd("ACL")
         .arg(&[
             "SETUSER", "reader", "on", ">pw", "~*", "&*", "+@all", "-evalsha", "-eval",
@@ -552,8 +547,7 @@ async fn a_short_park_ends_on_time_and_reuses_its_connection() {
     let server = OwnedServer::start(&["--appendonly", "no"]);
     let store = RedisStore::open(&server.url()).await.unwrap();
     let q = QueueName::new("precise-park").unwrap();
-    let client = redis::Client::open(server.url().as_str()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let mut admin = redis_server::connect(&server.url()).await;
     let connections = |info: String| -> u64 {
         info.lines()
             .find_map(|l| l.strip_prefix("total_connections_received:"))
@@ -655,8 +649,7 @@ async fn a_script_that_cannot_be_loaded_fails_its_own_leg_and_the_claim_beside_i
     // which must reach the caller (a lost reply would strand it until its lease lapsed)
     let server = OwnedServer::start(&["--appendonly", "no"]);
     let admin_url = server.url();
-    let client = redis::Client::open(admin_url.as_str()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let mut admin = redis_server::connect(&admin_url).await;
     let _: () = redis::cmd("ACL")
         .arg(&["SETUSER", "runner", "on", ">pw", "~*", "&*", "+@all", "-script|load"])
         .query_async(&mut admin)

@@ -8,6 +8,20 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A connection for a test's own commands, bounded as the store bounds its own (10 s to connect
+/// and to answer), not by the client's defaults (1 s and 0.5 s): on a loaded machine those fail a
+/// test on a slow answer rather than on what it checks.
+pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(10)))
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    let client = redis::Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
+}
+
 /// The URL in `env_var` when set; else a fresh `redis-server` on a free loopback port. Panics with
 /// how to get Redis when there is none: a test that needs Redis never skips silently.
 pub fn url_from_env_or_start(env_var: &str) -> String {

@@ -385,8 +385,8 @@ impl<'a> Db<'a> {
 
     /// The sizes moved by what this transaction moved into or out of `pending` and the lanes,
     /// written before the commit (none when nothing moved). They sit beside the queue's other
-    /// counters, on a page most transactions write anyway (a table of their own cost every commit
-    /// a page more: 6-9 % of the embedded store's throughput, measured).
+    /// counters, on a page most transactions write anyway (a table of their own would add a page to
+    /// every commit).
     pub(crate) fn flush_counts(&self) -> R<()> {
         for (key, moved) in [
             ("size:pending", self.pending_moved.replace(0)),
