@@ -597,7 +597,22 @@ fn metrics_equal_the_stats_and_a_worker_exports_its_run_times(b: &Backend) {
     assert!(scraped.body.contains("# TYPE emq_events_total counter"));
 }
 
-on_both_stores!(the_workers_page_lists_the_consumers_alive_now);
+/// The page lists every consumer of the store, and says when there is none: on Redis a server of
+/// the test's own, as the shared one runs other tests' workers at the same time.
+mod the_workers_page_lists_the_consumers_alive_now {
+    use crate::common::{redis_server::OwnedServer, Backend};
+
+    #[test]
+    fn redis() {
+        let server = OwnedServer::start(&["--appendonly", "no"]);
+        super::the_workers_page_lists_the_consumers_alive_now(&Backend::at(server.url()));
+    }
+
+    #[test]
+    fn embedded() {
+        super::the_workers_page_lists_the_consumers_alive_now(&Backend::embedded());
+    }
+}
 fn the_workers_page_lists_the_consumers_alive_now(b: &Backend) {
     let q = queue("workers");
     b.enqueue(&q, "x", &[]);
