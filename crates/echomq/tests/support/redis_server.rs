@@ -8,13 +8,14 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A connection for a test's own commands, bounded as the store bounds its own (10 s to connect
-/// and to answer), not by the client's defaults (1 s and 0.5 s): on a loaded machine those fail a
+/// A connection for a test's own commands, bounded as the store bounds its own connections, not
+/// by the client's defaults (1 s to connect, 0.5 s to answer): on a loaded machine those fail a
 /// test on a slow answer rather than on what it checks.
 pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    use echomq::store::redis::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
     let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(10)))
-        .set_response_timeout(Some(Duration::from_secs(10)));
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT));
     let client = redis::Client::open(url).unwrap_or_else(|e| panic!("{url}: {e}"));
     client
         .get_multiplexed_async_connection_with_config(&config)
