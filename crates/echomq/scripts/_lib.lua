@@ -788,6 +788,50 @@ local function emq_unwait(base, id, w)
   return gone
 end
 
+-- The dedup sweep. `dedup` keeps a key until an enqueue of it looks at it, which for a key used
+-- once (an order's id) would be never; the sweep drops the keys no enqueue could still answer with
+-- their holder. The sorted set `dedup_sweep` holds each key taken, scored `look × 32 + level`: the
+-- key is due from `look` (ms: its window's end, or a minute after it was taken) on, and a look that
+-- finds it still held puts the next 2^level minutes later (level at most 11, about 34 hours), so a
+-- key is looked at about log2 of its holder's minutes times. A key is held while its window has not
+-- ended or its holder is pending, scheduled or active (what an enqueue of any mode could still
+-- answer with it); otherwise it leaves both. Reads the due keys, at most `budget`, but those in
+-- `skip` (the keys the caller takes and writes itself); returns what emq_dedup_sweep_write writes.
+local function emq_dedup_sweep_read(base, now, budget, skip)
+  local due = redis.call('ZRANGEBYSCORE', base .. 'dedup_sweep', '-inf', now * 32 + 31, 'WITHSCORES',
+    'LIMIT', 0, budget)
+  local s = { drop = {}, gone = {}, again = {} }
+  for i = 1, #due, 2 do
+    local key = due[i]
+    if not skip[key] then
+      local h = redis.call('HGET', base .. 'dedup', key)
+      local holder, till = nil, nil
+      if h then holder, till = string.match(h, '^([^|]+)|?(%d*)$') end
+      local held = holder ~= nil and (tonumber(till) or 0) > now
+      if holder and not held then
+        local st = redis.call('HGET', base .. 'job:' .. holder, 'state')
+        held = st == 'pending' or st == 'scheduled' or st == 'active'
+      end
+      if held then
+        local level = math.min(tonumber(due[i + 1]) % 32, 11)
+        s.again[#s.again + 1] = (now + 60000 * 2 ^ level) * 32 + math.min(level + 1, 11)
+        s.again[#s.again + 1] = key
+      else
+        s.drop[#s.drop + 1] = key
+        if h then s.gone[#s.gone + 1] = key end
+      end
+    end
+  end
+  return s
+end
+
+-- the writes of a sweep read by emq_dedup_sweep_read: keys let go, keys still held looked at later
+local function emq_dedup_sweep_write(base, s)
+  if #s.gone > 0 then emq_bulk('HDEL', base .. 'dedup', s.gone) end
+  if #s.drop > 0 then emq_bulk('ZREM', base .. 'dedup_sweep', s.drop) end
+  if #s.again > 0 then emq_bulk('ZADD', base .. 'dedup_sweep', s.again) end
+end
+
 -- new jobs for enqueue (g = nil) and genqueue: validate the whole batch, then write.
 -- ARGV from index o: n, then either n payloads (the plain layout: generated ids, no delay, no
 -- budget, priority, retry policy or dedup key of their own — one argument per job instead of
@@ -809,11 +853,12 @@ end
 -- (scheduled again, out of its ready set if it was ready) (a debounce
 -- job waits its window, or its delay if longer, before it starts). A key not held is taken by the
 -- enqueue's new job; a key met twice in a batch is held by its first job (a debounce: which
--- takes the later payload).
+-- takes the later payload). An enqueue that takes a key also sweeps up to 20 + twice as many due
+-- keys as it takes (emq_dedup_sweep_read), and puts each key it takes in `dedup_sweep`.
 -- A ready job joins the flat set (or g's lane) at a rank of its priority (emq_rank); a row holds
 -- `priority` and `retry` only when they are set.
 -- Reads first: the mark, the registration, the caller ids (duplicates), the dedup keys and their
--- holders' states, the id counter, the ready set's state and ranking, then the rows of generated
+-- holders' states, the sweep's due keys and theirs, the id counter, the ready set's state and ranking, then the rows of generated
 -- ids and the keys only written (emq_touch), then the writes. The sequences come from the counter
 -- as read (GET); its INCRBY is the first write, so a counter that holds no integer fails it with
 -- nothing written. The registration is the last write.
@@ -916,6 +961,12 @@ local function emq_new_jobs(verb, base, o, g)
     end
     delays[i] = delay
   end
+  local sweep, ntakes = nil, 0
+  for _ in pairs(takes) do ntakes = ntakes + 1 end
+  if ntakes > 0 then
+    if now == 0 then now = emq_now() end
+    sweep = emq_dedup_sweep_read(base, now, 20 + 2 * ntakes, first_of)
+  end
   -- every new job takes one sequence value; a generated id is its sequence (its row reached here,
   -- a caller id's by the EXISTS above)
   local seq = 0
@@ -933,7 +984,10 @@ local function emq_new_jobs(verb, base, o, g)
   end
   if nsched > 0 or bounced then touch[#touch + 1] = 'scheduled' end
   for _, u in pairs(unwait) do touch[#touch + 1] = u.key end
-  if next(takes) then touch[#touch + 1] = 'dedup' end
+  if sweep then
+    touch[#touch + 1] = 'dedup'
+    touch[#touch + 1] = 'dedup_sweep'
+  end
   local s, paused, order = emq_publish_read(base, g, nready, touch)
   emq_touch(base, touch)
   -- then write
@@ -989,12 +1043,14 @@ local function emq_new_jobs(verb, base, o, g)
       end
       local t = takes[i]
       if t then
-        local v = id
+        -- due for the sweep when its window ends, or a minute on (level 0)
+        local v, look = id, now + 60000
         if t.mode == 'f' then
-          if now == 0 then now = emq_now() end
-          v = id .. '|' .. (now + t.ttl)
+          look = now + t.ttl
+          v = id .. '|' .. look
         end
         redis.call('HSET', base .. 'dedup', t.key, v)
+        redis.call('ZADD', base .. 'dedup_sweep', look * 32, t.key)
       end
       if delay > 0 then
         sched[#sched + 1] = now + delay
@@ -1005,6 +1061,7 @@ local function emq_new_jobs(verb, base, o, g)
       end
     end
   end
+  if sweep then emq_dedup_sweep_write(base, sweep) end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
   emq_publish_ready(base, g, s, ready, paused, order)
   emq_registration_write(base, owed, fresh_life)

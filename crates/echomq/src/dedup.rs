@@ -3,9 +3,12 @@
 //! holds the key ([`crate::store::Enqueued::Deduplicated`], [`crate::store::Enqueued::Debounced`]).
 //!
 //! The store keeps each key held in the hash `emq:{q}:dedup` (the embedded store: its table
-//! `emq_dedup`): the holder's id, and for a window its end. A key is looked at only when the next
+//! `emq_dedup`): the holder's id, and for a window its end. A key is looked at when the next
 //! enqueue of it arrives: an `until_finished` key whose holder has finished (or is gone), or a
-//! window that has ended, is taken by that enqueue's new job.
+//! window that has ended, is taken by that enqueue's new job. Keys used once would stay forever:
+//! each enqueue that takes a key also sweeps up to 20 + twice as many keys as it takes, those due
+//! for a look (a minute after they were taken or when their window ends, then ever less often
+//! while held), and deletes those whose holder finished and whose window ended.
 
 use std::fmt;
 use std::str::FromStr;

@@ -51,6 +51,7 @@ pub const SUFFIXES: &[&str] = &[
     "schedules",
     "schedule_due",
     "dedup",
+    "dedup_sweep",
     "consumers",
     "consumer_entries",
 ];
@@ -344,6 +345,11 @@ impl QueueKeys {
     /// `<holder id>|<until ms>` (a window).
     pub fn dedup(&self) -> String {
         self.key("dedup")
+    }
+    /// `emq:{q}:dedup_sweep` — each dedup key taken, scored `look ms × 32 + level`: when the sweep
+    /// of later enqueues looks at whether it is still held, and how many looks found it so.
+    pub fn dedup_sweep(&self) -> String {
+        self.key("dedup_sweep")
     }
     /// `emq:{q}:job:<id>` — one job's row.
     pub fn job(&self, id: &JobId) -> String {

@@ -192,10 +192,79 @@ pub async fn enqueue_with_dedup_refuses_bad_keys_and_windows_and_is_gone_after_o
     assert_eq!(data(ctx, &b).await, "b");
 }
 
+/// A sweep's look at a dedup key from its score in `dedup_sweep`: (the ms from which it is due, how
+/// many looks found it still held).
+fn look(sweep: &[(String, u64)], key: &str) -> (u64, u64) {
+    let (_, score) = sweep
+        .iter()
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("{key} in {sweep:?}"));
+    (score / 32, score % 32)
+}
+
+fn keys(sweep: &[(String, u64)]) -> Vec<&str> {
+    sweep.iter().map(|(k, _)| k.as_str()).collect()
+}
+
+pub async fn enqueue_with_dedup_sweeps_the_keys_whose_holders_finished(ctx: &Ctx) {
+    let (u, window) = (DedupMode::UntilFinished, DedupMode::For(Duration::from_millis(300)));
+    let before = ctx.probe.now_ms().await;
+    let batch = [keyed("a", "done", u), keyed("b", "window", window)];
+    ctx.store.enqueue(&ctx.q, &batch).await.unwrap();
+    let after = ctx.probe.now_ms().await;
+    // each key taken is due for a look a minute on, or when its window ends, none made yet
+    let sweep = ctx.probe.members("dedup_sweep").await;
+    assert_eq!(keys(&sweep), ["done", "window"]);
+    let (at, level) = look(&sweep, "done");
+    assert!(
+        (before + 60_000..=after + 60_000).contains(&at) && level == 0,
+        "{sweep:?}"
+    );
+    let (at, level) = look(&sweep, "window");
+    assert!((before + 300..=after + 300).contains(&at) && level == 0, "{sweep:?}");
+    for job in claim(ctx, 10).await {
+        complete(ctx, &job).await;
+    }
+    let waits = new_id(&one(ctx, keyed("c", "waits", u)).await);
+    assert_eq!(
+        ctx.probe.dedup_keys().await,
+        ["done", "waits", "window"],
+        "none due yet"
+    );
+    // a minute on (made due now) for two keys, and past the window: the next enqueue that takes a
+    // key lets go of those whose holders finished, and looks at a held one again later
+    let now = ctx.probe.now_ms().await;
+    ctx.probe.set_member_score("dedup_sweep", "done", now * 32).await;
+    ctx.probe.set_member_score("dedup_sweep", "waits", now * 32).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    one(ctx, keyed("d", "fresh", u)).await;
+    let after = ctx.probe.now_ms().await;
+    assert_eq!(ctx.probe.dedup_keys().await, ["fresh", "waits"]);
+    let sweep = ctx.probe.members("dedup_sweep").await;
+    assert_eq!(keys(&sweep), ["fresh", "waits"]);
+    let (at, level) = look(&sweep, "waits");
+    assert!((now + 60_000..=after + 60_000).contains(&at) && level == 1, "{sweep:?}");
+    // each look that finds it held puts the next twice as far
+    let now = ctx.probe.now_ms().await;
+    ctx.probe.set_member_score("dedup_sweep", "waits", now * 32 + 1).await;
+    one(ctx, keyed("e", "fresh2", u)).await;
+    let after = ctx.probe.now_ms().await;
+    let (at, level) = look(&ctx.probe.members("dedup_sweep").await, "waits");
+    assert!(
+        (now + 120_000..=after + 120_000).contains(&at) && level == 2,
+        "{at} {level}"
+    );
+    // what is held still answers with its holder; what was let go is taken anew
+    assert_eq!(one(ctx, keyed("f", "waits", u)).await, Enqueued::Deduplicated(waits));
+    assert!(matches!(one(ctx, keyed("g", "done", u)).await, Enqueued::New(_)));
+    assert!(matches!(one(ctx, keyed("h", "window", window)).await, Enqueued::New(_)));
+}
+
 crate::conformance!(
     enqueue_with_dedup_until_finished_answers_the_job_that_waits_or_runs,
     enqueue_with_dedup_for_a_window_holds_even_once_the_job_finished,
     enqueue_with_dedup_debounce_gives_the_waiting_job_the_last_payload_and_starts_it_later,
     enqueue_with_dedup_debounce_takes_back_a_ready_job_that_has_not_started,
     enqueue_with_dedup_refuses_bad_keys_and_windows_and_is_gone_after_obliterate,
+    enqueue_with_dedup_sweeps_the_keys_whose_holders_finished,
 );

@@ -104,6 +104,21 @@ impl Probe {
         each_store!(self, p => p.ring().await)
     }
 
+    /// The dedup keys held (the fields of the `dedup` hash), sorted.
+    pub async fn dedup_keys(&self) -> Vec<String> {
+        each_store!(self, p => p.dedup_keys().await)
+    }
+
+    /// A sorted set's members with their scores, by member.
+    pub async fn members(&self, set: &str) -> Vec<(String, u64)> {
+        each_store!(self, p => p.members(set).await)
+    }
+
+    /// Sets one member's score in a sorted set raw (a sweep's look made due without waiting).
+    pub async fn set_member_score(&self, set: &str, member: &str, score: u64) {
+        each_store!(self, p => p.set_member_score(set, member, score).await)
+    }
+
     /// The fields of the groups hash (`a:<g>`, `l:<g>`, `r:<g>`, `l:~`, `r:~`), sorted.
     pub async fn group_fields(&self) -> Vec<String> {
         each_store!(self, p => p.group_fields().await)

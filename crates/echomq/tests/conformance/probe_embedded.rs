@@ -28,6 +28,7 @@ const SETS: &[&str] = &[
     "cancelled",
     "schedules",
     "schedule_due",
+    "dedup_sweep",
 ];
 
 #[derive(Clone)]
@@ -192,6 +193,49 @@ impl EmbeddedProbe {
 
     pub async fn ring(&self) -> Vec<String> {
         self.with(|c, q| Self::list(c, q, "ring")).await
+    }
+
+    pub async fn dedup_keys(&self) -> Vec<String> {
+        self.with(|c, q| {
+            let mut s = c
+                .prepare("SELECT key FROM emq_dedup WHERE queue = ?1 ORDER BY key")
+                .expect("prepare dedup");
+            let rows = s.query_map(params![q], |r| r.get::<_, String>(0)).expect("read dedup");
+            rows.map(|k| k.expect("a key")).collect()
+        })
+        .await
+    }
+
+    /// A set kept in `emq_zsets` (not `pending` or `active`, columns of the rows).
+    pub async fn members(&self, set: &str) -> Vec<(String, u64)> {
+        let set = set_name(set).to_string();
+        assert!(row_col(&set).is_none(), "{set} is a column of the rows");
+        self.with(move |c, q| {
+            let mut s = c
+                .prepare("SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 ORDER BY member")
+                .expect("prepare members");
+            let rows = s
+                .query_map(params![q, set], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                })
+                .expect("read members");
+            rows.map(|m| m.expect("a member")).collect()
+        })
+        .await
+    }
+
+    pub async fn set_member_score(&self, set: &str, member: &str, score: u64) {
+        let (set, member) = (set_name(set).to_string(), member.to_string());
+        assert!(row_col(&set).is_none(), "{set} is a column of the rows");
+        self.with(move |c, q| {
+            c.execute(
+                "INSERT INTO emq_zsets (queue, zset, member, score) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (member, zset, queue) DO UPDATE SET score = excluded.score",
+                params![q, set, member, score as i64],
+            )
+            .expect("set a score");
+        })
+        .await
     }
 
     pub async fn group_fields(&self) -> Vec<String> {

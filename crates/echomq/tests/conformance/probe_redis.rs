@@ -125,6 +125,33 @@ impl RedisProbe {
             .expect("LRANGE ring")
     }
 
+    pub async fn dedup_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.conn.clone().hkeys(self.key("dedup")).await.expect("HKEYS");
+        keys.sort();
+        keys
+    }
+
+    pub async fn members(&self, set: &str) -> Vec<(String, u64)> {
+        let scored: Vec<(String, f64)> = self
+            .conn
+            .clone()
+            .zrange_withscores(self.key(set), 0, -1)
+            .await
+            .expect("ZRANGE WITHSCORES");
+        let mut out: Vec<(String, u64)> = scored.into_iter().map(|(m, s)| (m, s as u64)).collect();
+        out.sort();
+        out
+    }
+
+    pub async fn set_member_score(&self, set: &str, member: &str, score: u64) {
+        let _: () = self
+            .conn
+            .clone()
+            .zadd(self.key(set), member, score)
+            .await
+            .expect("ZADD");
+    }
+
     pub async fn group_fields(&self) -> Vec<String> {
         let mut fields: Vec<String> = self.conn.clone().hkeys(self.key("groups")).await.expect("HKEYS");
         // the count of the lanes' jobs is no group's field (the embedded store counts them apart)

@@ -775,6 +775,8 @@ struct DedupRead {
     delays: Vec<i64>,
     /// A debounced holder that was ready: its group, to take it out of its ready set.
     unwait: Vec<Option<Option<String>>>,
+    /// The sweep of `dedup_sweep`, when the enqueue takes a key.
+    sweep: Option<Sweep>,
 }
 
 fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<DedupRead> {
@@ -786,6 +788,7 @@ fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<Dedu
         takes: (0..n).map(|_| None).collect(),
         payload_at: vec![None; n],
         unwait: vec![None; n],
+        sweep: None,
         delays: jobs
             .iter()
             .map(|j| j.delay.map_or(0, |d| d.as_millis() as i64))
@@ -848,6 +851,14 @@ fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<Dedu
             first_of.insert(key, i);
         }
     }
+    if !first_of.is_empty() {
+        r.sweep = Some(dedup_sweep_read(
+            db,
+            db.now(),
+            20 + 2 * first_of.len() as i64,
+            &first_of,
+        )?);
+    }
     Ok(r)
 }
 
@@ -873,6 +884,73 @@ fn dedup_write(db: &Db, key: &str, holder: &str, till: Option<i64>) -> Result<()
         .and_then(|mut s| s.execute(rusqlite::params![db.queue(), key, holder, till]))
         .map(drop)
         .map_err(|e| db.err(e))
+}
+
+/// A dedup key let go (HDEL of `emq:{q}:dedup`).
+fn dedup_del(db: &Db, key: &str) -> Result<()> {
+    db.sql()
+        .prepare_cached("DELETE FROM emq_dedup WHERE queue = ?1 AND key = ?2")
+        .and_then(|mut s| s.execute(rusqlite::params![db.queue(), key]))
+        .map(drop)
+        .map_err(|e| db.err(e))
+}
+
+/// What a sweep of `dedup_sweep` writes (the twin of the script's): the keys that leave it, those
+/// of them still in `dedup`, and the keys still held with their next score.
+#[derive(Default)]
+struct Sweep {
+    drop: Vec<String>,
+    gone: Vec<String>,
+    again: Vec<(i64, String)>,
+}
+
+/// The twin of `emq_dedup_sweep_read`: the due keys of `dedup_sweep` (scored `look ms × 32 +
+/// level`), at most `budget`, but those in `skip` (the keys the enqueue takes itself). A key is still
+/// held while its window has not ended or its holder is pending, scheduled or active; then its next
+/// look is 2^level minutes on (level at most 11); else it is let go.
+fn dedup_sweep_read(db: &Db, now: i64, budget: i64, skip: &HashMap<&str, usize>) -> Result<Sweep> {
+    let mut s = Sweep::default();
+    for (key, score) in db.zrange_upto_scored("dedup_sweep", now * 32 + 31, budget)? {
+        if skip.contains_key(key.as_str()) {
+            continue;
+        }
+        let h = dedup_get(db, &key)?;
+        let held = match &h {
+            None => false,
+            Some((holder, till)) => {
+                till.unwrap_or(0) > now
+                    || matches!(
+                        db.row(holder)?.and_then(|row| row.state).as_deref(),
+                        Some("pending" | "scheduled" | "active")
+                    )
+            }
+        };
+        if held {
+            let level = score.rem_euclid(32).min(11);
+            s.again
+                .push(((now + 60_000 * (1 << level)) * 32 + (level + 1).min(11), key));
+        } else {
+            if h.is_some() {
+                s.gone.push(key.clone());
+            }
+            s.drop.push(key);
+        }
+    }
+    Ok(s)
+}
+
+/// The twin of `emq_dedup_sweep_write`.
+fn dedup_sweep_write(db: &Db, s: Sweep) -> Result<()> {
+    for key in &s.gone {
+        dedup_del(db, key)?;
+    }
+    for key in &s.drop {
+        db.zrem("dedup_sweep", key)?;
+    }
+    for (score, key) in &s.again {
+        db.zadd("dedup_sweep", *score, key)?;
+    }
+    Ok(())
 }
 
 /// New jobs for enqueue (g = None) and genqueue, the twin of `emq_new_jobs`: reads first — the
@@ -1072,6 +1150,11 @@ pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) ->
     db.insert_rows(g, &rows)?;
     for (key, holder, till) in taken {
         dedup_write(db, &key, &holder, till)?;
+        // due for the sweep when its window ends, or a minute on (level 0)
+        db.zadd("dedup_sweep", till.unwrap_or(db.now() + 60_000) * 32, &key)?;
+    }
+    if let Some(sweep) = dd.sweep {
+        dedup_sweep_write(db, sweep)?;
     }
     if let Some(taken) = direct.take() {
         // claimed, not claimable: no wake and no ring step of their own (not in flat_ready)

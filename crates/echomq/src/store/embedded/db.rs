@@ -911,6 +911,20 @@ impl<'a> Db<'a> {
         )
     }
 
+    /// ZRANGEBYSCORE z -inf max WITHSCORES LIMIT 0 limit of a set kept in emq_zsets.
+    pub(crate) fn zrange_upto_scored(&self, z: &str, max: i64, limit: i64) -> R<Vec<(String, i64)>> {
+        self.tx
+            .prepare_cached(
+                "SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = ?2 AND score <= ?3 \
+                 ORDER BY score, member LIMIT ?4",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![self.q, z, max, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .map_err(|e| self.e(e))
+    }
+
     /// ZREMRANGEBYRANK z 0 count-1 of a set kept in emq_zsets: its `count` lowest members gone.
     pub(crate) fn zrem_head(&self, z: &str, count: i64) -> R<()> {
         self.tx
