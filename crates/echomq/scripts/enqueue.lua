@@ -6,6 +6,8 @@
 -- `SADD`s the name to emq:queues and marks the token paid (`ZADD registered XX 1 token`). A refused
 -- or failed call writes no registration and replies none, so it never registers the queue.
 -- Validates the whole batch before its first write; refused while the queue is being obliterated.
+-- A dedup key held answers with its holder; a key taken is written to `dedup` and `dedup_sweep`,
+-- and the call sweeps the due keys no enqueue could still answer with their holder (emq_new_jobs).
 -- Reads first (emq_new_jobs): the rows of the new jobs are reached before the first write.
 --
 -- KEYS[1] emq:{q}:id          (string, INCR: ids and sequences)
@@ -20,16 +22,18 @@
 -- KEYS[9] emq:{q}:order       (hash: the ranking's clock and aging)
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] n, 1..1000
--- ARGV[3 + 7(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none),
+-- ARGV[3 + 8(i-1) ..] per job: id ('' = generated), delay ms (0 = none), max_attempts ('' = none),
 --   kind ('' = none: a raw job), priority ('' = 0, else 1..9), retry policy ('' = none: the
---   consumer's; else its text, e.g. exp:1s,x2,max=10m,jitter=full), payload
+--   consumer's; else its text, e.g. exp:1s,x2,max=10m,jitter=full), dedup key ('' = none, else
+--   `u:<key>` until finished, `f<ms>:<key>` for a window, `d<ms>:<key>` debounce), payload
 --   or, the plain layout: ARGV[2 + i] = the payload of job i alone (a generated id, no delay,
 --   no max_attempts, no kind, priority 0, no retry policy): one argument per job, chosen when
 --   ARGV holds exactly n of them
 --
--- Replies: {first sequence, registration owed, index (1-based) of each duplicate, …}: the new jobs
---          took the sequences from the first on, in batch order; a generated id is its sequence;
---          the registration owed is the life's token while its SADD is owed, else nil;
+-- Replies: {first sequence, registration owed, then per job answered by another: its index
+--          (1-based; negated for a debounce) and that job's id ('' for a caller id that exists)}:
+--          the new jobs took the sequences from the first on, in batch order; a generated id is
+--          its sequence; the registration owed is the life's token while its SADD is owed, else nil;
 --          error EMQOBLITERATING; error EMQARGS (malformed arguments, nothing written).
 -- Wakes: one per job made ready (at most 16). Ring step for '~'.
 return emq_new_jobs('enqueue', ARGV[1], 2, nil)

@@ -15,7 +15,7 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] the group g
 -- ARGV[3] n, 1..1000
--- ARGV[4 + 7(i-1) ..] per job: as enqueue's
+-- ARGV[4 + 8(i-1) ..] per job: as enqueue's
 --   or, the plain layout: ARGV[3 + i] = the payload of job i alone, as enqueue's
 --
 -- Replies: as enqueue.
