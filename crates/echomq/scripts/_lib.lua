@@ -798,8 +798,8 @@ end
 -- answer with it); otherwise it leaves both. Reads the due keys, at most `budget`, but those in
 -- `skip` (the keys the caller takes and writes itself); returns what emq_dedup_sweep_write writes.
 local function emq_dedup_sweep_read(base, now, budget, skip)
-  local due = redis.call('ZRANGEBYSCORE', base .. 'dedup_sweep', '-inf', now * 32 + 31, 'WITHSCORES',
-    'LIMIT', 0, budget)
+  local due = redis.call('ZRANGEBYSCORE', base .. 'dedup_sweep', '-inf', now * 32 + 31,
+    'WITHSCORES', 'LIMIT', 0, budget)
   local s = { drop = {}, gone = {}, again = {} }
   for i = 1, #due, 2 do
     local key = due[i]
@@ -858,10 +858,10 @@ end
 -- A ready job joins the flat set (or g's lane) at a rank of its priority (emq_rank); a row holds
 -- `priority` and `retry` only when they are set.
 -- Reads first: the mark, the registration, the caller ids (duplicates), the dedup keys and their
--- holders' states, the sweep's due keys and theirs, the id counter, the ready set's state and ranking, then the rows of generated
--- ids and the keys only written (emq_touch), then the writes. The sequences come from the counter
--- as read (GET); its INCRBY is the first write, so a counter that holds no integer fails it with
--- nothing written. The registration is the last write.
+-- holders' states, the sweep's due keys and theirs, the id counter, the ready set's state and
+-- ranking, then the rows of generated ids and the keys only written (emq_touch), then the writes.
+-- The sequences come from the counter as read (GET); its INCRBY is the first write, so a counter
+-- that holds no integer fails it with nothing written. The registration is the last write.
 local function emq_new_jobs(verb, base, o, g)
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n

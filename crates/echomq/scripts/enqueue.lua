@@ -33,7 +33,7 @@
 -- Replies: {first sequence, registration owed, then per job answered by another: its index
 --          (1-based; negated for a debounce) and that job's id ('' for a caller id that exists)}:
 --          the new jobs took the sequences from the first on, in batch order; a generated id is
---          its sequence; the registration owed is the life's token while its SADD is owed, else nil;
---          error EMQOBLITERATING; error EMQARGS (malformed arguments, nothing written).
+--          its sequence; the registration owed is the life's token while its SADD is owed, else
+--          nil; error EMQOBLITERATING; error EMQARGS (malformed arguments, nothing written).
 -- Wakes: one per job made ready (at most 16). Ring step for '~'.
 return emq_new_jobs('enqueue', ARGV[1], 2, nil)

@@ -98,8 +98,8 @@ if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
   keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order',
-           'throttled', 'tats', 'tat', 'schedules', 'schedule_due', 'dedup', 'dedup_sweep', 'pending_tally',
-           'pending_since' }
+           'throttled', 'tats', 'tat', 'schedules', 'schedule_due', 'dedup', 'dedup_sweep',
+           'pending_tally', 'pending_since' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end

@@ -7,8 +7,9 @@
 //! enqueue of it arrives: an `until_finished` key whose holder has finished (or is gone), or a
 //! window that has ended, is taken by that enqueue's new job. Keys used once would stay forever:
 //! each enqueue that takes a key also sweeps up to 20 + twice as many keys as it takes, those due
-//! for a look (a minute after they were taken or when their window ends, then ever less often
-//! while held), and deletes those whose holder finished and whose window ended.
+//! for a look (a minute after they were taken or when their window ends, then 1, 2, 4… minutes
+//! after each look that finds them held), and deletes those whose holder finished and whose
+//! window ended.
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,6 +18,10 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::keyspace::DedupKey;
 use crate::retry::{duration_text, parse_duration};
+
+/// The longest window of [`DedupMode::For`] and [`DedupMode::Debounce`]: 100 years. A store keeps
+/// a window's end in ms beside its sweep's schedule, both well within a double's exact integers.
+pub const WINDOW_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// How long a dedup key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,18 +49,26 @@ pub struct Dedup {
 }
 
 impl Dedup {
-    /// A key and its mode; a window must be at least 1 ms (and fit in ms).
+    /// A key and its mode; a window must be at least 1 ms and at most [`WINDOW_MAX`].
     pub fn new(key: DedupKey, mode: DedupMode) -> Result<Self> {
-        if let DedupMode::For(d) | DedupMode::Debounce(d) = mode {
-            if d.as_millis() == 0 || d.as_millis() > i64::MAX as u128 {
+        let dedup = Self { key, mode };
+        dedup.check()?;
+        Ok(dedup)
+    }
+
+    /// Refuses a window under 1 ms or over [`WINDOW_MAX`] (the fields are public, so an enqueue
+    /// checks again what [`Dedup::new`] checked).
+    pub(crate) fn check(&self) -> Result<()> {
+        if let DedupMode::For(d) | DedupMode::Debounce(d) = self.mode {
+            if d.as_millis() == 0 || d > WINDOW_MAX {
                 return Err(Error::InvalidOption {
                     field: "dedup",
-                    value: mode.to_string(),
-                    reason: "a window of at least 1ms",
+                    value: self.mode.to_string(),
+                    reason: "a window of at least 1ms and at most 100 years",
                 });
             }
         }
-        Ok(Self { key, mode })
+        Ok(())
     }
 
     /// The store's argument: `u:<key>`, `f<ms>:<key>` or `d<ms>:<key>`.

@@ -981,6 +981,9 @@ pub(crate) fn check_jobs(jobs: &[NewJob], payload_limit: usize) -> Result<()> {
         if let Some(kind) = &job.kind {
             check_kind(kind)?;
         }
+        if let Some(dedup) = &job.dedup {
+            dedup.check()?;
+        }
         if let Some(p) = job.priority.filter(|p| *p > crate::job::PRIORITY_MAX) {
             return Err(Error::InvalidOption {
                 field: "priority",

@@ -776,7 +776,7 @@ struct DedupRead {
     /// A debounced holder that was ready: its group, to take it out of its ready set.
     unwait: Vec<Option<Option<String>>>,
     /// The sweep of `dedup_sweep`, when the enqueue takes a key.
-    sweep: Option<Sweep>,
+    sweep: Option<DedupSweep>,
 }
 
 fn dedup_read(db: &Db, jobs: &[crate::job::NewJob], dup: &[bool]) -> Result<DedupRead> {
@@ -898,7 +898,7 @@ fn dedup_del(db: &Db, key: &str) -> Result<()> {
 /// What a sweep of `dedup_sweep` writes (the twin of the script's): the keys that leave it, those
 /// of them still in `dedup`, and the keys still held with their next score.
 #[derive(Default)]
-struct Sweep {
+struct DedupSweep {
     drop: Vec<String>,
     gone: Vec<String>,
     again: Vec<(i64, String)>,
@@ -908,8 +908,8 @@ struct Sweep {
 /// level`), at most `budget`, but those in `skip` (the keys the enqueue takes itself). A key is still
 /// held while its window has not ended or its holder is pending, scheduled or active; then its next
 /// look is 2^level minutes on (level at most 11); else it is let go.
-fn dedup_sweep_read(db: &Db, now: i64, budget: i64, skip: &HashMap<&str, usize>) -> Result<Sweep> {
-    let mut s = Sweep::default();
+fn dedup_sweep_read(db: &Db, now: i64, budget: i64, skip: &HashMap<&str, usize>) -> Result<DedupSweep> {
+    let mut s = DedupSweep::default();
     for (key, score) in db.zrange_upto_scored("dedup_sweep", now * 32 + 31, budget)? {
         if skip.contains_key(key.as_str()) {
             continue;
@@ -940,7 +940,7 @@ fn dedup_sweep_read(db: &Db, now: i64, budget: i64, skip: &HashMap<&str, usize>)
 }
 
 /// The twin of `emq_dedup_sweep_write`.
-fn dedup_sweep_write(db: &Db, s: Sweep) -> Result<()> {
+fn dedup_sweep_write(db: &Db, s: DedupSweep) -> Result<()> {
     for key in &s.gone {
         dedup_del(db, key)?;
     }
@@ -954,8 +954,8 @@ fn dedup_sweep_write(db: &Db, s: Sweep) -> Result<()> {
 }
 
 /// New jobs for enqueue (g = None) and genqueue, the twin of `emq_new_jobs`: reads first — the
-/// mark, the duplicates, the id counter, the state of the set the ready jobs join — then the
-/// writes: every new job takes one sequence value (a generated id is its sequence), then the ring
+/// mark, the duplicates, the dedup keys and their holders, the sweep's due keys and theirs, the id
+/// counter, the state of the set the ready jobs join — then the writes: every new job takes one sequence value (a generated id is its sequence), then the ring
 /// step and one wake per job made claimable.
 pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) -> Result<Vec<crate::store::Enqueued>> {
     use crate::job::ClaimedJob;
