@@ -1030,6 +1030,20 @@ impl<'a> Db<'a> {
             .map_err(|e| self.e(e))
     }
 
+    /// The names `g` of the fields `<prefix><g>` of the groups hash (a two-byte prefix: `a:`, `r:`
+    /// or `l:`) after `after`, by name, at most `limit`: one range of the table's key, however
+    /// many groups the queue has.
+    pub(crate) fn gnames(&self, prefix: &str, after: Option<&str>, limit: i64) -> R<Vec<String>> {
+        // every field of the prefix sorts below the prefix with its ':' raised to ';'
+        let from = format!("{prefix}{}", after.unwrap_or(""));
+        let to = format!("{};", prefix.trim_end_matches(':'));
+        self.strings(
+            "SELECT substr(field, 3) FROM emq_groups WHERE queue = ?1 AND field > ?2 AND field < ?3 \
+             ORDER BY field LIMIT ?4",
+            params![self.q, from, to, limit],
+        )
+    }
+
     /// Every field of the groups hash, by name.
     pub(crate) fn gfields(&self) -> R<Vec<String>> {
         self.strings(
