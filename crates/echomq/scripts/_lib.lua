@@ -899,8 +899,10 @@ local function emq_new_jobs(verb, base, o, g)
   -- read and validate everything first
   local seen, dup, delays, fresh, nready, nsched = {}, {}, {}, 0, 0, 0
   -- dedup: the holder answering a job (an id, or the index of an earlier job of the batch),
-  -- whether it debounces, the keys taken, the payload a batch's first job takes, the clock
+  -- whether it debounces, the keys taken (ntakes of them), the payload a batch's first job takes,
+  -- the clock
   local held, bounce, takes, first_of, payload_at, unwait, now = {}, {}, {}, {}, {}, {}, 0
+  local ntakes = 0
   for i = 1, n do
     local a = o + 8 * (i - 1)
     local id, delay, maxa, prio, dd = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 5], ARGV[a + 7]
@@ -950,6 +952,7 @@ local function emq_new_jobs(verb, base, o, g)
         end
         if not held[i] then
           takes[i] = { key = key, mode = mode, ttl = ttl }
+          ntakes = ntakes + 1
           first_of[key] = i
         end
       end
@@ -961,8 +964,7 @@ local function emq_new_jobs(verb, base, o, g)
     end
     delays[i] = delay
   end
-  local sweep, ntakes = nil, 0
-  for _ in pairs(takes) do ntakes = ntakes + 1 end
+  local sweep = nil
   if ntakes > 0 then
     if now == 0 then now = emq_now() end
     sweep = emq_dedup_sweep_read(base, now, 20 + 2 * ntakes, first_of)
@@ -992,6 +994,8 @@ local function emq_new_jobs(verb, base, o, g)
   emq_touch(base, touch)
   -- then write
   local reply, ready, sched, ids = { seq + 1, owed }, {}, {}, {}
+  -- the keys taken: each with its holder in `dedup`, and its first look in `dedup_sweep`
+  local holders, looks = {}, {}
   if fresh > 0 then redis.call('INCRBY', base .. 'id', fresh) end
   k = 0
   for i = 1, n do
@@ -1049,8 +1053,10 @@ local function emq_new_jobs(verb, base, o, g)
           look = now + t.ttl
           v = id .. '|' .. look
         end
-        redis.call('HSET', base .. 'dedup', t.key, v)
-        redis.call('ZADD', base .. 'dedup_sweep', look * 32, t.key)
+        holders[#holders + 1] = t.key
+        holders[#holders + 1] = v
+        looks[#looks + 1] = look * 32
+        looks[#looks + 1] = t.key
       end
       if delay > 0 then
         sched[#sched + 1] = now + delay
@@ -1061,7 +1067,11 @@ local function emq_new_jobs(verb, base, o, g)
       end
     end
   end
-  if sweep then emq_dedup_sweep_write(base, sweep) end
+  if sweep then
+    emq_bulk('HSET', base .. 'dedup', holders)
+    emq_bulk('ZADD', base .. 'dedup_sweep', looks)
+    emq_dedup_sweep_write(base, sweep)
+  end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
   emq_publish_ready(base, g, s, ready, paused, order)
   emq_registration_write(base, owed, fresh_life)

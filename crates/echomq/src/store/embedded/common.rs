@@ -955,8 +955,9 @@ fn dedup_sweep_write(db: &Db, s: DedupSweep) -> Result<()> {
 
 /// New jobs for enqueue (g = None) and genqueue, the twin of `emq_new_jobs`: reads first — the
 /// mark, the duplicates, the dedup keys and their holders, the sweep's due keys and theirs, the id
-/// counter, the state of the set the ready jobs join — then the writes: every new job takes one sequence value (a generated id is its sequence), then the ring
-/// step and one wake per job made claimable.
+/// counter, the state of the set the ready jobs join — then the writes: every new job takes one
+/// sequence value (a generated id is its sequence), then the ring step and one wake per job made
+/// claimable.
 pub(crate) fn new_jobs(db: &Db, g: Option<&str>, jobs: &[crate::job::NewJob]) -> Result<Vec<crate::store::Enqueued>> {
     use crate::job::ClaimedJob;
     use crate::keyspace::JobId;
