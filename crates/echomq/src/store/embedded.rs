@@ -35,6 +35,8 @@
 mod checkpoint;
 mod common;
 mod db;
+#[doc(hidden)]
+pub mod engine;
 mod handoff;
 mod registry;
 mod schema;

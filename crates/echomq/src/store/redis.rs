@@ -45,7 +45,7 @@ mod args;
 mod connection;
 mod reply;
 mod round;
-mod scripts;
+
 mod topology;
 mod url;
 
@@ -85,8 +85,8 @@ mod sweep_stalled;
 mod update_data;
 mod wait;
 
-use scripts::Scripts;
-pub use scripts::VERBS;
+use crate::store::scripts::Scripts;
+pub use crate::store::scripts::VERBS;
 use topology::{Cluster, Node, Topology};
 
 /// How long a connect may take before the store is declared unreachable.

@@ -2,10 +2,10 @@
 //! value, shared with complete_cancelled.
 
 use super::args::{num, opt_arg, settle_arg};
-use super::scripts::Script;
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
+use crate::store::scripts::Script;
 use crate::store::{check_payload, SettleOptions, Settled};
 
 pub(super) async fn complete(

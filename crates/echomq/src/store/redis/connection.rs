@@ -11,11 +11,11 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, PushKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tracing::Instrument;
 
-use super::scripts::Script;
 use super::topology::{self, Node, Topology};
 use super::{RedisStore, WaitReplicas, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::keyspace::{JobId, QueueKeys, QueueName};
+use crate::store::scripts::Script;
 use crate::store::CancelRequest;
 
 /// The longest park that ends on the client's timer rather than the server's step (see

@@ -1,10 +1,10 @@
 //! drain (`scripts/drain.lua`), and the chunked cursor loop it shares with obliterate.
 
 use super::args::num;
-use super::scripts::Script;
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::scripts::Script;
 use crate::store::CHUNK_DEFAULT;
 
 pub(super) async fn drain(store: &RedisStore, queue: &QueueName) -> Result<u64> {

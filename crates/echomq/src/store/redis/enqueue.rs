@@ -7,11 +7,11 @@ use redis::Value;
 
 use super::args::num;
 use super::connection::Call;
-use super::scripts::Script;
 use super::{reply, RedisStore};
 use crate::error::{Error, Result};
 use crate::job::NewJob;
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName, QUEUES_KEY};
+use crate::store::scripts::Script;
 use crate::store::{check_jobs, Enqueued};
 
 pub(super) async fn enqueue(store: &RedisStore, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {

@@ -38,7 +38,7 @@ const READS: &[&str] = &[
 const PUBLISH: &str = "redis.call('PUBLISH',";
 const SPUBLISH: &str = "redis.call('SPUBLISH',";
 
-const LIB: &str = include_str!("../../../scripts/_lib.lua");
+const LIB: &str = include_str!("../../scripts/_lib.lua");
 
 /// The library cut into its helpers: (name, text with its leading comment), in file order.
 fn helpers() -> Vec<(&'static str, &'static str)> {
@@ -152,7 +152,7 @@ macro_rules! scripts {
                 Self {
                     $($field: Script::new(
                         stringify!($field),
-                        include_str!(concat!("../../../scripts/", stringify!($field), ".lua")),
+                        include_str!(concat!("../../scripts/", stringify!($field), ".lua")),
                         $lib,
                     ),)*
                 }
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_script_gets_the_helpers_it_uses_and_what_they_use() {
-        let complete = needed(include_str!("../../../scripts/complete.lua"));
+        let complete = needed(include_str!("../../scripts/complete.lua"));
         for used in [
             "local function emq_settle_finished(",
             "local function emq_fence(",
@@ -250,7 +250,7 @@ mod tests {
         );
         assert_eq!(needed("return 1"), "");
         // a helper's helpers come along: emq_lane_leave's ring step, and the eligibility it tests
-        let promote = needed(include_str!("../../../scripts/promote.lua"));
+        let promote = needed(include_str!("../../scripts/promote.lua"));
         for used in [
             "local function emq_lane_step(",
             "local function emq_lane_ring(",

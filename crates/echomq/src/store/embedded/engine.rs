@@ -1,0 +1,419 @@
+//! The embedded engine: the verbs' own Lua scripts (the very bodies Redis runs) in Lua 5.1, with
+//! `redis.call` served by a keyspace on SQLite (`engine/keyspace.rs`, `engine/commands.rs`).
+//! Unstable: the store's own machinery, not an extension point.
+//!
+//! * **Sandbox** as Redis 7's: `string`, `table`, `math` and the base functions but `load*`,
+//!   `dofile`, `require`, `module`, `getfenv`/`setfenv`, `collectgarbage`, `print`; no `os`, `io`,
+//!   `debug`, `package`; reading or writing an undefined global is an error. `cjson`, `cmsgpack`
+//!   and `bit` are not provided (no script uses them).
+//! * **One Lua state per connection**, moving with it between the store's thread and a caller's
+//!   (mlua's `send` feature): a script runs on whichever thread holds the connection.
+//! * **Conversions** as Redis does them: a Lua number passed to `redis.call` is written as Redis
+//!   writes it (an integer in full, otherwise 17 significant digits — never Lua's `%.14g`, which
+//!   would corrupt 16-digit µs values); a number reply to an integer by truncation; `false` to
+//!   nil; a table stops at its first nil; `{err=…}` / `{ok=…}` are error and status replies; a
+//!   nil bulk reply reaches the script as `false`.
+//! * **Transactions**: a run of scripts is one `BEGIN IMMEDIATE` transaction, each script under a
+//!   savepoint of its own: a script that fails leaves nothing written (stricter than Redis, which
+//!   keeps a failed script's writes — the scripts never write before their last refusal), and the
+//!   scripts before and after it keep theirs. An SQLite or I/O error aborts the whole run, even
+//!   inside `redis.pcall`.
+//! * **Notices** (`PUBLISH`) are collected in order and handed back after the commit.
+
+mod commands;
+mod keyspace;
+
+use std::collections::HashMap;
+
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+use rusqlite::Connection;
+
+use keyspace::{Fail, Keyspace};
+
+/// A reply, as Redis's protocol has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// A nil bulk (or array) reply.
+    Nil,
+    /// An integer reply.
+    Int(i64),
+    /// A bulk string.
+    Bulk(Vec<u8>),
+    /// A status reply (`OK`, a type's name).
+    Status(String),
+    /// An error reply: its full text, code first (`WRONGTYPE …`, `EMQSTALE …`).
+    Error(String),
+    /// An array reply.
+    Array(Vec<Reply>),
+}
+
+/// A notice a script published: (channel, message).
+pub type Notice = (Vec<u8>, Vec<u8>);
+
+/// A failure of the file itself (SQLite, I/O): the run is rolled back whole.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EngineError(String);
+
+impl From<rusqlite::Error> for EngineError {
+    fn from(e: rusqlite::Error) -> Self {
+        EngineError(e.to_string())
+    }
+}
+
+impl From<mlua::Error> for EngineError {
+    fn from(e: mlua::Error) -> Self {
+        EngineError(format!("lua: {e}"))
+    }
+}
+
+/// A double as Redis writes one: an integer in full when it is whole (and below 10^17), else
+/// with 17 significant digits (`%.17g`); `inf` and `-inf` for the infinities.
+pub fn format_double(v: f64) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v == v.trunc() && v.abs() < 1e17 {
+        return format!("{}", v as i64);
+    }
+    // %.17g: scientific when the exponent is below -4 or at least 17, else fixed; trailing
+    // zeros of the fraction dropped
+    let sci = format!("{v:.16e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..17).contains(&exp) {
+        let m = trim_fraction(mantissa);
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{m}e{sign}{:02}", exp.abs());
+    }
+    let decimals = (16 - exp).max(0) as usize;
+    trim_fraction(&format!("{v:.decimals$}")).to_string()
+}
+
+fn trim_fraction(s: &str) -> &str {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        s
+    }
+}
+
+/// The host's Lua side: `redis.*` over the raw command function, the sandbox, and the runner
+/// that sets KEYS and ARGV and calls a script under `pcall`.
+const PRELUDE: &str = r#"
+local raw = ...
+local G, error, type, pcall, rawset, tostring = _G, error, type, pcall, rawset, tostring
+local redis = {}
+function redis.call(...)
+  local r = raw(...)
+  if type(r) == 'table' and r.err ~= nil then error(r, 0) end
+  return r
+end
+redis.pcall = raw
+function redis.error_reply(s) return { err = s } end
+function redis.status_reply(s) return { ok = s } end
+rawset(G, 'redis', redis)
+for _, name in ipairs({ 'load', 'loadstring', 'loadfile', 'dofile', 'require', 'module', 'getfenv',
+    'setfenv', 'collectgarbage', 'print', 'gcinfo', 'newproxy', 'os', 'io', 'debug', 'package' }) do
+  rawset(G, name, nil)
+end
+setmetatable(G, {
+  __index = function(_, k)
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+  end,
+  __newindex = function(_, k)
+    error("Script attempted to create global variable '" .. tostring(k) .. "'", 2)
+  end,
+  __metatable = false,
+})
+return function(f, keys, argv)
+  rawset(G, 'KEYS', keys)
+  rawset(G, 'ARGV', argv)
+  local ok, r = pcall(f)
+  rawset(G, 'KEYS', nil)
+  rawset(G, 'ARGV', nil)
+  if ok then return true, r end
+  if type(r) == 'table' and type(r.err) == 'string' then return false, r.err end
+  return false, 'ERR ' .. tostring(r)
+end
+"#;
+
+/// What the raw command function reaches while a script runs (the state's app data).
+struct Host {
+    ks: Keyspace,
+    /// The file failed during the script: the run is aborted, whatever the script did with it.
+    fatal: Option<rusqlite::Error>,
+    /// `PUBLISH`es of the run, in order: (channel, message).
+    notices: Vec<Notice>,
+    /// The store's clock as last read, µs (never goes back within the process).
+    clock_us: i64,
+}
+
+impl Host {
+    fn now_us(&mut self) -> i64 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0);
+        self.clock_us = self.clock_us.max(t);
+        self.clock_us
+    }
+}
+
+/// One script call: the script's name, its KEYS and ARGV.
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    /// The script (as registered with [`Engine::register`]).
+    pub script: &'a str,
+    /// KEYS.
+    pub keys: Vec<Vec<u8>>,
+    /// ARGV.
+    pub args: Vec<Vec<u8>>,
+}
+
+/// A connection's keyspace and its Lua state, with the scripts compiled once (the embedded
+/// `EVALSHA`).
+pub struct Engine {
+    lua: Lua,
+    runner: Function,
+    scripts: HashMap<String, Function>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("scripts", &self.scripts.len()).finish()
+    }
+}
+
+/// A Lua value as a command argument: a string's bytes, a number as Redis writes it.
+fn arg(v: &Value) -> Result<Vec<u8>, String> {
+    match v {
+        Value::String(s) => Ok(s.as_bytes().to_vec()),
+        Value::Integer(i) => Ok(i.to_string().into_bytes()),
+        Value::Number(n) => Ok(format_double(*n).into_bytes()),
+        _ => Err("ERR Lua redis lib command arguments must be strings or integers".into()),
+    }
+}
+
+/// A reply as the script sees it.
+fn to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
+    Ok(match r {
+        Reply::Nil => Value::Boolean(false),
+        Reply::Int(i) => Value::Number(i as f64),
+        Reply::Bulk(b) => Value::String(lua.create_string(&b)?),
+        Reply::Status(s) => {
+            let t = lua.create_table_with_capacity(0, 1)?;
+            t.raw_set("ok", s)?;
+            Value::Table(t)
+        }
+        Reply::Error(e) => {
+            let t = lua.create_table_with_capacity(0, 1)?;
+            t.raw_set("err", e)?;
+            Value::Table(t)
+        }
+        Reply::Array(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_seti(i + 1, to_lua(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+/// A script's return value as a reply.
+fn from_lua(v: Value) -> mlua::Result<Reply> {
+    Ok(match v {
+        Value::Nil => Reply::Nil,
+        Value::Boolean(true) => Reply::Int(1),
+        Value::Boolean(false) => Reply::Nil,
+        Value::Integer(i) => Reply::Int(i),
+        Value::Number(n) => Reply::Int(n as i64),
+        Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Table(t) => table_reply(t)?,
+        _ => Reply::Nil,
+    })
+}
+
+fn table_reply(t: Table) -> mlua::Result<Reply> {
+    if let Value::String(e) = t.raw_get::<Value>("err")? {
+        return Ok(Reply::Error(e.to_string_lossy()));
+    }
+    if let Value::String(s) = t.raw_get::<Value>("ok")? {
+        return Ok(Reply::Status(s.to_string_lossy()));
+    }
+    let mut out = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i)? {
+            Value::Nil => break,
+            v => out.push(from_lua(v)?),
+        }
+    }
+    Ok(Reply::Array(out))
+}
+
+impl Engine {
+    /// The engine of `conn` (its keyspace tables made when missing).
+    pub fn new(conn: Connection) -> Result<Self, EngineError> {
+        let ks = Keyspace::new(conn)?;
+        let lua = Lua::new_with(StdLib::STRING | StdLib::TABLE | StdLib::MATH, LuaOptions::default())?;
+        lua.set_app_data(Host {
+            ks,
+            fatal: None,
+            notices: Vec::new(),
+            clock_us: 0,
+        });
+        let raw = lua.create_function(|lua, args: MultiValue| {
+            let mut argv = Vec::with_capacity(args.len());
+            for v in args.iter() {
+                match arg(v) {
+                    Ok(a) => argv.push(a),
+                    Err(e) => return to_lua(lua, Reply::Error(e)),
+                }
+            }
+            let reply = {
+                let mut host = lua
+                    .app_data_mut::<Host>()
+                    .ok_or_else(|| mlua::Error::runtime("the engine's host is missing"))?;
+                let now = host.now_us();
+                let publish = argv
+                    .first()
+                    .is_some_and(|c| c.eq_ignore_ascii_case(b"PUBLISH") || c.eq_ignore_ascii_case(b"SPUBLISH"));
+                match commands::run(&mut host.ks, &argv, now) {
+                    Ok(r) => {
+                        if publish {
+                            if let [_, ch, msg] = argv.as_slice() {
+                                host.notices.push((ch.clone(), msg.clone()));
+                            }
+                        }
+                        r
+                    }
+                    Err(Fail::Reply(e)) => Reply::Error(e),
+                    Err(Fail::Fatal(e)) => {
+                        let text = e.to_string();
+                        host.fatal = Some(e);
+                        return Err(mlua::Error::runtime(format!("the store failed: {text}")));
+                    }
+                }
+            };
+            to_lua(lua, reply)
+        })?;
+        let runner: Function = lua.load(PRELUDE).set_name("=emq_host").call(raw)?;
+        Ok(Self {
+            lua,
+            runner,
+            scripts: HashMap::new(),
+        })
+    }
+
+    /// Compiles a script under `name` (a body already registered is kept).
+    pub fn register(&mut self, name: &str, body: &str) -> Result<(), EngineError> {
+        if !self.scripts.contains_key(name) {
+            let f = self.lua.load(body).set_name(format!("@{name}")).into_function()?;
+            self.scripts.insert(name.to_string(), f);
+        }
+        Ok(())
+    }
+
+    /// The connection, for what the engine does outside scripts (opening, pragmas).
+    pub fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> T) -> Result<T, EngineError> {
+        let host = self
+            .lua
+            .app_data_ref::<Host>()
+            .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
+        Ok(f(&host.ks.conn))
+    }
+
+    fn sql(&self, sql: &str) -> Result<(), EngineError> {
+        self.with_conn(|c| c.execute_batch(sql))??;
+        Ok(())
+    }
+
+    /// Runs `calls` in one transaction, each under a savepoint of its own; their replies in order
+    /// (a script's error is its reply), and the notices they published. Errs — nothing written —
+    /// when the file fails.
+    pub fn run(&self, calls: &[Call<'_>]) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
+        self.sql("BEGIN IMMEDIATE")?;
+        match self.run_in(calls) {
+            Ok(replies) => match self.sql("COMMIT") {
+                Ok(()) => Ok((replies, self.take_notices())),
+                Err(e) => {
+                    let _ = self.sql("ROLLBACK");
+                    self.take_notices();
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                let _ = self.sql("ROLLBACK");
+                self.take_notices();
+                if let Some(mut host) = self.lua.app_data_mut::<Host>() {
+                    host.ks.forget();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn take_notices(&self) -> Vec<Notice> {
+        self.lua
+            .app_data_mut::<Host>()
+            .map(|mut h| std::mem::take(&mut h.notices))
+            .unwrap_or_default()
+    }
+
+    fn run_in(&self, calls: &[Call<'_>]) -> Result<Vec<Reply>, EngineError> {
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let f = self
+                .scripts
+                .get(call.script)
+                .ok_or_else(|| EngineError(format!("no script {}", call.script)))?;
+            self.sql("SAVEPOINT emq_script")?;
+            let published = self.lua.app_data_ref::<Host>().map_or(0, |h| h.notices.len());
+            let keys = self.lua.create_sequence_from(
+                call.keys
+                    .iter()
+                    .map(|k| self.lua.create_string(k))
+                    .collect::<mlua::Result<Vec<_>>>()?,
+            )?;
+            let argv = self.lua.create_sequence_from(
+                call.args
+                    .iter()
+                    .map(|a| self.lua.create_string(a))
+                    .collect::<mlua::Result<Vec<_>>>()?,
+            )?;
+            let result = self.runner.call::<(bool, Value)>((f, keys, argv));
+            let mut host = self
+                .lua
+                .app_data_mut::<Host>()
+                .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
+            if let Some(e) = host.fatal.take() {
+                return Err(e.into());
+            }
+            let reply = match result {
+                Ok((true, v)) => from_lua(v)?,
+                Ok((false, Value::String(e))) => Reply::Error(e.to_string_lossy()),
+                Ok((false, _)) => Reply::Error("ERR the script failed".into()),
+                Err(e) => Reply::Error(format!("ERR {e}")),
+            };
+            if matches!(reply, Reply::Error(_)) {
+                host.ks.forget();
+                host.notices.truncate(published);
+                host.ks
+                    .conn
+                    .execute_batch("ROLLBACK TO emq_script; RELEASE emq_script")?;
+            } else {
+                host.ks.flush()?;
+                host.ks.conn.execute_batch("RELEASE emq_script")?;
+            }
+            out.push(reply);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,781 @@
+//! The commands the scripts send, served by the keyspace with Redis's replies and errors. Only the
+//! commands and forms the scripts use are served; any other is an error naming it.
+
+use rusqlite::params;
+
+use super::keyspace::{Fail, Keyspace, Type, R};
+use super::{format_double, Reply};
+
+/// Runs one command: `args[0]` is its name (any case).
+pub(crate) fn run(ks: &mut Keyspace, args: &[Vec<u8>], now_us: i64) -> R<Reply> {
+    let Some(name) = args.first() else {
+        return Err(err("ERR Please specify at least one argument for this redis lib call"));
+    };
+    let name = String::from_utf8_lossy(name).to_ascii_uppercase();
+    let a = &args[1..];
+    match name.as_str() {
+        "GET" => get(ks, a),
+        "SET" => set(ks, a),
+        "INCR" => incrby(ks, a, true),
+        "INCRBY" => incrby(ks, a, false),
+        "MGET" => mget(ks, a),
+        "EXISTS" => exists(ks, a),
+        "DEL" => del(ks, a),
+        "TYPE" => type_of(ks, a),
+        "HSET" => hset(ks, a, false),
+        "HSETNX" => hset(ks, a, true),
+        "HGET" => hget(ks, a),
+        "HMGET" => hmget(ks, a),
+        "HDEL" => hdel(ks, a),
+        "HINCRBY" => hincrby(ks, a),
+        "HEXISTS" => hexists(ks, a),
+        "HGETALL" => hgetall(ks, a),
+        "HLEN" => size_of(ks, a, Type::Hash),
+        "HSCAN" => hscan(ks, a),
+        "ZADD" => zadd(ks, a),
+        "ZREM" => zrem(ks, a),
+        "ZCARD" => size_of(ks, a, Type::Zset),
+        "ZSCORE" => zscore(ks, a),
+        "ZRANGE" => zrange(ks, a, false),
+        "ZREVRANGE" => zrange(ks, a, true),
+        "ZRANGEBYSCORE" => zrangebyscore(ks, a, false),
+        "ZREVRANGEBYSCORE" => zrangebyscore(ks, a, true),
+        "ZRANK" => zrank(ks, a, false),
+        "ZREVRANK" => zrank(ks, a, true),
+        "ZREMRANGEBYRANK" => zremrangebyrank(ks, a),
+        "ZREMRANGEBYSCORE" => zremrangebyscore(ks, a),
+        "RPUSH" => rpush(ks, a),
+        "LRANGE" => lrange(ks, a),
+        "LLEN" => size_of(ks, a, Type::List),
+        "LTRIM" => ltrim(ks, a),
+        "SADD" => sadd(ks, a),
+        "SREM" => srem(ks, a),
+        "SMEMBERS" => smembers(ks, a),
+        "SCARD" => size_of(ks, a, Type::Set),
+        "TIME" => Ok(Reply::Array(vec![
+            Reply::Bulk(now_us.div_euclid(1_000_000).to_string().into_bytes()),
+            Reply::Bulk(now_us.rem_euclid(1_000_000).to_string().into_bytes()),
+        ])),
+        // delivered by the engine after the commit (the caller collects them from the script's
+        // notices); here it only counts as a command
+        "PUBLISH" | "SPUBLISH" => {
+            arity(a, 2, 2)?;
+            Ok(Reply::Int(0))
+        }
+        _ => Err(err(&format!(
+            "ERR unknown command '{name}': the embedded engine serves only the commands the scripts use"
+        ))),
+    }
+}
+
+fn err(text: &str) -> Fail {
+    Fail::Reply(text.to_string())
+}
+
+fn syntax() -> Fail {
+    err("ERR syntax error")
+}
+
+fn not_integer() -> Fail {
+    err("ERR value is not an integer or out of range")
+}
+
+/// Checks the count of arguments after the command's name.
+fn arity(a: &[Vec<u8>], least: usize, most: usize) -> R<()> {
+    if a.len() < least || a.len() > most {
+        return Err(err("ERR wrong number of arguments for command"));
+    }
+    Ok(())
+}
+
+/// An integer argument as Redis reads one: decimal digits, an optional '-', no spaces.
+pub(crate) fn int(b: &[u8]) -> R<i64> {
+    let s = std::str::from_utf8(b).map_err(|_| not_integer())?;
+    if s.is_empty() || s.starts_with('+') || s.len() > 1 && (s.starts_with('0') || s.starts_with("-0")) {
+        return Err(not_integer());
+    }
+    s.parse().map_err(|_| not_integer())
+}
+
+/// A score as Redis reads one (`inf`, `+inf`, `-inf` included; NaN refused).
+fn score(b: &[u8]) -> R<f64> {
+    let bad = || err("ERR value is not a valid float");
+    let s = std::str::from_utf8(b).map_err(|_| bad())?;
+    let v = match s.to_ascii_lowercase().as_str() {
+        "inf" | "+inf" | "infinity" | "+infinity" => f64::INFINITY,
+        "-inf" | "-infinity" => f64::NEG_INFINITY,
+        t if t.trim() != t || t.is_empty() => return Err(bad()),
+        t => t.parse::<f64>().map_err(|_| bad())?,
+    };
+    if v.is_nan() {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+/// A range bound of ZRANGEBYSCORE: its value and whether it is exclusive (`(`).
+fn bound(b: &[u8]) -> R<(f64, bool)> {
+    match b.strip_prefix(b"(") {
+        Some(rest) => Ok((score(rest).map_err(|_| err("ERR min or max is not a float"))?, true)),
+        None => Ok((score(b).map_err(|_| err("ERR min or max is not a float"))?, false)),
+    }
+}
+
+fn bulk(v: Option<Vec<u8>>) -> Reply {
+    v.map_or(Reply::Nil, Reply::Bulk)
+}
+
+// -- strings and keys
+
+fn get(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 1)?;
+    Ok(bulk(ks.string(&a[0])?))
+}
+
+fn set(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    if a.len() != 2 {
+        return Err(syntax());
+    }
+    ks.set_string(&a[0], &a[1])?;
+    Ok(Reply::Status("OK".into()))
+}
+
+fn incrby(ks: &mut Keyspace, a: &[Vec<u8>], one: bool) -> R<Reply> {
+    let by = if one {
+        arity(a, 1, 1)?;
+        1
+    } else {
+        arity(a, 2, 2)?;
+        int(&a[1])?
+    };
+    let old = match ks.string(&a[0])? {
+        Some(v) => int(&v)?,
+        None => 0,
+    };
+    let new = old
+        .checked_add(by)
+        .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+    ks.set_string(&a[0], new.to_string().as_bytes())?;
+    Ok(Reply::Int(new))
+}
+
+fn mget(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, usize::MAX)?;
+    let mut out = Vec::with_capacity(a.len());
+    for key in a {
+        // a key of another type answers nil, as on Redis
+        out.push(match ks.meta(key)? {
+            Some(m) if m.ty == Type::String => bulk(ks.string(key)?),
+            _ => Reply::Nil,
+        });
+    }
+    Ok(Reply::Array(out))
+}
+
+fn exists(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, usize::MAX)?;
+    let mut n = 0;
+    for key in a {
+        n += i64::from(ks.meta(key)?.is_some());
+    }
+    Ok(Reply::Int(n))
+}
+
+fn del(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, usize::MAX)?;
+    let mut n = 0;
+    for key in a {
+        n += i64::from(ks.delete(key)?);
+    }
+    Ok(Reply::Int(n))
+}
+
+fn type_of(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 1)?;
+    let name = ks.meta(&a[0])?.map_or("none", |m| m.ty.name());
+    Ok(Reply::Status(name.into()))
+}
+
+fn size_of(ks: &mut Keyspace, a: &[Vec<u8>], ty: Type) -> R<Reply> {
+    arity(a, 1, 1)?;
+    Ok(Reply::Int(ks.typed(&a[0], ty)?.map_or(0, |m| m.size)))
+}
+
+// -- hashes
+
+/// A field's value.
+fn field(ks: &Keyspace, kid: i64, f: &[u8]) -> R<Option<Vec<u8>>> {
+    use rusqlite::OptionalExtension;
+    Ok(ks
+        .conn
+        .prepare_cached("SELECT value FROM kv_hash WHERE kid = ?1 AND field = ?2")?
+        .query_row(params![kid, f], |r| r.get(0))
+        .optional()?)
+}
+
+/// Writes a field; whether it is new.
+fn put_field(ks: &Keyspace, kid: i64, fresh_key: bool, f: &[u8], v: &[u8]) -> R<bool> {
+    if !fresh_key {
+        let n = ks
+            .conn
+            .prepare_cached("UPDATE kv_hash SET value = ?3 WHERE kid = ?1 AND field = ?2")?
+            .execute(params![kid, f, v])?;
+        if n > 0 {
+            return Ok(false);
+        }
+    }
+    ks.conn
+        .prepare_cached("INSERT INTO kv_hash (kid, field, value) VALUES (?1, ?2, ?3)")?
+        .execute(params![kid, f, v])?;
+    Ok(true)
+}
+
+fn hset(ks: &mut Keyspace, a: &[Vec<u8>], nx: bool) -> R<Reply> {
+    if a.len() < 3 || a.len() % 2 == 0 || nx && a.len() != 3 {
+        return Err(err("ERR wrong number of arguments for command"));
+    }
+    let key = &a[0];
+    let m = ks.make(key, Type::Hash)?;
+    // a key made by this command has no fields: each is inserted without looking
+    let fresh = m.size == 0;
+    let mut added = 0;
+    if nx {
+        if field(ks, m.kid, &a[1])?.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        put_field(ks, m.kid, true, &a[1], &a[2])?;
+        added = 1;
+    } else {
+        // a field repeated in one HSET is written twice, counted once
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for pair in a[1..].chunks(2) {
+            let absent = fresh && !seen.contains(&pair[0].as_slice());
+            added += i64::from(put_field(ks, m.kid, absent, &pair[0], &pair[1])?);
+            if fresh {
+                seen.push(&pair[0]);
+            }
+        }
+    }
+    ks.resize(key, m.size + added, m.head)?;
+    Ok(Reply::Int(added))
+}
+
+fn hget(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, 2)?;
+    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+        return Ok(Reply::Nil);
+    };
+    Ok(bulk(field(ks, m.kid, &a[1])?))
+}
+
+/// Every field and value of a hash, in field order.
+fn all_fields(ks: &Keyspace, kid: i64) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut stmt = ks
+        .conn
+        .prepare_cached("SELECT field, value FROM kv_hash WHERE kid = ?1 ORDER BY field")?;
+    let rows = stmt.query_map([kid], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn hmget(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, usize::MAX)?;
+    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+        return Ok(Reply::Array(vec![Reply::Nil; a.len() - 1]));
+    };
+    let wanted = &a[1..];
+    // a small hash (a job's row) is read whole in one range; a large one field by field
+    if wanted.len() > 1 && m.size <= 24 {
+        let all = all_fields(ks, m.kid)?;
+        return Ok(Reply::Array(
+            wanted
+                .iter()
+                .map(|f| bulk(all.iter().find(|(k, _)| k == f).map(|(_, v)| v.clone())))
+                .collect(),
+        ));
+    }
+    let mut out = Vec::with_capacity(wanted.len());
+    for f in wanted {
+        out.push(bulk(field(ks, m.kid, f)?));
+    }
+    Ok(Reply::Array(out))
+}
+
+fn hdel(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, usize::MAX)?;
+    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+        return Ok(Reply::Int(0));
+    };
+    let mut n = 0;
+    for f in &a[1..] {
+        n += ks
+            .conn
+            .prepare_cached("DELETE FROM kv_hash WHERE kid = ?1 AND field = ?2")?
+            .execute(params![m.kid, f])? as i64;
+    }
+    ks.resize(&a[0], m.size - n, m.head)?;
+    Ok(Reply::Int(n))
+}
+
+fn hincrby(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, 3)?;
+    let by = int(&a[2])?;
+    let m = ks.make(&a[0], Type::Hash)?;
+    let old = field(ks, m.kid, &a[1])?;
+    let base = match &old {
+        Some(v) => int(v).map_err(|_| err("ERR hash value is not an integer"))?,
+        None => 0,
+    };
+    let new = base
+        .checked_add(by)
+        .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+    put_field(ks, m.kid, old.is_none(), &a[1], new.to_string().as_bytes())?;
+    if old.is_none() {
+        ks.resize(&a[0], m.size + 1, m.head)?;
+    }
+    Ok(Reply::Int(new))
+}
+
+fn hexists(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, 2)?;
+    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+        return Ok(Reply::Int(0));
+    };
+    Ok(Reply::Int(i64::from(field(ks, m.kid, &a[1])?.is_some())))
+}
+
+fn hgetall(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 1)?;
+    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let mut out = Vec::with_capacity(m.size as usize * 2);
+    for (f, v) in all_fields(ks, m.kid)? {
+        out.push(Reply::Bulk(f));
+        out.push(Reply::Bulk(v));
+    }
+    Ok(Reply::Array(out))
+}
+
+/// Whether `s` matches the glob `p` (`*`, `?`, `\` escapes), as MATCH does.
+fn glob(p: &[u8], s: &[u8]) -> bool {
+    match (p.first(), s.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => glob(&p[1..], s) || !s.is_empty() && glob(p, &s[1..]),
+        (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
+        (Some(b'\\'), Some(c)) if p.get(1) == Some(c) => glob(&p[2..], &s[1..]),
+        (Some(a), Some(b)) if a == b && *a != b'\\' => glob(&p[1..], &s[1..]),
+        _ => false,
+    }
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT n]: the fields after the cursor in field order, COUNT
+/// of them looked at. The cursor is `0` at either end, else the last field looked at (hex after a
+/// `h`): a field present from the first call to the last is returned once.
+fn hscan(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, 6)?;
+    let (mut pattern, mut count) = (None, 10i64);
+    let mut opts = a[2..].chunks(2);
+    for o in opts.by_ref() {
+        let [name, value] = o else { return Err(syntax()) };
+        match name.to_ascii_uppercase().as_slice() {
+            b"MATCH" => pattern = Some(value.clone()),
+            b"COUNT" => count = int(value)?.max(1),
+            _ => return Err(syntax()),
+        }
+    }
+    let after: Option<Vec<u8>> = match a[1].as_slice() {
+        b"0" => None,
+        c => Some(unhex(c).ok_or_else(|| err("ERR invalid cursor"))?),
+    };
+    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+        return Ok(Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())]));
+    };
+    let mut stmt = ks
+        .conn
+        .prepare_cached("SELECT field, value FROM kv_hash WHERE kid = ?1 AND field > ?2 ORDER BY field LIMIT ?3")?;
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = stmt
+        .query_map(params![m.kid, after.unwrap_or_default(), count], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let next = if (rows.len() as i64) < count {
+        b"0".to_vec()
+    } else {
+        rows.last().map_or(b"0".to_vec(), |(f, _)| hex(f))
+    };
+    let mut items = Vec::new();
+    for (f, v) in rows {
+        if pattern.as_deref().is_none_or(|p| glob(p, &f)) {
+            items.push(Reply::Bulk(f));
+            items.push(Reply::Bulk(v));
+        }
+    }
+    Ok(Reply::Array(vec![Reply::Bulk(next), Reply::Array(items)]))
+}
+
+fn hex(b: &[u8]) -> Vec<u8> {
+    let mut out = b"h".to_vec();
+    for c in b {
+        out.extend_from_slice(format!("{c:02x}").as_bytes());
+    }
+    out
+}
+
+fn unhex(c: &[u8]) -> Option<Vec<u8>> {
+    let digits = c.strip_prefix(b"h")?;
+    if digits.len() % 2 != 0 {
+        return None;
+    }
+    digits
+        .chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
+}
+
+// -- sorted sets
+
+fn member_score(ks: &Keyspace, kid: i64, member: &[u8]) -> R<Option<f64>> {
+    use rusqlite::OptionalExtension;
+    Ok(ks
+        .conn
+        .prepare_cached("SELECT score FROM kv_zset WHERE kid = ?1 AND member = ?2")?
+        .query_row(params![kid, member], |r| r.get(0))
+        .optional()?)
+}
+
+/// ZADD key [NX|XX] [CH] score member [score member …]
+fn zadd(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, usize::MAX)?;
+    let (mut nx, mut xx, mut ch) = (false, false, false);
+    let mut i = 1;
+    while i < a.len() {
+        match a[i].to_ascii_uppercase().as_slice() {
+            b"NX" => nx = true,
+            b"XX" => xx = true,
+            b"CH" => ch = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    let pairs = &a[i..];
+    if pairs.is_empty() || pairs.len() % 2 != 0 || nx && xx {
+        return Err(syntax());
+    }
+    let mut parsed = Vec::with_capacity(pairs.len() / 2);
+    for p in pairs.chunks(2) {
+        parsed.push((score(&p[0])?, &p[1]));
+    }
+    let key = &a[0];
+    let m = if xx {
+        match ks.typed(key, Type::Zset)? {
+            Some(m) => m,
+            None => return Ok(Reply::Int(0)),
+        }
+    } else {
+        ks.make(key, Type::Zset)?
+    };
+    let (mut added, mut changed) = (0i64, 0i64);
+    for (s, member) in parsed {
+        let old = if m.size + added == 0 {
+            None
+        } else {
+            member_score(ks, m.kid, member)?
+        };
+        match old {
+            None if !xx => {
+                ks.conn
+                    .prepare_cached("INSERT INTO kv_zset (kid, member, score) VALUES (?1, ?2, ?3)")?
+                    .execute(params![m.kid, member, s])?;
+                added += 1;
+            }
+            Some(o) if !nx && o != s => {
+                ks.conn
+                    .prepare_cached("UPDATE kv_zset SET score = ?3 WHERE kid = ?1 AND member = ?2")?
+                    .execute(params![m.kid, member, s])?;
+                changed += 1;
+            }
+            _ => {}
+        }
+    }
+    ks.resize(key, m.size + added, m.head)?;
+    Ok(Reply::Int(if ch { added + changed } else { added }))
+}
+
+fn zrem(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, usize::MAX)?;
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Int(0));
+    };
+    let mut n = 0;
+    for member in &a[1..] {
+        n += ks
+            .conn
+            .prepare_cached("DELETE FROM kv_zset WHERE kid = ?1 AND member = ?2")?
+            .execute(params![m.kid, member])? as i64;
+    }
+    ks.resize(&a[0], m.size - n, m.head)?;
+    Ok(Reply::Int(n))
+}
+
+fn zscore(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, 2)?;
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Nil);
+    };
+    Ok(bulk(
+        member_score(ks, m.kid, &a[1])?.map(|s| format_double(s).into_bytes()),
+    ))
+}
+
+/// Rank indexes as Redis takes them (negative from the end), clamped: None when the range is
+/// empty.
+fn ranks(start: i64, stop: i64, size: i64) -> Option<(i64, i64)> {
+    let start = if start < 0 { (size + start).max(0) } else { start };
+    let stop = if stop < 0 { size + stop } else { stop.min(size - 1) };
+    (start <= stop && start < size).then_some((start, stop))
+}
+
+/// The members (with their scores) of a rank range, in order or reversed.
+fn by_rank(ks: &Keyspace, kid: i64, from: i64, to: i64, rev: bool) -> R<Vec<(Vec<u8>, f64)>> {
+    let sql = if rev {
+        "SELECT member, score FROM kv_zset WHERE kid = ?1 ORDER BY score DESC, member DESC LIMIT ?2 OFFSET ?3"
+    } else {
+        "SELECT member, score FROM kv_zset WHERE kid = ?1 ORDER BY score, member LIMIT ?2 OFFSET ?3"
+    };
+    let mut stmt = ks.conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params![kid, to - from + 1, from], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn scored(rows: Vec<(Vec<u8>, f64)>, with_scores: bool) -> Reply {
+    let mut out = Vec::with_capacity(rows.len() * if with_scores { 2 } else { 1 });
+    for (m, s) in rows {
+        out.push(Reply::Bulk(m));
+        if with_scores {
+            out.push(Reply::Bulk(format_double(s).into_bytes()));
+        }
+    }
+    Reply::Array(out)
+}
+
+/// ZRANGE / ZREVRANGE key start stop [WITHSCORES] (by rank)
+fn zrange(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
+    arity(a, 3, 4)?;
+    let with_scores = match a.get(3) {
+        None => false,
+        Some(o) if o.eq_ignore_ascii_case(b"WITHSCORES") => true,
+        Some(_) => return Err(syntax()),
+    };
+    let (start, stop) = (int(&a[1])?, int(&a[2])?);
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let Some((from, to)) = ranks(start, stop, m.size) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    Ok(scored(by_rank(ks, m.kid, from, to, rev)?, with_scores))
+}
+
+/// The SQL condition of a score range (`?2` the low bound, `?3` the high one).
+fn range_sql(low_open: bool, high_open: bool) -> String {
+    format!(
+        "score {} ?2 AND score {} ?3",
+        if low_open { ">" } else { ">=" },
+        if high_open { "<" } else { "<=" }
+    )
+}
+
+/// ZRANGEBYSCORE key min max / ZREVRANGEBYSCORE key max min, [WITHSCORES] [LIMIT offset count]
+fn zrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
+    arity(a, 3, 7)?;
+    let (first, second) = (bound(&a[1])?, bound(&a[2])?);
+    let ((low, low_open), (high, high_open)) = if rev { (second, first) } else { (first, second) };
+    let (mut with_scores, mut offset, mut count) = (false, 0i64, -1i64);
+    let mut i = 3;
+    while i < a.len() {
+        match a[i].to_ascii_uppercase().as_slice() {
+            b"WITHSCORES" => {
+                with_scores = true;
+                i += 1;
+            }
+            b"LIMIT" if i + 2 < a.len() => {
+                offset = int(&a[i + 1])?;
+                count = int(&a[i + 2])?;
+                i += 3;
+            }
+            _ => return Err(syntax()),
+        }
+    }
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    if offset < 0 {
+        return Ok(Reply::Array(Vec::new()));
+    }
+    let order = if rev {
+        "score DESC, member DESC"
+    } else {
+        "score, member"
+    };
+    let sql = format!(
+        "SELECT member, score FROM kv_zset WHERE kid = ?1 AND {} ORDER BY {order} LIMIT ?4 OFFSET ?5",
+        range_sql(low_open, high_open)
+    );
+    let mut stmt = ks.conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params![m.kid, low, high, count, offset], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(scored(rows, with_scores))
+}
+
+fn zrank(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
+    arity(a, 2, 2)?;
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Nil);
+    };
+    let Some(s) = member_score(ks, m.kid, &a[1])? else {
+        return Ok(Reply::Nil);
+    };
+    let before: i64 = ks
+        .conn
+        .prepare_cached("SELECT count(*) FROM kv_zset WHERE kid = ?1 AND (score < ?2 OR score = ?2 AND member < ?3)")?
+        .query_row(params![m.kid, s, a[1]], |r| r.get(0))?;
+    Ok(Reply::Int(if rev { m.size - 1 - before } else { before }))
+}
+
+/// Deletes members given as (member) rows; how many went.
+fn delete_members(ks: &Keyspace, kid: i64, members: &[(Vec<u8>, f64)]) -> R<i64> {
+    let mut n = 0;
+    for (member, _) in members {
+        n += ks
+            .conn
+            .prepare_cached("DELETE FROM kv_zset WHERE kid = ?1 AND member = ?2")?
+            .execute(params![kid, member])? as i64;
+    }
+    Ok(n)
+}
+
+fn zremrangebyrank(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, 3)?;
+    let (start, stop) = (int(&a[1])?, int(&a[2])?);
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Int(0));
+    };
+    let Some((from, to)) = ranks(start, stop, m.size) else {
+        return Ok(Reply::Int(0));
+    };
+    let rows = by_rank(ks, m.kid, from, to, false)?;
+    let n = delete_members(ks, m.kid, &rows)?;
+    ks.resize(&a[0], m.size - n, m.head)?;
+    Ok(Reply::Int(n))
+}
+
+fn zremrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, 3)?;
+    let ((low, low_open), (high, high_open)) = (bound(&a[1])?, bound(&a[2])?);
+    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+        return Ok(Reply::Int(0));
+    };
+    let sql = format!(
+        "DELETE FROM kv_zset WHERE kid = ?1 AND {}",
+        range_sql(low_open, high_open)
+    );
+    let n = ks.conn.prepare_cached(&sql)?.execute(params![m.kid, low, high])? as i64;
+    ks.resize(&a[0], m.size - n, m.head)?;
+    Ok(Reply::Int(n))
+}
+
+// -- lists: element i at position head + i
+
+fn rpush(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, usize::MAX)?;
+    let m = ks.make(&a[0], Type::List)?;
+    for (i, v) in a[1..].iter().enumerate() {
+        ks.conn
+            .prepare_cached("INSERT INTO kv_list (kid, pos, value) VALUES (?1, ?2, ?3)")?
+            .execute(params![m.kid, m.head + m.size + i as i64, v])?;
+    }
+    let size = m.size + a.len() as i64 - 1;
+    ks.resize(&a[0], size, m.head)?;
+    Ok(Reply::Int(size))
+}
+
+fn lrange(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, 3)?;
+    let (start, stop) = (int(&a[1])?, int(&a[2])?);
+    let Some(m) = ks.typed(&a[0], Type::List)? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let Some((from, to)) = ranks(start, stop, m.size) else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let mut stmt = ks
+        .conn
+        .prepare_cached("SELECT value FROM kv_list WHERE kid = ?1 AND pos BETWEEN ?2 AND ?3 ORDER BY pos")?;
+    let rows = stmt
+        .query_map(params![m.kid, m.head + from, m.head + to], |r| r.get(0))?
+        .map(|v| v.map(Reply::Bulk))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Reply::Array(rows))
+}
+
+fn ltrim(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, 3)?;
+    let (start, stop) = (int(&a[1])?, int(&a[2])?);
+    let Some(m) = ks.typed(&a[0], Type::List)? else {
+        return Ok(Reply::Status("OK".into()));
+    };
+    let (from, to) = ranks(start, stop, m.size).unwrap_or((m.size, m.size - 1));
+    ks.conn
+        .prepare_cached("DELETE FROM kv_list WHERE kid = ?1 AND (pos < ?2 OR pos > ?3)")?
+        .execute(params![m.kid, m.head + from, m.head + to])?;
+    ks.resize(&a[0], (to - from + 1).max(0), m.head + from)?;
+    Ok(Reply::Status("OK".into()))
+}
+
+// -- sets
+
+fn sadd(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, usize::MAX)?;
+    let m = ks.make(&a[0], Type::Set)?;
+    let mut n = 0;
+    for member in &a[1..] {
+        n += ks
+            .conn
+            .prepare_cached("INSERT OR IGNORE INTO kv_set (kid, member) VALUES (?1, ?2)")?
+            .execute(params![m.kid, member])? as i64;
+    }
+    ks.resize(&a[0], m.size + n, m.head)?;
+    Ok(Reply::Int(n))
+}
+
+fn srem(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 2, usize::MAX)?;
+    let Some(m) = ks.typed(&a[0], Type::Set)? else {
+        return Ok(Reply::Int(0));
+    };
+    let mut n = 0;
+    for member in &a[1..] {
+        n += ks
+            .conn
+            .prepare_cached("DELETE FROM kv_set WHERE kid = ?1 AND member = ?2")?
+            .execute(params![m.kid, member])? as i64;
+    }
+    ks.resize(&a[0], m.size - n, m.head)?;
+    Ok(Reply::Int(n))
+}
+
+fn smembers(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 1)?;
+    let Some(m) = ks.typed(&a[0], Type::Set)? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let mut stmt = ks
+        .conn
+        .prepare_cached("SELECT member FROM kv_set WHERE kid = ?1 ORDER BY member")?;
+    let rows = stmt
+        .query_map([m.kid], |r| r.get(0))?
+        .map(|v| v.map(Reply::Bulk))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Reply::Array(rows))
+}
