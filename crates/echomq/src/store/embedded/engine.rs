@@ -309,6 +309,15 @@ impl Engine {
         })
     }
 
+    /// The engine of `conn` with every verb's script registered under the verb's name.
+    pub fn with_verbs(conn: Connection) -> Result<Self, EngineError> {
+        let mut engine = Self::new(conn)?;
+        for script in crate::store::scripts::Scripts::load().all() {
+            engine.register(script.name, script.body(false))?;
+        }
+        Ok(engine)
+    }
+
     /// Compiles a script under `name` (a body already registered is kept).
     pub fn register(&mut self, name: &str, body: &str) -> Result<(), EngineError> {
         if !self.scripts.contains_key(name) {

@@ -3,7 +3,7 @@
 
 use rusqlite::params;
 
-use super::keyspace::{Fail, Keyspace, Type, R};
+use super::keyspace::{classify, Class, Fail, Keyspace, Type, R, ROW_ZSETS};
 use super::{format_double, Reply};
 
 /// Runs one command: `args[0]` is its name (any case).
@@ -30,7 +30,7 @@ pub(crate) fn run(ks: &mut Keyspace, args: &[Vec<u8>], now_us: i64) -> R<Reply> 
         "HINCRBY" => hincrby(ks, a),
         "HEXISTS" => hexists(ks, a),
         "HGETALL" => hgetall(ks, a),
-        "HLEN" => size_of(ks, a, Type::Hash),
+        "HLEN" => hlen(ks, a),
         "HSCAN" => hscan(ks, a),
         "ZADD" => zadd(ks, a),
         "ZREM" => zrem(ks, a),
@@ -201,7 +201,7 @@ fn size_of(ks: &mut Keyspace, a: &[Vec<u8>], ty: Type) -> R<Reply> {
     Ok(Reply::Int(ks.typed(&a[0], ty)?.map_or(0, |m| m.size)))
 }
 
-// -- hashes
+// -- hashes: a job key's hash is its row (`Keyspace::job_hash`), any other hash generic
 
 /// A field's value.
 fn field(ks: &Keyspace, kid: i64, f: &[u8]) -> R<Option<Vec<u8>>> {
@@ -230,45 +230,77 @@ fn put_field(ks: &Keyspace, kid: i64, fresh_key: bool, f: &[u8], v: &[u8]) -> R<
     Ok(true)
 }
 
+/// The values of `fields` of a hash; None when the hash is absent.
+fn hash_get(ks: &mut Keyspace, key: &[u8], fields: &[Vec<u8>]) -> R<Option<Vec<Option<Vec<u8>>>>> {
+    if let Some(row) = ks.job_hash(key)? {
+        if row.len() == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(fields.iter().map(|f| row.get(f).cloned()).collect()));
+    }
+    let Some(m) = ks.typed(key, Type::Hash)? else {
+        return Ok(None);
+    };
+    // a small hash is read whole in one range; a large one field by field
+    if fields.len() > 1 && m.size <= 24 {
+        let all = all_fields(ks, m.kid)?;
+        return Ok(Some(
+            fields
+                .iter()
+                .map(|f| all.iter().find(|(k, _)| k == f).map(|(_, v)| v.clone()))
+                .collect(),
+        ));
+    }
+    let mut out = Vec::with_capacity(fields.len());
+    for f in fields {
+        out.push(field(ks, m.kid, f)?);
+    }
+    Ok(Some(out))
+}
+
+/// Writes field/value pairs; how many fields are new.
+fn hash_set(ks: &mut Keyspace, key: &[u8], pairs: &[Vec<u8>]) -> R<i64> {
+    if let Some(row) = ks.job_hash(key)? {
+        let mut added = 0;
+        for p in pairs.chunks(2) {
+            added += i64::from(row.set(&p[0], p[1].clone()));
+        }
+        return Ok(added);
+    }
+    let m = ks.make(key, Type::Hash)?;
+    // a key made by this command has no fields: each is inserted without looking, but for a
+    // field repeated in one HSET (written twice, counted once)
+    let fresh = m.size == 0;
+    let mut seen: Vec<&[u8]> = Vec::new();
+    let mut added = 0;
+    for p in pairs.chunks(2) {
+        let absent = fresh && !seen.contains(&p[0].as_slice());
+        added += i64::from(put_field(ks, m.kid, absent, &p[0], &p[1])?);
+        if fresh {
+            seen.push(&p[0]);
+        }
+    }
+    ks.resize(key, m.size + added, m.head)?;
+    Ok(added)
+}
+
 fn hset(ks: &mut Keyspace, a: &[Vec<u8>], nx: bool) -> R<Reply> {
     if a.len() < 3 || a.len() % 2 == 0 || nx && a.len() != 3 {
         return Err(err("ERR wrong number of arguments for command"));
     }
-    let key = &a[0];
-    let m = ks.make(key, Type::Hash)?;
-    // a key made by this command has no fields: each is inserted without looking
-    let fresh = m.size == 0;
-    let mut added = 0;
-    if nx {
-        if field(ks, m.kid, &a[1])?.is_some() {
-            return Ok(Reply::Int(0));
-        }
-        put_field(ks, m.kid, true, &a[1], &a[2])?;
-        added = 1;
-    } else {
-        // a field repeated in one HSET is written twice, counted once
-        let mut seen: Vec<&[u8]> = Vec::new();
-        for pair in a[1..].chunks(2) {
-            let absent = fresh && !seen.contains(&pair[0].as_slice());
-            added += i64::from(put_field(ks, m.kid, absent, &pair[0], &pair[1])?);
-            if fresh {
-                seen.push(&pair[0]);
-            }
-        }
+    if nx && hash_get(ks, &a[0], &a[1..2])?.is_some_and(|v| v[0].is_some()) {
+        return Ok(Reply::Int(0));
     }
-    ks.resize(key, m.size + added, m.head)?;
-    Ok(Reply::Int(added))
+    Ok(Reply::Int(hash_set(ks, &a[0], &a[1..])?))
 }
 
 fn hget(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, 2)?;
-    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
-        return Ok(Reply::Nil);
-    };
-    Ok(bulk(field(ks, m.kid, &a[1])?))
+    let v = hash_get(ks, &a[0], &a[1..])?.and_then(|mut v| v.pop().flatten());
+    Ok(bulk(v))
 }
 
-/// Every field and value of a hash, in field order.
+/// Every field and value of a generic hash, in field order.
 fn all_fields(ks: &Keyspace, kid: i64) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut stmt = ks
         .conn
@@ -277,31 +309,29 @@ fn all_fields(ks: &Keyspace, kid: i64) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Every field and value of a hash (none when absent).
+fn hash_all(ks: &mut Keyspace, key: &[u8]) -> R<Vec<(Vec<u8>, Vec<u8>)>> {
+    if let Some(row) = ks.job_hash(key)? {
+        return Ok(row.all());
+    }
+    match ks.typed(key, Type::Hash)? {
+        Some(m) => all_fields(ks, m.kid),
+        None => Ok(Vec::new()),
+    }
+}
+
 fn hmget(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, usize::MAX)?;
-    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
-        return Ok(Reply::Array(vec![Reply::Nil; a.len() - 1]));
-    };
-    let wanted = &a[1..];
-    // a small hash (a job's row) is read whole in one range; a large one field by field
-    if wanted.len() > 1 && m.size <= 24 {
-        let all = all_fields(ks, m.kid)?;
-        return Ok(Reply::Array(
-            wanted
-                .iter()
-                .map(|f| bulk(all.iter().find(|(k, _)| k == f).map(|(_, v)| v.clone())))
-                .collect(),
-        ));
-    }
-    let mut out = Vec::with_capacity(wanted.len());
-    for f in wanted {
-        out.push(bulk(field(ks, m.kid, f)?));
-    }
-    Ok(Reply::Array(out))
+    let values = hash_get(ks, &a[0], &a[1..])?.unwrap_or_else(|| vec![None; a.len() - 1]);
+    Ok(Reply::Array(values.into_iter().map(bulk).collect()))
 }
 
 fn hdel(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, usize::MAX)?;
+    if let Some(row) = ks.job_hash(&a[0])? {
+        let n = a[1..].iter().filter(|f| row.del(f)).count();
+        return Ok(Reply::Int(n as i64));
+    }
     let Some(m) = ks.typed(&a[0], Type::Hash)? else {
         return Ok(Reply::Int(0));
     };
@@ -319,8 +349,7 @@ fn hdel(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
 fn hincrby(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 3, 3)?;
     let by = int(&a[2])?;
-    let m = ks.make(&a[0], Type::Hash)?;
-    let old = field(ks, m.kid, &a[1])?;
+    let old = hash_get(ks, &a[0], &a[1..2])?.and_then(|mut v| v.pop().flatten());
     let base = match &old {
         Some(v) => int(v).map_err(|_| err("ERR hash value is not an integer"))?,
         None => 0,
@@ -328,28 +357,28 @@ fn hincrby(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     let new = base
         .checked_add(by)
         .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
-    put_field(ks, m.kid, old.is_none(), &a[1], new.to_string().as_bytes())?;
-    if old.is_none() {
-        ks.resize(&a[0], m.size + 1, m.head)?;
-    }
+    hash_set(ks, &a[0], &[a[1].clone(), new.to_string().into_bytes()])?;
     Ok(Reply::Int(new))
 }
 
 fn hexists(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, 2)?;
-    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
-        return Ok(Reply::Int(0));
-    };
-    Ok(Reply::Int(i64::from(field(ks, m.kid, &a[1])?.is_some())))
+    let there = hash_get(ks, &a[0], &a[1..])?.is_some_and(|v| v[0].is_some());
+    Ok(Reply::Int(i64::from(there)))
+}
+
+fn hlen(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 1)?;
+    if let Some(row) = ks.job_hash(&a[0])? {
+        return Ok(Reply::Int(row.len() as i64));
+    }
+    size_of(ks, a, Type::Hash)
 }
 
 fn hgetall(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 1, 1)?;
-    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
-        return Ok(Reply::Array(Vec::new()));
-    };
-    let mut out = Vec::with_capacity(m.size as usize * 2);
-    for (f, v) in all_fields(ks, m.kid)? {
+    let mut out = Vec::new();
+    for (f, v) in hash_all(ks, &a[0])? {
         out.push(Reply::Bulk(f));
         out.push(Reply::Bulk(v));
     }
@@ -374,8 +403,7 @@ fn glob(p: &[u8], s: &[u8]) -> bool {
 fn hscan(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, 6)?;
     let (mut pattern, mut count) = (None, 10i64);
-    let mut opts = a[2..].chunks(2);
-    for o in opts.by_ref() {
+    for o in a[2..].chunks(2) {
         let [name, value] = o else { return Err(syntax()) };
         match name.to_ascii_uppercase().as_slice() {
             b"MATCH" => pattern = Some(value.clone()),
@@ -383,21 +411,29 @@ fn hscan(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
             _ => return Err(syntax()),
         }
     }
-    let after: Option<Vec<u8>> = match a[1].as_slice() {
-        b"0" => None,
-        c => Some(unhex(c).ok_or_else(|| err("ERR invalid cursor"))?),
+    let after: Vec<u8> = match a[1].as_slice() {
+        b"0" => Vec::new(),
+        c => unhex(c).ok_or_else(|| err("ERR invalid cursor"))?,
     };
-    let Some(m) = ks.typed(&a[0], Type::Hash)? else {
-        return Ok(Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())]));
+    let rows: Vec<(Vec<u8>, Vec<u8>)> = if ks.job_hash(&a[0])?.is_some() {
+        let mut all = hash_all(ks, &a[0])?;
+        all.sort();
+        all.into_iter()
+            .filter(|(f, _)| a[1] == b"0" || *f > after)
+            .take(count as usize)
+            .collect()
+    } else {
+        let Some(m) = ks.typed(&a[0], Type::Hash)? else {
+            return Ok(Reply::Array(vec![Reply::Bulk(b"0".to_vec()), Reply::Array(Vec::new())]));
+        };
+        let mut stmt = ks
+            .conn
+            .prepare_cached("SELECT field, value FROM kv_hash WHERE kid = ?1 AND field > ?2 ORDER BY field LIMIT ?3")?;
+        let rows = stmt
+            .query_map(params![m.kid, after, count], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        rows
     };
-    let mut stmt = ks
-        .conn
-        .prepare_cached("SELECT field, value FROM kv_hash WHERE kid = ?1 AND field > ?2 ORDER BY field LIMIT ?3")?;
-    let rows: Vec<(Vec<u8>, Vec<u8>)> = stmt
-        .query_map(params![m.kid, after.unwrap_or_default(), count], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
     let next = if (rows.len() as i64) < count {
         b"0".to_vec()
     } else {
@@ -432,15 +468,101 @@ fn unhex(c: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
-// -- sorted sets
+// -- sorted sets: generic (`kv_zset`, by the key's kid) or row sets (a column of the job rows
+// of the key's queue, by its base)
 
-fn member_score(ks: &Keyspace, kid: i64, member: &[u8]) -> R<Option<f64>> {
+/// Where a sorted set's members are, and the SQL that reaches them.
+struct Z<'k> {
+    key: &'k [u8],
+    size: i64,
+    head: i64,
+    at: ZAt<'k>,
+}
+
+enum ZAt<'k> {
+    Generic(i64),
+    Rows { base: &'k [u8], col: usize },
+}
+
+impl Z<'_> {
+    /// The table, the condition selecting the set's members (`?1` the owner), and the member
+    /// and score columns.
+    fn sql(&self) -> (&'static str, String, &'static str, &'static str) {
+        match self.at {
+            ZAt::Generic(_) => ("kv_zset", "kid = ?1".into(), "member", "score"),
+            ZAt::Rows { col, .. } => {
+                let z = ROW_ZSETS[col];
+                ("kv_jobs", format!("base = ?1 AND {z} IS NOT NULL"), "id", z)
+            }
+        }
+    }
+
+    fn owner(&self) -> rusqlite::types::Value {
+        match self.at {
+            ZAt::Generic(kid) => rusqlite::types::Value::Integer(kid),
+            ZAt::Rows { base, .. } => rusqlite::types::Value::Blob(base.to_vec()),
+        }
+    }
+}
+
+/// The sorted set at `key` (None: absent), or with `make` made when absent.
+fn zset<'k>(ks: &mut Keyspace, key: &'k [u8], make: bool) -> R<Option<Z<'k>>> {
+    let m = if make {
+        Some(ks.make(key, Type::Zset)?)
+    } else {
+        ks.typed(key, Type::Zset)?
+    };
+    let Some(m) = m else { return Ok(None) };
+    let at = match classify(key) {
+        Class::RowZset { base, col } => {
+            // a range read sees the rows the script wrote
+            ks.flush_rows()?;
+            ZAt::Rows { base, col }
+        }
+        _ => ZAt::Generic(m.kid),
+    };
+    Ok(Some(Z {
+        key,
+        size: m.size,
+        head: m.head,
+        at,
+    }))
+}
+
+/// A member's score.
+fn z_score(ks: &mut Keyspace, z: &Z<'_>, member: &[u8]) -> R<Option<f64>> {
     use rusqlite::OptionalExtension;
-    Ok(ks
-        .conn
-        .prepare_cached("SELECT score FROM kv_zset WHERE kid = ?1 AND member = ?2")?
-        .query_row(params![kid, member], |r| r.get(0))
-        .optional()?)
+    match z.at {
+        ZAt::Generic(kid) => Ok(ks
+            .conn
+            .prepare_cached("SELECT score FROM kv_zset WHERE kid = ?1 AND member = ?2")?
+            .query_row(params![kid, member], |r| r.get(0))
+            .optional()?),
+        ZAt::Rows { base, col } => {
+            let key = [base, b"job:", member].concat();
+            Ok(ks.row(&key, base, member)?.scores[col])
+        }
+    }
+}
+
+/// Sets (Some) or removes (None) a member's score; `old` as [`z_score`] read it.
+fn z_put(ks: &mut Keyspace, z: &Z<'_>, member: &[u8], old: Option<f64>, score: Option<f64>) -> R<()> {
+    match z.at {
+        ZAt::Generic(kid) => {
+            let sql = match (old, score) {
+                (None, Some(_)) => "INSERT INTO kv_zset (kid, member, score) VALUES (?1, ?2, ?3)",
+                (Some(_), Some(_)) => "UPDATE kv_zset SET score = ?3 WHERE kid = ?1 AND member = ?2",
+                (Some(_), None) => "DELETE FROM kv_zset WHERE kid = ?1 AND member = ?2 AND ?3 IS NULL",
+                (None, None) => return Ok(()),
+            };
+            ks.conn.prepare_cached(sql)?.execute(params![kid, member, score])?;
+        }
+        ZAt::Rows { base, col } => {
+            let key = [base, b"job:", member].concat();
+            ks.row(&key, base, member)?.set_score(col, score);
+        }
+    }
+    Ok(())
 }
 
 /// ZADD key [NX|XX] [CH] score member [score member …]
@@ -465,66 +587,61 @@ fn zadd(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     for p in pairs.chunks(2) {
         parsed.push((score(&p[0])?, &p[1]));
     }
-    let key = &a[0];
-    let m = if xx {
-        match ks.typed(key, Type::Zset)? {
-            Some(m) => m,
-            None => return Ok(Reply::Int(0)),
-        }
-    } else {
-        ks.make(key, Type::Zset)?
+    let Some(z) = zset(ks, &a[0], !xx)? else {
+        return Ok(Reply::Int(0));
     };
     let (mut added, mut changed) = (0i64, 0i64);
     for (s, member) in parsed {
-        let old = if m.size + added == 0 {
+        // a set made by this command has no member yet but those it adds
+        let old = if z.size + added == 0 && matches!(z.at, ZAt::Generic(_)) {
             None
         } else {
-            member_score(ks, m.kid, member)?
+            z_score(ks, &z, member)?
         };
         match old {
             None if !xx => {
-                ks.conn
-                    .prepare_cached("INSERT INTO kv_zset (kid, member, score) VALUES (?1, ?2, ?3)")?
-                    .execute(params![m.kid, member, s])?;
+                z_put(ks, &z, member, None, Some(s))?;
                 added += 1;
             }
             Some(o) if !nx && o != s => {
-                ks.conn
-                    .prepare_cached("UPDATE kv_zset SET score = ?3 WHERE kid = ?1 AND member = ?2")?
-                    .execute(params![m.kid, member, s])?;
+                z_put(ks, &z, member, old, Some(s))?;
                 changed += 1;
             }
             _ => {}
         }
     }
-    ks.resize(key, m.size + added, m.head)?;
+    ks.resize(z.key, z.size + added, z.head)?;
     Ok(Reply::Int(if ch { added + changed } else { added }))
+}
+
+/// Removes members; how many were there.
+fn z_remove(ks: &mut Keyspace, z: &Z<'_>, members: &[Vec<u8>]) -> R<i64> {
+    let mut n = 0;
+    for member in members {
+        let old = z_score(ks, z, member)?;
+        if old.is_some() {
+            z_put(ks, z, member, old, None)?;
+            n += 1;
+        }
+    }
+    ks.resize(z.key, z.size - n, z.head)?;
+    Ok(n)
 }
 
 fn zrem(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, usize::MAX)?;
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Int(0));
     };
-    let mut n = 0;
-    for member in &a[1..] {
-        n += ks
-            .conn
-            .prepare_cached("DELETE FROM kv_zset WHERE kid = ?1 AND member = ?2")?
-            .execute(params![m.kid, member])? as i64;
-    }
-    ks.resize(&a[0], m.size - n, m.head)?;
-    Ok(Reply::Int(n))
+    Ok(Reply::Int(z_remove(ks, &z, &a[1..])?))
 }
 
 fn zscore(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 2, 2)?;
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Nil);
     };
-    Ok(bulk(
-        member_score(ks, m.kid, &a[1])?.map(|s| format_double(s).into_bytes()),
-    ))
+    Ok(bulk(z_score(ks, &z, &a[1])?.map(|s| format_double(s).into_bytes())))
 }
 
 /// Rank indexes as Redis takes them (negative from the end), clamped: None when the range is
@@ -536,14 +653,46 @@ fn ranks(start: i64, stop: i64, size: i64) -> Option<(i64, i64)> {
 }
 
 /// The members (with their scores) of a rank range, in order or reversed.
-fn by_rank(ks: &Keyspace, kid: i64, from: i64, to: i64, rev: bool) -> R<Vec<(Vec<u8>, f64)>> {
-    let sql = if rev {
-        "SELECT member, score FROM kv_zset WHERE kid = ?1 ORDER BY score DESC, member DESC LIMIT ?2 OFFSET ?3"
+fn by_rank(ks: &Keyspace, z: &Z<'_>, from: i64, to: i64, rev: bool) -> R<Vec<(Vec<u8>, f64)>> {
+    let (table, cond, member, score) = z.sql();
+    let order = if rev {
+        format!("{score} DESC, {member} DESC")
     } else {
-        "SELECT member, score FROM kv_zset WHERE kid = ?1 ORDER BY score, member LIMIT ?2 OFFSET ?3"
+        format!("{score}, {member}")
     };
-    let mut stmt = ks.conn.prepare_cached(sql)?;
-    let rows = stmt.query_map(params![kid, to - from + 1, from], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let sql = format!("SELECT {member}, {score} FROM {table} WHERE {cond} ORDER BY {order} LIMIT ?2 OFFSET ?3");
+    let mut stmt = ks.conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![z.owner(), to - from + 1, from], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// The members of a score range (low and high bounds, each exclusive or not), in order or
+/// reversed, `count` of them (negative: all) from `offset`.
+#[allow(clippy::too_many_arguments)]
+fn by_score(
+    ks: &Keyspace,
+    z: &Z<'_>,
+    (low, low_open): (f64, bool),
+    (high, high_open): (f64, bool),
+    rev: bool,
+    offset: i64,
+    count: i64,
+) -> R<Vec<(Vec<u8>, f64)>> {
+    let (table, cond, member, score) = z.sql();
+    let order = if rev {
+        format!("{score} DESC, {member} DESC")
+    } else {
+        format!("{score}, {member}")
+    };
+    let sql = format!(
+        "SELECT {member}, {score} FROM {table} WHERE {cond} AND {score} {} ?2 AND {score} {} ?3 ORDER BY {order} LIMIT ?4 OFFSET ?5",
+        if low_open { ">" } else { ">=" },
+        if high_open { "<" } else { "<=" },
+    );
+    let mut stmt = ks.conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params![z.owner(), low, high, count, offset], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -567,29 +716,20 @@ fn zrange(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
         Some(_) => return Err(syntax()),
     };
     let (start, stop) = (int(&a[1])?, int(&a[2])?);
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Array(Vec::new()));
     };
-    let Some((from, to)) = ranks(start, stop, m.size) else {
+    let Some((from, to)) = ranks(start, stop, z.size) else {
         return Ok(Reply::Array(Vec::new()));
     };
-    Ok(scored(by_rank(ks, m.kid, from, to, rev)?, with_scores))
-}
-
-/// The SQL condition of a score range (`?2` the low bound, `?3` the high one).
-fn range_sql(low_open: bool, high_open: bool) -> String {
-    format!(
-        "score {} ?2 AND score {} ?3",
-        if low_open { ">" } else { ">=" },
-        if high_open { "<" } else { "<=" }
-    )
+    Ok(scored(by_rank(ks, &z, from, to, rev)?, with_scores))
 }
 
 /// ZRANGEBYSCORE key min max / ZREVRANGEBYSCORE key max min, [WITHSCORES] [LIMIT offset count]
 fn zrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
     arity(a, 3, 7)?;
     let (first, second) = (bound(&a[1])?, bound(&a[2])?);
-    let ((low, low_open), (high, high_open)) = if rev { (second, first) } else { (first, second) };
+    let (low, high) = if rev { (second, first) } else { (first, second) };
     let (mut with_scores, mut offset, mut count) = (false, 0i64, -1i64);
     let mut i = 3;
     while i < a.len() {
@@ -606,83 +746,56 @@ fn zrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
             _ => return Err(syntax()),
         }
     }
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Array(Vec::new()));
     };
     if offset < 0 {
         return Ok(Reply::Array(Vec::new()));
     }
-    let order = if rev {
-        "score DESC, member DESC"
-    } else {
-        "score, member"
-    };
-    let sql = format!(
-        "SELECT member, score FROM kv_zset WHERE kid = ?1 AND {} ORDER BY {order} LIMIT ?4 OFFSET ?5",
-        range_sql(low_open, high_open)
-    );
-    let mut stmt = ks.conn.prepare_cached(&sql)?;
-    let rows = stmt
-        .query_map(params![m.kid, low, high, count, offset], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(scored(rows, with_scores))
+    Ok(scored(by_score(ks, &z, low, high, rev, offset, count)?, with_scores))
 }
 
 fn zrank(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
     arity(a, 2, 2)?;
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Nil);
     };
-    let Some(s) = member_score(ks, m.kid, &a[1])? else {
+    let Some(s) = z_score(ks, &z, &a[1])? else {
         return Ok(Reply::Nil);
     };
+    let (table, cond, member, score) = z.sql();
+    let sql = format!("SELECT count(*) FROM {table} WHERE {cond} AND ({score} < ?2 OR {score} = ?2 AND {member} < ?3)");
     let before: i64 = ks
         .conn
-        .prepare_cached("SELECT count(*) FROM kv_zset WHERE kid = ?1 AND (score < ?2 OR score = ?2 AND member < ?3)")?
-        .query_row(params![m.kid, s, a[1]], |r| r.get(0))?;
-    Ok(Reply::Int(if rev { m.size - 1 - before } else { before }))
-}
-
-/// Deletes members given as (member) rows; how many went.
-fn delete_members(ks: &Keyspace, kid: i64, members: &[(Vec<u8>, f64)]) -> R<i64> {
-    let mut n = 0;
-    for (member, _) in members {
-        n += ks
-            .conn
-            .prepare_cached("DELETE FROM kv_zset WHERE kid = ?1 AND member = ?2")?
-            .execute(params![kid, member])? as i64;
-    }
-    Ok(n)
+        .prepare_cached(&sql)?
+        .query_row(params![z.owner(), s, a[1]], |r| r.get(0))?;
+    Ok(Reply::Int(if rev { z.size - 1 - before } else { before }))
 }
 
 fn zremrangebyrank(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 3, 3)?;
     let (start, stop) = (int(&a[1])?, int(&a[2])?);
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Int(0));
     };
-    let Some((from, to)) = ranks(start, stop, m.size) else {
+    let Some((from, to)) = ranks(start, stop, z.size) else {
         return Ok(Reply::Int(0));
     };
-    let rows = by_rank(ks, m.kid, from, to, false)?;
-    let n = delete_members(ks, m.kid, &rows)?;
-    ks.resize(&a[0], m.size - n, m.head)?;
-    Ok(Reply::Int(n))
+    let members: Vec<Vec<u8>> = by_rank(ks, &z, from, to, false)?.into_iter().map(|(m, _)| m).collect();
+    Ok(Reply::Int(z_remove(ks, &z, &members)?))
 }
 
 fn zremrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     arity(a, 3, 3)?;
-    let ((low, low_open), (high, high_open)) = (bound(&a[1])?, bound(&a[2])?);
-    let Some(m) = ks.typed(&a[0], Type::Zset)? else {
+    let (low, high) = (bound(&a[1])?, bound(&a[2])?);
+    let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Int(0));
     };
-    let sql = format!(
-        "DELETE FROM kv_zset WHERE kid = ?1 AND {}",
-        range_sql(low_open, high_open)
-    );
-    let n = ks.conn.prepare_cached(&sql)?.execute(params![m.kid, low, high])? as i64;
-    ks.resize(&a[0], m.size - n, m.head)?;
-    Ok(Reply::Int(n))
+    let members: Vec<Vec<u8>> = by_score(ks, &z, low, high, false, 0, -1)?
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect();
+    Ok(Reply::Int(z_remove(ks, &z, &members)?))
 }
 
 // -- lists: element i at position head + i

@@ -26,7 +26,192 @@ CREATE TABLE IF NOT EXISTS kv_list (
   kid INTEGER NOT NULL, pos INTEGER NOT NULL, value BLOB NOT NULL, PRIMARY KEY (kid, pos)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS kv_set (
   kid INTEGER NOT NULL, member BLOB NOT NULL, PRIMARY KEY (kid, member)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kv_jobs (
+  id BLOB NOT NULL, base BLOB NOT NULL, fields INTEGER NOT NULL,
+  f_data BLOB, f_state BLOB, f_attempts BLOB, f_group BLOB, f_max_attempts BLOB, f_run_at BLOB,
+  f_stalled BLOB, f_last_error BLOB, f_cancel BLOB, f_output BLOB, f_finished_at BLOB, f_kind BLOB,
+  f_priority BLOB, f_retry BLOB, f_waited BLOB, f_free BLOB, f_dedup BLOB, extra BLOB,
+  pending REAL, active REAL,
+  PRIMARY KEY (id, base)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kv_jobs_pending ON kv_jobs (base, pending, id) WHERE pending IS NOT NULL;
+CREATE INDEX IF NOT EXISTS kv_jobs_active ON kv_jobs (base, active, id) WHERE active IS NOT NULL;
 ";
+
+/// The fields of a job row (`emq:{q}:job:<id>`) kept in columns of their own (`f_<field>`); any
+/// other field goes to the row's overflow (`extra`).
+pub(crate) const JOB_FIELDS: [&str; 17] = [
+    "data",
+    "state",
+    "attempts",
+    "group",
+    "max_attempts",
+    "run_at",
+    "stalled",
+    "last_error",
+    "cancel",
+    "output",
+    "finished_at",
+    "kind",
+    "priority",
+    "retry",
+    "waited",
+    "free",
+    "dedup",
+];
+
+/// The sorted sets kept as columns of the job rows, their members being the jobs' ids.
+pub(crate) const ROW_ZSETS: [&str; 2] = ["pending", "active"];
+
+/// Where a key's elements live: its storage class, by the key's pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class<'k> {
+    /// Any key: its elements in the table of its type.
+    Generic,
+    /// `emq:{q}:job:<id>` as a hash: one row of `kv_jobs` (other types stay generic).
+    JobRow { base: &'k [u8], id: &'k [u8] },
+    /// `emq:{q}:pending` and `emq:{q}:active`: each member's score a column of its job's row
+    /// (`ROW_ZSETS[col]`); the set's size on its key's row, as any key's.
+    RowZset { base: &'k [u8], col: usize },
+}
+
+/// The class of `key`. A queue's base is `emq:{<name>}:` (a name holds no brace).
+pub(crate) fn classify(key: &[u8]) -> Class<'_> {
+    let Some(rest) = key.strip_prefix(b"emq:{") else {
+        return Class::Generic;
+    };
+    let Some(close) = rest.windows(2).position(|w| w == b"}:") else {
+        return Class::Generic;
+    };
+    let (base, suffix) = key.split_at(5 + close + 2);
+    if let Some(id) = suffix.strip_prefix(b"job:") {
+        return Class::JobRow { base, id };
+    }
+    match ROW_ZSETS.iter().position(|z| z.as_bytes() == suffix) {
+        Some(col) => Class::RowZset { base, col },
+        None => Class::Generic,
+    }
+}
+
+/// A job row as the running script sees it: its fields (the columns, then the overflow in the
+/// order written) and its scores in the row sets.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Row {
+    pub(crate) cols: [Option<Vec<u8>>; 17],
+    pub(crate) extra: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) scores: [Option<f64>; 2],
+    dirty: bool,
+}
+
+impl Row {
+    /// The hash's size (0: the hash does not exist).
+    pub(crate) fn len(&self) -> usize {
+        self.cols.iter().filter(|c| c.is_some()).count() + self.extra.len()
+    }
+
+    /// A field's value.
+    pub(crate) fn get(&self, field: &[u8]) -> Option<&Vec<u8>> {
+        match JOB_FIELDS.iter().position(|f| f.as_bytes() == field) {
+            Some(i) => self.cols[i].as_ref(),
+            None => self.extra.iter().find(|(f, _)| f == field).map(|(_, v)| v),
+        }
+    }
+
+    /// Sets a field; whether it is new.
+    pub(crate) fn set(&mut self, field: &[u8], value: Vec<u8>) -> bool {
+        self.dirty = true;
+        match JOB_FIELDS.iter().position(|f| f.as_bytes() == field) {
+            Some(i) => self.cols[i].replace(value).is_none(),
+            None => match self.extra.iter_mut().find(|(f, _)| f == field) {
+                Some(slot) => {
+                    slot.1 = value;
+                    false
+                }
+                None => {
+                    self.extra.push((field.to_vec(), value));
+                    true
+                }
+            },
+        }
+    }
+
+    /// Deletes a field; whether it was there.
+    pub(crate) fn del(&mut self, field: &[u8]) -> bool {
+        let gone = match JOB_FIELDS.iter().position(|f| f.as_bytes() == field) {
+            Some(i) => self.cols[i].take().is_some(),
+            None => {
+                let before = self.extra.len();
+                self.extra.retain(|(f, _)| f != field);
+                self.extra.len() < before
+            }
+        };
+        self.dirty |= gone;
+        gone
+    }
+
+    /// Every field and value: the columns in their order, then the overflow.
+    pub(crate) fn all(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = JOB_FIELDS
+            .iter()
+            .zip(&self.cols)
+            .filter_map(|(f, v)| v.as_ref().map(|v| (f.as_bytes().to_vec(), v.clone())))
+            .collect();
+        out.extend(self.extra.iter().cloned());
+        out
+    }
+
+    /// Drops every field (the scores stay).
+    pub(crate) fn clear(&mut self) {
+        self.cols = Default::default();
+        self.extra.clear();
+        self.dirty = true;
+    }
+
+    /// Sets a score in a row set.
+    pub(crate) fn set_score(&mut self, col: usize, score: Option<f64>) {
+        self.scores[col] = score;
+        self.dirty = true;
+    }
+}
+
+/// The overflow fields as stored: (length, bytes) of each field and value, lengths as 4 bytes
+/// big-endian.
+fn encode_extra(extra: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
+    if extra.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (f, v) in extra {
+        for part in [f, v] {
+            out.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    Some(out)
+}
+
+fn decode_extra(mut b: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let take = |b: &mut &[u8]| -> Option<Vec<u8>> {
+        let (len, rest) = b.split_first_chunk::<4>()?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let part = rest.get(..len)?.to_vec();
+        *b = &rest[len..];
+        Some(part)
+    };
+    while let (Some(f), Some(v)) = (take(&mut b), take(&mut b)) {
+        out.push((f, v));
+    }
+    out
+}
+
+/// The row columns' SQL, in [`JOB_FIELDS`] order.
+fn columns() -> String {
+    JOB_FIELDS
+        .iter()
+        .map(|f| format!("f_{f}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// A key's type, as `TYPE` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +270,9 @@ pub(crate) struct Meta {
     dirty: bool,
 }
 
+/// The `kid` of a job row's hash, which has no row in `kv_keys`.
+pub(crate) const ROW_KID: i64 = -1;
+
 /// Why a command failed: an error reply the script sees (`WRONGTYPE`, a bad argument), or the
 /// file's own failure, which ends the script whatever it does.
 #[derive(Debug)]
@@ -112,6 +300,11 @@ pub(crate) fn wrongtype() -> Fail {
 pub(crate) struct Keyspace {
     pub(crate) conn: Connection,
     keys: HashMap<Vec<u8>, Option<Meta>>,
+    /// The job rows the script reached (by job key), written back when it ends or before a
+    /// range read of a row set.
+    rows: HashMap<Vec<u8>, Row>,
+    /// Some row in `rows` is dirty.
+    rows_dirty: bool,
 }
 
 impl Keyspace {
@@ -120,11 +313,30 @@ impl Keyspace {
         Ok(Self {
             conn,
             keys: HashMap::new(),
+            rows: HashMap::new(),
+            rows_dirty: false,
         })
     }
 
     /// The key as it stands (None: absent).
     pub(crate) fn meta(&mut self, key: &[u8]) -> R<Option<Meta>> {
+        if let Class::JobRow { base, id } = classify(key) {
+            let size = self.row(key, base, id)?.len() as i64;
+            if size > 0 {
+                return Ok(Some(Meta {
+                    kid: ROW_KID,
+                    ty: Type::Hash,
+                    size,
+                    head: 0,
+                    dirty: false,
+                }));
+            }
+        }
+        self.generic_meta(key)
+    }
+
+    /// The key as `kv_keys` holds it (a job row's hash is not there).
+    fn generic_meta(&mut self, key: &[u8]) -> R<Option<Meta>> {
         if let Some(m) = self.keys.get(key) {
             return Ok(*m);
         }
@@ -164,6 +376,15 @@ impl Keyspace {
         if let Some(m) = self.typed(key, ty)? {
             return Ok(m);
         }
+        if ty == Type::Hash && matches!(classify(key), Class::JobRow { .. }) {
+            return Ok(Meta {
+                kid: ROW_KID,
+                ty,
+                size: 0,
+                head: 0,
+                dirty: false,
+            });
+        }
         let kid: i64 = self
             .conn
             .prepare_cached("INSERT INTO kv_keys (key, type) VALUES (?1, ?2) RETURNING kid")?
@@ -183,6 +404,7 @@ impl Keyspace {
     /// left empty is deleted now, as Redis deletes it: `EXISTS` and `TYPE` no longer see it.
     pub(crate) fn resize(&mut self, key: &[u8], size: i64, head: i64) -> R<()> {
         let Some(Some(m)) = self.keys.get_mut(key) else {
+            // a job row's hash keeps no size of its own
             return Ok(());
         };
         if size == 0 && m.ty != Type::String {
@@ -204,6 +426,34 @@ impl Keyspace {
         let Some(m) = self.meta(key)? else {
             return Ok(false);
         };
+        match classify(key) {
+            Class::JobRow { base, id } if m.kid == ROW_KID => {
+                self.row(key, base, id)?.clear();
+                return Ok(true);
+            }
+            Class::RowZset { base, col } => {
+                // every member's score dropped from its row, the rows left empty deleted
+                self.flush_rows()?;
+                self.rows.clear();
+                let z = ROW_ZSETS[col];
+                self.conn
+                    .prepare_cached(&format!(
+                        "UPDATE kv_jobs SET {z} = NULL WHERE base = ?1 AND {z} IS NOT NULL"
+                    ))?
+                    .execute([base])?;
+                self.conn
+                    .prepare_cached(
+                        "DELETE FROM kv_jobs WHERE base = ?1 AND fields = 0 AND pending IS NULL AND active IS NULL",
+                    )?
+                    .execute([base])?;
+                self.conn
+                    .prepare_cached("DELETE FROM kv_keys WHERE kid = ?1")?
+                    .execute([m.kid])?;
+                self.keys.insert(key.to_vec(), None);
+                return Ok(true);
+            }
+            _ => {}
+        }
         if let Some(table) = m.ty.table() {
             self.conn
                 .prepare_cached(&format!("DELETE FROM {table} WHERE kid = ?1"))?
@@ -216,8 +466,11 @@ impl Keyspace {
         Ok(true)
     }
 
-    /// Writes back the sizes and heads that changed and drops the cache: the script's end.
+    /// Writes back the sizes and heads that changed and the job rows, and drops the cache: the
+    /// script's end.
     pub(crate) fn flush(&mut self) -> rusqlite::Result<()> {
+        self.flush_rows()?;
+        self.rows.clear();
         for m in self.keys.values().flatten() {
             if m.dirty {
                 self.conn
@@ -232,6 +485,87 @@ impl Keyspace {
     /// Drops the cache without writing it: the script's writes are being rolled back.
     pub(crate) fn forget(&mut self) {
         self.keys.clear();
+        self.rows.clear();
+        self.rows_dirty = false;
+    }
+
+    /// The job row of `key` (`base`, `id` its parts), read once per script.
+    pub(crate) fn row(&mut self, key: &[u8], base: &[u8], id: &[u8]) -> R<&mut Row> {
+        if !self.rows.contains_key(key) {
+            let sql = format!(
+                "SELECT {}, extra, pending, active FROM kv_jobs WHERE id = ?1 AND base = ?2",
+                columns()
+            );
+            let mut stmt = self.conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![id, base])?;
+            let mut row = Row::default();
+            if let Some(r) = rows.next()? {
+                for (i, col) in row.cols.iter_mut().enumerate() {
+                    *col = r.get(i)?;
+                }
+                let n = JOB_FIELDS.len();
+                let extra: Option<Vec<u8>> = r.get(n)?;
+                row.extra = extra.map(|e| decode_extra(&e)).unwrap_or_default();
+                row.scores = [r.get(n + 1)?, r.get(n + 2)?];
+            }
+            drop(rows);
+            drop(stmt);
+            self.rows.insert(key.to_vec(), row);
+        }
+        self.rows_dirty = true;
+        self.rows
+            .get_mut(key)
+            .ok_or_else(|| Fail::Fatal(rusqlite::Error::QueryReturnedNoRows))
+    }
+
+    /// The job row holding `key`'s hash when `key` is a job key (None for any other key);
+    /// `WRONGTYPE` when the job key holds another type.
+    pub(crate) fn job_hash(&mut self, key: &[u8]) -> R<Option<&mut Row>> {
+        let Class::JobRow { base, id } = classify(key) else {
+            return Ok(None);
+        };
+        if self.row(key, base, id)?.len() == 0 && self.generic_meta(key)?.is_some() {
+            return Err(wrongtype());
+        }
+        self.row(key, base, id).map(Some)
+    }
+
+    /// Writes back the job rows that changed: a row with no field and no score is deleted.
+    pub(crate) fn flush_rows(&mut self) -> rusqlite::Result<()> {
+        if !self.rows_dirty {
+            return Ok(());
+        }
+        for (key, row) in self.rows.iter_mut().filter(|(_, r)| r.dirty) {
+            let Class::JobRow { base, id } = classify(key) else {
+                continue;
+            };
+            if row.len() == 0 && row.scores.iter().all(Option::is_none) {
+                self.conn
+                    .prepare_cached("DELETE FROM kv_jobs WHERE id = ?1 AND base = ?2")?
+                    .execute(params![id, base])?;
+            } else {
+                let n = JOB_FIELDS.len();
+                let sql = format!(
+                    "INSERT OR REPLACE INTO kv_jobs (id, base, fields, {}, extra, pending, active) VALUES (?1, ?2, ?3, {})",
+                    columns(),
+                    (4..n + 7).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
+                );
+                let mut stmt = self.conn.prepare_cached(&sql)?;
+                stmt.raw_bind_parameter(1, id)?;
+                stmt.raw_bind_parameter(2, base)?;
+                stmt.raw_bind_parameter(3, row.len() as i64)?;
+                for (i, col) in row.cols.iter().enumerate() {
+                    stmt.raw_bind_parameter(4 + i, col.as_deref())?;
+                }
+                stmt.raw_bind_parameter(4 + n, encode_extra(&row.extra))?;
+                stmt.raw_bind_parameter(5 + n, row.scores[0])?;
+                stmt.raw_bind_parameter(6 + n, row.scores[1])?;
+                stmt.raw_execute()?;
+            }
+            row.dirty = false;
+        }
+        self.rows_dirty = false;
+        Ok(())
     }
 
     /// A string's value (None: absent; `WRONGTYPE` for another type).
@@ -251,6 +585,10 @@ impl Keyspace {
             if m.ty != Type::String {
                 self.delete(key)?;
             }
+        }
+        if let Class::JobRow { .. } = classify(key) {
+            // the key's string lives in kv_keys: its row's hash is gone (deleted above)
+            self.keys.remove(key);
         }
         let m = self.make(key, Type::String)?;
         self.conn
