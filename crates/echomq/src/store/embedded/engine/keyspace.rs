@@ -431,7 +431,7 @@ impl Keyspace {
                 self.row(key, base, id)?.clear();
                 return Ok(true);
             }
-            Class::RowZset { base, col } => {
+            Class::RowZset { base, col } if m.ty == Type::Zset => {
                 // every member's score dropped from its row, the rows left empty deleted
                 self.flush_rows()?;
                 self.rows.clear();
