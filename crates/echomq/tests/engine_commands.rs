@@ -6,7 +6,6 @@
 //! compared as sets; an error as its code (its first word).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[allow(dead_code)]
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
