@@ -16,6 +16,8 @@ use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleNam
 
 mod jobs_page;
 #[cfg(any(feature = "redis", feature = "embedded"))]
+pub(crate) mod reply;
+#[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) mod scripts;
 #[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) use jobs_page::After;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::{ms, num, settle_arg};
 use super::connection::Call;
@@ -78,7 +78,7 @@ pub(super) fn claim_call<'a>(
 /// wait) per job, group '' for a flat job, kind '' for a raw one, retry '' for a job without a retry
 /// policy of its own, wait the ms it waited ready ('' when its rank tells none); then the µs until a rate limit admits a start again (0: none held work back)
 /// and whether that limit is the queue's (1/0).
-pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
+pub(super) fn parse_claimed(v: Reply, out: &mut Claimed) -> Result<usize> {
     let verb = "claim";
     let mut items = reply::array(verb, v)?;
     if items.len() % 9 != 2 {
@@ -87,7 +87,7 @@ pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
             reply: format!("{} elements: not nine per job and the wait", items.len()),
         });
     }
-    let count = |v: &Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
+    let count = |v: &Reply| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
     let queue_limited = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0) == 1;
     let wait = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0);
     out.wait = (wait > 0).then(|| Duration::from_micros(wait));
@@ -117,7 +117,7 @@ pub(super) fn parse_claimed(v: Value, out: &mut Claimed) -> Result<usize> {
         it.next(),
     ) {
         let wait = match &waited {
-            Value::BulkString(b) if b.is_empty() => None,
+            Reply::Bulk(b) if b.is_empty() => None,
             w => Some(Duration::from_millis(count(w)?)),
         };
         let group = reply::string(verb, group)?;

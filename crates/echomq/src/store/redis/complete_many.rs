@@ -2,7 +2,7 @@
 //! jobs and ≤ 8 MiB of outputs sent in one pipeline, and the encoding of its entries.
 
 use super::args::{num, opt_arg, settle_arg};
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::connection::Call;
 use super::{reply, RedisStore};
@@ -49,7 +49,7 @@ pub(super) fn complete_many_calls<'a>(
 
 /// The replies of [`complete_many_calls`], one per entry in order; the first failed call fails
 /// the batch.
-pub(super) fn parse_completed(replies: Vec<Result<Value>>) -> Result<Vec<Settled>> {
+pub(super) fn parse_completed(replies: Vec<Result<Reply>>) -> Result<Vec<Settled>> {
     let mut out = Vec::new();
     for v in replies {
         for code in reply::array("complete_many", v?)? {

@@ -11,6 +11,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, PushKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tracing::Instrument;
 
+use super::reply::{self, Reply};
 use super::topology::{self, Node, Topology};
 use super::{RedisStore, WaitReplicas, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::error::{Error, Result};
@@ -124,14 +125,24 @@ impl RedisStore {
     }
 
     /// Runs one verb's script ([`Self::send`]), its error reply mapped to the store's error.
-    pub(super) async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Value> {
-        self.run_raw(script, keys, args)
-            .await?
-            .map_err(|e| self.error(script.name, e))
+    pub(super) async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
+        self.sent(script.name, self.send_one(script, keys, args).await?)
     }
 
-    /// Runs one verb's script ([`Self::send`]), its error reply left raw.
-    pub(super) async fn run_raw(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Sent {
+    /// Runs one verb's script ([`Self::send`]), its error reply left raw ([`Reply::Error`], code
+    /// first) for the verb to read; the store's error when the script could not run or its round
+    /// trip failed.
+    pub(super) async fn run_raw(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
+        match self.send_one(script, keys, args).await? {
+            Ok(v) => Ok(reply::from_value(v)),
+            Err(e) => match e.code() {
+                Some(code) if !is_wire(&e) => Ok(Reply::Error(format!("{code} {}", e.detail().unwrap_or("")))),
+                _ => Err(self.error(script.name, e)),
+            },
+        }
+    }
+
+    async fn send_one(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Sent {
         let call = Call {
             script,
             keys: keys.to_vec(),
@@ -139,6 +150,11 @@ impl RedisStore {
         };
         let mut sent = self.send(vec![call], None).await?;
         sent.pop().unwrap_or_else(|| Err(missing(script.name)))
+    }
+
+    /// A call's reply as the store reads it: an error reply mapped to the store's error.
+    fn sent(&self, verb: &'static str, r: RedisResult<Value>) -> Result<Reply> {
+        r.map(reply::from_value).map_err(|e| self.error(verb, e))
     }
 
     /// Loads `script` into the script cache of `node`.
@@ -170,7 +186,7 @@ impl RedisStore {
 
     /// Runs script calls in one round trip ([`Self::send`]); each call's reply or error is its
     /// own, an error reply mapped to the store's error.
-    pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>) -> Result<Vec<Result<Value>>> {
+    pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>) -> Result<Vec<Result<Reply>>> {
         self.run_calls_waiting(calls, None).await
     }
 
@@ -180,13 +196,13 @@ impl RedisStore {
         &self,
         calls: Vec<Call<'_>>,
         wait: Option<WaitReplicas>,
-    ) -> Result<Vec<Result<Value>>> {
+    ) -> Result<Vec<Result<Reply>>> {
         let names: Vec<&'static str> = calls.iter().map(|c| c.script.name).collect();
         let sent = self.send(calls, wait).await?;
         Ok(sent
             .into_iter()
             .zip(names)
-            .map(|(s, name)| s.and_then(|r| r.map_err(|e| self.error(name, e))))
+            .map(|(s, name)| s.and_then(|r| self.sent(name, r)))
             .collect())
     }
 
@@ -198,13 +214,10 @@ impl RedisStore {
         verb: &'static str,
         route_key: &str,
         cmds: Vec<Cmd>,
-    ) -> Result<Vec<Result<Value>>> {
+    ) -> Result<Vec<Result<Reply>>> {
         let entries = cmds.into_iter().map(|c| (None, c)).collect();
         let sent = self.send_entries(verb, route_key, entries, None).await?;
-        Ok(sent
-            .into_iter()
-            .map(|s| s.and_then(|r| r.map_err(|e| self.error(verb, e))))
-            .collect())
+        Ok(sent.into_iter().map(|s| s.and_then(|r| self.sent(verb, r))).collect())
     }
 
     /// Every script call goes this way: the calls in one pipeline to the server that holds their
@@ -438,15 +451,8 @@ impl RedisStore {
     /// `EMQARGS`) typed, the rest as [`unreachable_or`] tells.
     pub(super) fn error(&self, verb: &'static str, e: RedisError) -> Error {
         if let Some(code) = e.code() {
-            match code {
-                "EMQOBLITERATING" => return Error::Obliterating { queue: String::new() },
-                "EMQARGS" => {
-                    return Error::Store {
-                        verb,
-                        reason: e.detail().unwrap_or("malformed arguments").to_string(),
-                    }
-                }
-                _ => {}
+            if let Some(typed) = reply::script_error(verb, &format!("{code} {}", e.detail().unwrap_or(""))) {
+                return typed;
             }
         }
         unreachable_or(&self.addr, verb, e)

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::{reply, RedisStore};
 use crate::error::{Error, Result};
@@ -23,7 +23,7 @@ pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Coun
             .await?;
         let items = reply::array(verb, v)?;
         let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, age, next, groups, kept] =
-            <[Value; 15]>::try_from(items).map_err(|_| Error::Protocol {
+            <[Reply; 15]>::try_from(items).map_err(|_| Error::Protocol {
                 verb,
                 reply: "counts shape".into(),
             })?;
@@ -34,7 +34,7 @@ pub(super) async fn counts(store: &RedisStore, queue: &QueueName) -> Result<Coun
         cursor = reply::bytes(verb, next)?;
         let kept = reply::int(verb, &kept)?;
         if cursor == b"0" || kept >= 0 {
-            let n = |v: &Value| reply::int(verb, v).map(|i| i.max(0) as u64);
+            let n = |v: &Reply| reply::int(verb, v).map(|i| i.max(0) as u64);
             let laned = if kept >= 0 {
                 kept as u64
             } else {

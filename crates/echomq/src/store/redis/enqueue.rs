@@ -3,7 +3,7 @@
 //! only when a call that landed replied the queue's registration owed, the `SADD emq:queues` and
 //! the mark that it is paid.
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::num;
 use super::connection::Call;
@@ -138,7 +138,7 @@ pub(super) async fn new_jobs(
 /// answered: its index and that job's id…}` (a caller id's duplicate: '', its own id; a debounce:
 /// the index negated), read into `out` (new jobs take sequences in batch order); the token of the
 /// registration owed, if any.
-fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqueued>) -> Result<Option<String>> {
+fn read_batch(verb: &'static str, v: Reply, batch: &[NewJob], out: &mut Vec<Enqueued>) -> Result<Option<String>> {
     let items = reply::array(verb, v)?;
     let mut items = items.into_iter();
     let mut seq = reply::int(
@@ -149,13 +149,13 @@ fn read_batch(verb: &'static str, v: Value, batch: &[NewJob], out: &mut Vec<Enqu
         })?,
     )?;
     let owed = match items.next() {
-        None | Some(Value::Nil) => None,
+        None | Some(Reply::Nil) => None,
         Some(token) => Some(reply::string(verb, token)?),
     };
     let mut answered = std::collections::HashMap::new();
     while let Some(index) = items.next() {
         let index = reply::int(verb, &index)?;
-        let holder = reply::string(verb, items.next().unwrap_or(Value::Nil))?;
+        let holder = reply::string(verb, items.next().unwrap_or(Reply::Nil))?;
         answered.insert(index.unsigned_abs(), (index < 0, holder));
     }
     for (i, job) in batch.iter().enumerate() {
@@ -192,7 +192,7 @@ pub(super) async fn register(store: &RedisStore, queue: &QueueName, owed: &[Stri
     let added = store
         .commands("enqueue", QUEUES_KEY, vec![add])
         .await
-        .and_then(|mut r| r.pop().unwrap_or(Ok(Value::Nil)));
+        .and_then(|mut r| r.pop().unwrap_or(Ok(Reply::Nil)));
     if let Err(e) = added {
         tracing::warn!(queue = %queue, error = %e, "registering the queue failed; its next enqueue registers it");
         return;

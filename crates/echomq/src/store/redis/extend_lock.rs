@@ -8,6 +8,7 @@ use super::args::{ms, num};
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
+use crate::store::reply::Reply;
 use crate::store::{millis, positive, Extended};
 
 pub(super) async fn extend_lock(
@@ -27,12 +28,17 @@ pub(super) async fn extend_lock(
         )
         .await?;
     match result {
-        Ok(v) => match reply::int("extend_lock", &v)? {
+        Reply::Error(text) if text.starts_with("EMQSTALE") => Ok(Extended::Stale),
+        Reply::Error(text) => Err(
+            reply::script_error("extend_lock", &text).unwrap_or(crate::Error::Store {
+                verb: "extend_lock",
+                reason: text,
+            }),
+        ),
+        v => match reply::int("extend_lock", &v)? {
             1 => Ok(Extended::Ok),
             -1 => Ok(Extended::Gone),
             _ => Err(reply::protocol("extend_lock", &v)),
         },
-        Err(e) if e.code() == Some("EMQSTALE") => Ok(Extended::Stale),
-        Err(e) => Err(store.error("extend_lock", e)),
     }
 }

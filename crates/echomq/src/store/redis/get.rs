@@ -4,6 +4,7 @@ use super::{reply, RedisStore};
 use crate::error::{Error, Result};
 use crate::job::{JobRow, JobState};
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName};
+use crate::store::reply::Reply;
 
 pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
     let k = QueueKeys::new(queue);
@@ -28,7 +29,7 @@ pub(super) async fn get(store: &RedisStore, queue: &QueueName, id: &JobId) -> Re
 
 /// A job's row from a reply of HGETALL field/value pairs followed by its score (`''` for none):
 /// get's, and mark_waited's for a finished job. `None` for an empty reply (no row).
-pub(super) fn row(verb: &'static str, id: &JobId, mut items: Vec<redis::Value>) -> Result<Option<Box<JobRow>>> {
+pub(super) fn row(verb: &'static str, id: &JobId, mut items: Vec<Reply>) -> Result<Option<Box<JobRow>>> {
     let Some(score) = items.pop() else {
         return Ok(None);
     };

@@ -1,7 +1,7 @@
 //! obliterate (`scripts/obliterate.lua`): every key of the queue deleted in chunks
 //! ([`super::drain::drain_chunk`]), then its registration in `emq:queues`.
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::num;
 use super::drain::drain_chunk;
@@ -47,7 +47,7 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
     let mut exists = redis::cmd("EXISTS");
     exists.arg(k.registered());
     let recreated = first_error(store.commands("obliterate", &k.registered(), vec![exists]).await?)?;
-    if matches!(recreated, Some(Value::Int(n)) if n > 0) {
+    if matches!(recreated, Some(Reply::Int(n)) if n > 0) {
         let mut sadd = redis::cmd("SADD");
         sadd.arg(QUEUES_KEY).arg(queue.as_str());
         first_error(store.commands("obliterate", QUEUES_KEY, vec![sadd]).await?)?;
@@ -56,7 +56,7 @@ pub(super) async fn obliterate(store: &RedisStore, queue: &QueueName, force: boo
 }
 
 /// The last reply of `replies`, or the first error among them.
-fn first_error(replies: Vec<Result<Value>>) -> Result<Option<Value>> {
+fn first_error(replies: Vec<Result<Reply>>) -> Result<Option<Reply>> {
     let mut last = None;
     for r in replies {
         last = Some(r?);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::num;
 use super::connection::Call;
@@ -30,19 +30,19 @@ pub(super) fn promote_call<'a>(store: &'a RedisStore, k: &QueueKeys, limit: u32,
 
 /// How many moved, when the next scheduled job or slot is due (none: `None`), how many jobs the
 /// schedules fired, and the schedules to refill (8 items each).
-pub(super) fn parse_promoted(v: Value) -> Result<Promoted> {
+pub(super) fn parse_promoted(v: Reply) -> Result<Promoted> {
     let verb = "promote";
     let items = reply::array(verb, v)?;
     if items.len() < 3 || (items.len() - 3) % 8 != 0 {
         return Err(reply::protocol_text(verb, &format!("{} elements", items.len())));
     }
     let mut it = items.into_iter();
-    let mut int = || reply::int(verb, &it.next().unwrap_or(Value::Nil));
+    let mut int = || reply::int(verb, &it.next().unwrap_or(Reply::Nil));
     let moved = int()?.max(0) as u64;
     let next = int()?;
     let fired = int()?.max(0) as u64;
     let mut refills = Vec::new();
-    let rest: Vec<Value> = it.collect();
+    let rest: Vec<Reply> = it.collect();
     for r in rest.chunks(8) {
         let text = |i: usize| reply::string(verb, r[i].clone());
         let int = |i: usize| reply::int(verb, &r[i]);

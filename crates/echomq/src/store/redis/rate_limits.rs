@@ -6,6 +6,7 @@ use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{QueueKeys, QueueName};
 use crate::rate::{target_parts, RateLimit, RateLimits, RateParts, RateTarget};
+use crate::store::reply::Reply;
 
 fn keys(k: &QueueKeys) -> [String; 4] {
     [k.groups(), k.throttled(), k.tats(), k.tat()]
@@ -38,9 +39,9 @@ pub(super) async fn rate_limits(store: &RedisStore, queue: &QueueName) -> Result
     if items.len() < 5 || (items.len() - 5) % 3 != 0 {
         return Err(reply::protocol_text(verb, &format!("{} elements", items.len())));
     }
-    let count = |v: &redis::Value| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
+    let count = |v: &Reply| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
     let mut it = items.into_iter();
-    let mut next = || it.next().unwrap_or(redis::Value::Nil);
+    let mut next = || it.next().unwrap_or(Reply::Nil);
     let queue_spec = reply::string(verb, next())?;
     let queue_wait_us = count(&next())?;
     let group_default = reply::string(verb, next())?;

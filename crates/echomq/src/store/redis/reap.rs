@@ -2,7 +2,7 @@
 //! took, or with `max_redeliveries` given that attempt back and counted against that budget; its
 //! call is also the round's `Recovery::Reap` and `Recovery::Redeliver` leg.
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::num;
 use super::connection::Call;
@@ -45,6 +45,6 @@ pub(super) fn reap_call<'a>(
 }
 
 /// How many leases went back to ready.
-pub(super) fn parse_reaped(v: Value) -> Result<u64> {
+pub(super) fn parse_reaped(v: Reply) -> Result<u64> {
     Ok(reply::int("reap", &v)?.max(0) as u64)
 }

@@ -7,6 +7,7 @@ use super::args::num;
 use super::{reply, RedisStore};
 use crate::error::Result;
 use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::reply::Reply;
 use crate::store::{check_retention, Retention};
 
 pub(super) async fn set_retention(store: &RedisStore, queue: &QueueName, retention: &Retention) -> Result<()> {
@@ -33,9 +34,8 @@ pub(super) async fn retention(store: &RedisStore, queue: &QueueName) -> Result<R
         )
         .await?;
     let [keep, age, cap] = reply::tuple::<3>(verb, v)?;
-    let int =
-        |v: &redis::Value| reply::int(verb, v).and_then(|n| u64::try_from(n).map_err(|_| reply::protocol(verb, v)));
-    let field = |v: &redis::Value| int(v).and_then(|n| u32::try_from(n).map_err(|_| reply::protocol(verb, v)));
+    let int = |v: &Reply| reply::int(verb, v).and_then(|n| u64::try_from(n).map_err(|_| reply::protocol(verb, v)));
+    let field = |v: &Reply| int(v).and_then(|n| u32::try_from(n).map_err(|_| reply::protocol(verb, v)));
     Ok(Retention {
         keep: field(&keep)?,
         max_age: Duration::from_millis(int(&age)?),

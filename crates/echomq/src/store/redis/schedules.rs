@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::num;
 use super::enqueue::register;
@@ -35,7 +35,7 @@ pub(super) async fn upsert_schedule(store: &RedisStore, queue: &QueueName, sched
     );
     let keys = [k.schedule(&schedule.name), k.schedules(), k.schedule_due()];
     let [version, owed] = reply::tuple(verb, store.run(&store.scripts.upsert_schedule, &keys, args).await?)?;
-    if !matches!(owed, Value::Nil) {
+    if !matches!(owed, Reply::Nil) {
         register(store, queue, &[reply::string(verb, owed)?]).await;
     }
     Ok(reply::int(verb, &version)?.max(0) as u64)
@@ -108,7 +108,7 @@ pub(super) async fn trigger_schedule(
         .run(&store.scripts.trigger_schedule, &[k.schedule(name)], args)
         .await?
     {
-        Value::Nil => Ok(None),
+        Reply::Nil => Ok(None),
         id => Ok(Some(JobId::from_store(reply::string("trigger_schedule", id)?))),
     }
 }
@@ -134,6 +134,6 @@ pub(super) async fn refill_schedule(
     )
 }
 
-fn flag(verb: &'static str, v: Value) -> Result<bool> {
+fn flag(verb: &'static str, v: Reply) -> Result<bool> {
     Ok(reply::int(verb, &v)? == 1)
 }

@@ -1,7 +1,7 @@
 //! sweep_stalled (`scripts/sweep_stalled.lua`): the count-thresholded stalled sweep; its call is
 //! also the round's `Recovery::Stalled` leg.
 
-use redis::Value;
+use crate::store::reply::Reply;
 
 use super::args::num;
 use super::connection::Call;
@@ -27,10 +27,10 @@ pub(super) fn sweep_call<'a>(store: &'a RedisStore, k: &QueueKeys, policy: Stall
 }
 
 /// The ids recovered and the ids buried, in the reply's order.
-pub(super) fn parse_swept(v: Value) -> Result<Swept> {
+pub(super) fn parse_swept(v: Reply) -> Result<Swept> {
     let verb = "sweep_stalled";
     let [recovered, dead] = reply::tuple(verb, v)?;
-    let ids = |v: Value| -> Result<Vec<JobId>> {
+    let ids = |v: Reply| -> Result<Vec<JobId>> {
         reply::array(verb, v)?
             .into_iter()
             .map(|i| reply::string(verb, i).map(JobId::from_store))
