@@ -41,52 +41,22 @@ use crate::store::{
     Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, PAYLOAD_LIMIT_DEFAULT,
 };
 
-mod args;
 mod connection;
 mod reply;
-mod round;
 
 mod topology;
 mod url;
 
-mod cancel;
-mod claim;
-mod complete;
-mod complete_cancelled;
-mod complete_many;
-mod counts;
-mod discard;
-mod drain;
-mod enqueue;
-mod extend_lock;
-mod genqueue;
-mod get;
-mod groups;
-mod history;
-mod list;
-mod obliterate;
-mod pause;
-mod priority_aging;
-mod promote;
-mod promote_job;
-mod queues;
-mod rate_limits;
-mod reap;
-mod redrive;
-mod registry;
-mod release;
-mod remove;
-mod resume;
-mod retention;
-mod retry;
-mod schedules;
-mod set_group_limit;
-mod sweep_stalled;
-mod update_data;
 mod wait;
 
 use crate::store::scripts::Scripts;
 pub use crate::store::scripts::VERBS;
+use crate::store::verbs::{
+    cancel, claim, complete, complete_cancelled, complete_many, counts, discard, drain, enqueue, extend_lock, genqueue,
+    get, groups, history, list, obliterate, pause, priority_aging, promote, promote_job, queues, rate_limits, reap,
+    redrive, registry, release, remove, resume, retention, retry, round, schedules, set_group_limit, sweep_stalled,
+    update_data,
+};
 use topology::{Cluster, Node, Topology};
 
 /// How long a connect may take before the store is declared unreachable.

@@ -12,14 +12,18 @@
 pub(crate) struct Script {
     pub(crate) name: &'static str,
     body: String,
+    #[cfg(feature = "redis")]
     sha: String,
     cluster_body: String,
+    #[cfg(feature = "redis")]
     cluster_sha: String,
     /// Whether the script may write (a store that waits for replicas waits after it).
+    #[cfg(feature = "redis")]
     pub(crate) writes: bool,
 }
 
 /// The verbs whose scripts only read.
+#[cfg(feature = "redis")]
 const READS: &[&str] = &[
     "get",
     "counts",
@@ -107,16 +111,17 @@ impl Script {
         } else {
             source.to_string()
         };
-        let sha = sha1_smol::Sha1::from(body.as_bytes()).digest().to_string();
         let cluster_body = body.replace(PUBLISH, SPUBLISH);
-        let cluster_sha = sha1_smol::Sha1::from(cluster_body.as_bytes()).digest().to_string();
         Self {
             name,
-            body,
-            sha,
-            cluster_body,
-            cluster_sha,
+            #[cfg(feature = "redis")]
+            sha: sha1_smol::Sha1::from(body.as_bytes()).digest().to_string(),
+            #[cfg(feature = "redis")]
+            cluster_sha: sha1_smol::Sha1::from(cluster_body.as_bytes()).digest().to_string(),
+            #[cfg(feature = "redis")]
             writes: !READS.contains(&name),
+            body,
+            cluster_body,
         }
     }
 
@@ -130,6 +135,7 @@ impl Script {
     }
 
     /// The SHA-1 of [`Self::body`].
+    #[cfg(feature = "redis")]
     pub(crate) fn sha(&self, cluster: bool) -> &str {
         if cluster {
             &self.cluster_sha
@@ -261,6 +267,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn on_a_cluster_every_script_publishes_to_shard_channels_only() {
         let scripts = Scripts::load();
         let mut publishing = 0;

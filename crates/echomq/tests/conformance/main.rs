@@ -59,6 +59,7 @@ const EMBEDDED_SUPPORT: &[&str] = &[
     "checkpoint",
     "common",
     "db",
+    "engine",
     "handoff",
     "rate",
     "registry",

@@ -16,7 +16,8 @@ use super::topology::{self, Node, Topology};
 use super::{RedisStore, WaitReplicas, CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::keyspace::{JobId, QueueKeys, QueueName};
-use crate::store::scripts::Script;
+use crate::store::engine::{Call, Engine};
+use crate::store::scripts::{Script, Scripts};
 use crate::store::CancelRequest;
 
 /// The longest park that ends on the client's timer rather than the server's step (see
@@ -44,13 +45,6 @@ pub(super) const REDIRECTS_FOR: Duration = Duration::from_secs(20);
 
 /// The longest pause between two sends of a call the cluster put off.
 const REDIRECT_PAUSE_MAX: Duration = Duration::from_millis(200);
-
-/// One script call of a pipeline.
-pub(super) struct Call<'a> {
-    pub(super) script: &'a Script,
-    pub(super) keys: Vec<String>,
-    pub(super) args: Vec<Vec<u8>>,
-}
 
 /// One call's outcome: the server's reply to its script, an error reply left raw (a verb may read
 /// its own codes in it); or the store's error when the script could not be run (its load was
@@ -184,14 +178,9 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Runs script calls in one round trip ([`Self::send`]); each call's reply or error is its
-    /// own, an error reply mapped to the store's error.
-    pub(super) async fn run_calls(&self, calls: Vec<Call<'_>>) -> Result<Vec<Result<Reply>>> {
-        self.run_calls_waiting(calls, None).await
-    }
-
-    /// [`Self::run_calls`], the writes also waiting for the replicas `wait` asks (beside the
-    /// store's own setting: the larger count and the longer timeout of the two).
+    /// Runs script calls in one round trip ([`Self::send`]); each call's reply or error is its own,
+    /// an error reply mapped to the store's error. The writes also wait for the replicas `wait`
+    /// asks (beside the store's own setting: the larger count and the longer timeout of the two).
     pub(super) async fn run_calls_waiting(
         &self,
         calls: Vec<Call<'_>>,
@@ -213,9 +202,18 @@ impl RedisStore {
         &self,
         verb: &'static str,
         route_key: &str,
-        cmds: Vec<Cmd>,
+        cmds: Vec<Vec<Vec<u8>>>,
     ) -> Result<Vec<Result<Reply>>> {
-        let entries = cmds.into_iter().map(|c| (None, c)).collect();
+        let entries = cmds
+            .into_iter()
+            .map(|words| {
+                let mut cmd = Cmd::new();
+                for w in words {
+                    cmd.arg(w);
+                }
+                (None, cmd)
+            })
+            .collect();
         let sent = self.send_entries(verb, route_key, entries, None).await?;
         Ok(sent.into_iter().map(|s| s.and_then(|r| self.sent(verb, r))).collect())
     }
@@ -800,6 +798,43 @@ fn missing(verb: &'static str) -> Error {
     Error::Protocol {
         verb,
         reply: "fewer replies than calls".into(),
+    }
+}
+
+#[async_trait::async_trait]
+impl Engine for RedisStore {
+    fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    fn payload_limit(&self) -> usize {
+        self.payload_limit
+    }
+
+    async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
+        RedisStore::run(self, script, keys, args).await
+    }
+
+    async fn run_raw(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
+        RedisStore::run_raw(self, script, keys, args).await
+    }
+
+    async fn run_calls_waiting(
+        &self,
+        calls: Vec<Call<'_>>,
+        wait: Option<(u32, Duration)>,
+    ) -> Result<Vec<Result<Reply>>> {
+        let wait = wait.map(|(replicas, timeout)| WaitReplicas { replicas, timeout });
+        RedisStore::run_calls_waiting(self, calls, wait).await
+    }
+
+    async fn commands(
+        &self,
+        verb: &'static str,
+        route_key: &str,
+        cmds: Vec<Vec<Vec<u8>>>,
+    ) -> Result<Vec<Result<Reply>>> {
+        RedisStore::commands(self, verb, route_key, cmds).await
     }
 }
 

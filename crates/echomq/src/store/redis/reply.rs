@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-pub(crate) use crate::store::reply::*;
+pub(crate) use crate::store::verbs::reply::*;
 
 /// A reply of the client as a [`Reply`] (RESP3 forms read as their RESP2 twins).
 pub(crate) fn from_value(v: Value) -> Reply {

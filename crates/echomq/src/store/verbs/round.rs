@@ -1,0 +1,109 @@
+//! The consumer's pipelined rounds, each leg's reply read by its verb's module and kept apart:
+//! recover_promote_claim (a beat's recovery, promote and claim) and complete_then_claim (a batch of
+//! completions, then the claim for the slots they free).
+
+use std::time::Duration;
+
+use super::claim::{claim_call, parse_claimed};
+use super::complete_many::{complete_many_calls, parse_completed};
+use super::promote::{parse_promoted, promote_call};
+use super::reap::{parse_reaped, reap_call};
+use super::sweep_stalled::{parse_swept, sweep_call};
+use super::Engine;
+use crate::error::{Error, Result};
+use crate::keyspace::{QueueKeys, QueueName};
+use crate::store::{
+    check_claim, positive, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Recovery, Round, SettleOptions,
+    BATCH_MAX, REAP_LIMIT,
+};
+
+pub(crate) async fn recover_promote_claim(
+    store: &(impl Engine + ?Sized),
+    queue: &QueueName,
+    recovery: Recovery,
+    pump: u32,
+    grace: Duration,
+    claim: ClaimRequest,
+) -> Result<Round> {
+    positive("pump", pump as u64)?;
+    let k = QueueKeys::new(queue);
+    let mut calls = Vec::with_capacity(3);
+    match recovery {
+        Recovery::Off => {}
+        Recovery::Reap => calls.push(reap_call(store, &k, REAP_LIMIT, None)),
+        Recovery::Redeliver(p) => calls.push(reap_call(store, &k, p.limit, Some(p.max_redeliveries))),
+        Recovery::Stalled(policy) => calls.push(sweep_call(store, &k, policy)),
+    }
+    calls.push(promote_call(store, &k, pump, grace));
+    if claim.n > 0 {
+        check_claim(claim.lease, claim.max_attempts)?;
+        let n = (claim.n as usize).min(BATCH_MAX);
+        calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
+    }
+    let mut replies = store.run_calls(calls).await?.into_iter();
+    let mut next = || {
+        replies.next().unwrap_or_else(|| {
+            Err(Error::Protocol {
+                verb: "recover_promote_claim",
+                reply: "fewer replies than calls".into(),
+            })
+        })
+    };
+    let recovered = match recovery {
+        Recovery::Off => Ok(()),
+        Recovery::Reap | Recovery::Redeliver(_) => next().and_then(parse_reaped).map(drop),
+        Recovery::Stalled(_) => next().and_then(parse_swept).map(drop),
+    };
+    let promoted = next().and_then(parse_promoted);
+    let claimed = if claim.n > 0 {
+        next().and_then(|v| {
+            let mut out = Claimed::default();
+            parse_claimed(v, &mut out).map(|_| out)
+        })
+    } else {
+        Ok(Claimed::default())
+    };
+    Ok(Round {
+        recovered,
+        promoted,
+        claimed,
+    })
+}
+
+pub(crate) async fn complete_then_claim(
+    store: &(impl Engine + ?Sized),
+    queue: &QueueName,
+    jobs: &[Completion],
+    settle: SettleOptions,
+    claim: ClaimRequest,
+) -> Result<CompletedThenClaimed> {
+    let k = QueueKeys::new(queue);
+    // a batch refused before sending (an output over the limit) sends no claim either: the
+    // caller settles its entries one by one, then claims
+    let mut calls = complete_many_calls(store, &k, jobs, settle)?;
+    let settles = calls.len();
+    if claim.n > 0 {
+        check_claim(claim.lease, claim.max_attempts)?;
+        let n = (claim.n as usize).min(BATCH_MAX);
+        calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
+    }
+    let mut replies = store.run_calls(calls).await?;
+    let claimed = if claim.n > 0 {
+        match replies.pop() {
+            Some(v) if replies.len() == settles => v.and_then(|v| {
+                let mut out = Claimed::default();
+                parse_claimed(v, &mut out).map(|_| out)
+            }),
+            _ => Err(Error::Protocol {
+                verb: "complete_then_claim",
+                reply: "fewer replies than calls".into(),
+            }),
+        }
+    } else {
+        Ok(Claimed::default())
+    };
+    Ok(CompletedThenClaimed {
+        completed: parse_completed(replies),
+        claimed,
+    })
+}
