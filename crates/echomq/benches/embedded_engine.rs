@@ -34,7 +34,7 @@ mod support {
 }
 
 use echomq::keyspace::QueueKeys;
-use echomq::store::embedded::engine::{Call, Engine, Reply};
+use echomq::store::embedded::engine::{Call, LuaHost, Reply};
 use echomq::store::embedded::EmbeddedStore;
 use echomq::store::{ClaimRequest, Completion, SettleOptions};
 use echomq::{JobId, NewJob, QueueName, Retention, Store};
@@ -42,7 +42,7 @@ use serde_json::json;
 
 const LEASE_MS: u64 = 30_000;
 
-type Job = Box<dyn FnOnce(&Engine) + Send>;
+type Job = Box<dyn FnOnce(&LuaHost) + Send>;
 
 /// The engine on a thread of its own, reached over a channel.
 struct EngineThread {
@@ -62,7 +62,7 @@ impl EngineThread {
             conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
                 .unwrap();
             conn.set_prepared_statement_cache_capacity(256);
-            let mut engine = Engine::with_verbs(conn).unwrap();
+            let mut engine = LuaHost::with_verbs(conn).unwrap();
             engine.register("empty", "return 1").unwrap();
             for job in rx {
                 job(&engine);
@@ -77,7 +77,7 @@ impl EngineThread {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let k = k.clone();
         self.tx
-            .send(Box::new(move |e: &Engine| {
+            .send(Box::new(move |e: &LuaHost| {
                 let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
                 let empty = Call {
                     script: "empty",
@@ -107,7 +107,7 @@ impl EngineThread {
     async fn run(&self, calls: Vec<Call<'static>>) -> Vec<Reply> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.tx
-            .send(Box::new(move |e: &Engine| {
+            .send(Box::new(move |e: &LuaHost| {
                 let _ = tx.send(e.run(&calls).unwrap().0);
             }))
             .unwrap();

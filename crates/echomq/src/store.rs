@@ -14,14 +14,14 @@ use crate::rate::{RateLimit, RateLimits, RateTarget};
 use crate::registry::ConsumerEntry;
 use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
 
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) mod engine;
 mod jobs_page;
 #[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) mod reply;
 #[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) mod scripts;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) mod verbs;
 #[cfg(any(feature = "redis", feature = "embedded"))]
 pub(crate) use jobs_page::After;

@@ -9,7 +9,7 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use echomq::store::embedded::engine::{Call, Engine, Reply};
+use echomq::store::embedded::engine::{Call, LuaHost, Reply};
 
 /// Runs the commands in ARGV (each: its count of words, then its words) and replies, per
 /// command, its reply as text: `i:` a number, `s:` a string, `nil`, `ok:` a status, `e:` an
@@ -250,7 +250,7 @@ fn texts(r: Reply) -> Vec<String> {
 async fn the_engine_answers_every_command_as_redis_does() {
     let url = redis_server::url_from_env_or_start("EMQ_TEST_REDIS_URL");
     let mut redis = redis_server::connect(&url).await;
-    let mut engine = Engine::new(rusqlite::Connection::open_in_memory().unwrap()).unwrap();
+    let mut engine = LuaHost::new(rusqlite::Connection::open_in_memory().unwrap()).unwrap();
     engine.register("runner", RUNNER).unwrap();
     let sequences: u64 = std::env::var("EMQ_ENGINE_SEQUENCES")
         .ok()

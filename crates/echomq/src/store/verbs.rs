@@ -20,6 +20,7 @@ pub(crate) mod get;
 pub(crate) mod groups;
 pub(crate) mod history;
 pub(crate) mod list;
+pub(crate) mod mark_waited;
 pub(crate) mod obliterate;
 pub(crate) mod pause;
 pub(crate) mod priority_aging;
@@ -41,3 +42,300 @@ pub(crate) mod schedules;
 pub(crate) mod set_group_limit;
 pub(crate) mod sweep_stalled;
 pub(crate) mod update_data;
+
+/// The names the [`script_store`] impl reads.
+pub(crate) mod prelude {
+    pub(crate) use super::{
+        cancel, claim, complete, complete_cancelled, complete_many, counts, discard, drain, enqueue, extend_lock,
+        genqueue, get, groups, history, list, mark_waited, obliterate, pause, priority_aging, promote, promote_job,
+        queues, rate_limits, reap, redrive, registry, release, remove, resume, retention, retry, round, schedules,
+        set_group_limit, sweep_stalled, update_data,
+    };
+    pub(crate) use crate::error::Result;
+    pub(crate) use crate::job::{JobRow, JobState, NewJob};
+    pub(crate) use crate::keyspace::{GroupName, JobId, QueueName};
+    pub(crate) use crate::rate::{RateLimit, RateLimits, RateTarget};
+    pub(crate) use crate::registry::ConsumerEntry;
+    pub(crate) use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
+    pub(crate) use crate::store::{
+        Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
+        GroupsPage, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
+        Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited,
+    };
+    pub(crate) use std::time::Duration;
+}
+
+/// `impl Store for $ty`, a store whose verbs are the scripts its engine runs ([`Engine`]): each
+/// verb handed to its module here, once for every such store; `$extra` are the methods the store
+/// provides itself (its park, its subscriptions, its settle round trips).
+macro_rules! script_store {
+    ($ty:ty, { $($extra:tt)* }) => {
+        const _: () = {
+            use $crate::store::verbs::prelude::*;
+
+            #[async_trait::async_trait]
+            impl Store for $ty {
+                    async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+                        enqueue::enqueue(self, queue, jobs).await
+                    }
+
+                    async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+                        genqueue::genqueue(self, queue, group, jobs).await
+                    }
+
+                    async fn claim(
+                        &self,
+                        queue: &QueueName,
+                        n: u32,
+                        lease: Duration,
+                        max_attempts: u32,
+                        settle: SettleOptions,
+                    ) -> Result<Claimed> {
+                        claim::claim(self, queue, n, lease, max_attempts, settle).await
+                    }
+
+                    async fn complete(
+                        &self,
+                        queue: &QueueName,
+                        id: &JobId,
+                        token: u64,
+                        output: Option<&[u8]>,
+                        settle: SettleOptions,
+                    ) -> Result<Settled> {
+                        complete::complete(self, queue, id, token, output, settle).await
+                    }
+
+                    async fn complete_many(
+                        &self,
+                        queue: &QueueName,
+                        jobs: &[Completion],
+                        settle: SettleOptions,
+                    ) -> Result<Vec<Settled>> {
+                        complete_many::complete_many(self, queue, jobs, settle).await
+                    }
+
+                    async fn complete_cancelled(
+                        &self,
+                        queue: &QueueName,
+                        id: &JobId,
+                        token: u64,
+                        reason: Option<&str>,
+                        settle: SettleOptions,
+                    ) -> Result<Settled> {
+                        complete_cancelled::complete_cancelled(self, queue, id, token, reason, settle).await
+                    }
+
+                    async fn retry(
+                        &self,
+                        queue: &QueueName,
+                        id: &JobId,
+                        token: u64,
+                        delay: Duration,
+                        max_attempts: u32,
+                        error: &str,
+                        settle: SettleOptions,
+                    ) -> Result<Retried> {
+                        retry::retry(self, queue, id, token, delay, max_attempts, error, settle).await
+                    }
+
+                    async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled> {
+                        release::release(self, queue, id, token, delay).await
+                    }
+
+                    async fn discard(
+                        &self,
+                        queue: &QueueName,
+                        id: &JobId,
+                        token: u64,
+                        error: &str,
+                        settle: SettleOptions,
+                    ) -> Result<Discarded> {
+                        discard::discard(self, queue, id, token, error, settle).await
+                    }
+
+                    async fn reap(&self, queue: &QueueName, limit: u32, max_redeliveries: Option<u32>) -> Result<u64> {
+                        reap::reap(self, queue, limit, max_redeliveries).await
+                    }
+
+                    async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept> {
+                        sweep_stalled::sweep_stalled(self, queue, policy).await
+                    }
+
+                    async fn promote(&self, queue: &QueueName, limit: u32, grace: Duration) -> Result<Promoted> {
+                        promote::promote(self, queue, limit, grace).await
+                    }
+
+                    async fn upsert_schedule(&self, queue: &QueueName, schedule: &Schedule) -> Result<u64> {
+                        schedules::upsert_schedule(self, queue, schedule).await
+                    }
+
+                    async fn remove_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+                        schedules::remove_schedule(self, queue, name).await
+                    }
+
+                    async fn pause_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+                        schedules::pause_schedule(self, queue, name).await
+                    }
+
+                    async fn resume_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
+                        schedules::resume_schedule(self, queue, name).await
+                    }
+
+                    async fn list_schedules(&self, queue: &QueueName) -> Result<Vec<ScheduleInfo>> {
+                        schedules::list_schedules(self, queue).await
+                    }
+
+                    async fn trigger_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<Option<JobId>> {
+                        schedules::trigger_schedule(self, queue, name).await
+                    }
+
+                    async fn refill_schedule(&self, queue: &QueueName, request: &RefillRequest, refill: &Refill) -> Result<bool> {
+                        schedules::refill_schedule(self, queue, request, refill).await
+                    }
+
+                    async fn recover_promote_claim(
+                        &self,
+                        queue: &QueueName,
+                        recovery: Recovery,
+                        pump: u32,
+                        grace: Duration,
+                        claim: ClaimRequest,
+                    ) -> Result<Round> {
+                        round::recover_promote_claim(self, queue, recovery, pump, grace, claim).await
+                    }
+
+                    async fn complete_then_claim(
+                        &self,
+                        queue: &QueueName,
+                        jobs: &[Completion],
+                        settle: SettleOptions,
+                        claim: ClaimRequest,
+                    ) -> Result<CompletedThenClaimed> {
+                        round::complete_then_claim(self, queue, jobs, settle, claim).await
+                    }
+
+                    async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {
+                        extend_lock::extend_lock(self, queue, id, token, lease).await
+                    }
+
+                    async fn update_data(&self, queue: &QueueName, id: &JobId, token: u64, payload: &[u8]) -> Result<Settled> {
+                        update_data::update_data(self, queue, id, token, payload).await
+                    }
+
+                    async fn pause(&self, queue: &QueueName) -> Result<()> {
+                        pause::pause(self, queue).await
+                    }
+
+                    async fn resume(&self, queue: &QueueName) -> Result<()> {
+                        resume::resume(self, queue).await
+                    }
+
+                    async fn drain(&self, queue: &QueueName) -> Result<u64> {
+                        drain::drain(self, queue).await
+                    }
+
+                    async fn obliterate(&self, queue: &QueueName, force: bool) -> Result<Obliterated> {
+                        obliterate::obliterate(self, queue, force).await
+                    }
+
+                    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
+                        get::get(self, queue, id).await
+                    }
+
+                    async fn remove(&self, queue: &QueueName, id: &JobId, force: bool) -> Result<Removed> {
+                        remove::remove(self, queue, id, force).await
+                    }
+
+                    async fn redrive(&self, queue: &QueueName, id: &JobId, extra: u32) -> Result<Redriven> {
+                        redrive::redrive(self, queue, id, extra).await
+                    }
+
+                    async fn redrive_all(&self, queue: &QueueName, extra: u32) -> Result<u64> {
+                        redrive::redrive_all(self, queue, extra).await
+                    }
+
+                    async fn promote_job(&self, queue: &QueueName, id: &JobId) -> Result<PromotedJob> {
+                        promote_job::promote_job(self, queue, id).await
+                    }
+
+                    async fn cancel(
+                        &self,
+                        queue: &QueueName,
+                        id: &JobId,
+                        reason: Option<&str>,
+                        settle: SettleOptions,
+                    ) -> Result<Cancelled> {
+                        cancel::cancel(self, queue, id, reason, settle).await
+                    }
+
+                    async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()> {
+                        retention::set_retention(self, queue, retention).await
+                    }
+
+                    async fn retention(&self, queue: &QueueName) -> Result<Retention> {
+                        retention::retention(self, queue).await
+                    }
+
+                    async fn set_priority_aging(&self, queue: &QueueName, aging: Duration) -> Result<()> {
+                        priority_aging::set_priority_aging(self, queue, aging).await
+                    }
+
+                    async fn priority_aging(&self, queue: &QueueName) -> Result<Duration> {
+                        priority_aging::priority_aging(self, queue).await
+                    }
+
+                    async fn set_rate_limit(&self, queue: &QueueName, target: &RateTarget, limit: Option<RateLimit>) -> Result<()> {
+                        rate_limits::set_rate_limit(self, queue, target, limit).await
+                    }
+
+                    async fn rate_limits(&self, queue: &QueueName) -> Result<RateLimits> {
+                        rate_limits::rate_limits(self, queue).await
+                    }
+
+                    async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {
+                        mark_waited::mark_waited(self, queue, id).await
+                    }
+
+                    async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()> {
+                        set_group_limit::set_group_limit(self, queue, target, limit).await
+                    }
+
+                    async fn counts(&self, queue: &QueueName) -> Result<Counts> {
+                        counts::counts(self, queue).await
+                    }
+
+                    async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage> {
+                        groups::groups(self, queue, cursor).await
+                    }
+
+                    async fn register_consumer(&self, queue: &QueueName, entry: &ConsumerEntry) -> Result<i64> {
+                        registry::register(self, queue, entry).await
+                    }
+
+                    async fn unregister_consumer(&self, queue: &QueueName, id: &str) -> Result<bool> {
+                        registry::unregister(self, queue, id).await
+                    }
+
+                    async fn consumers(&self, queue: &QueueName) -> Result<Vec<ConsumerEntry>> {
+                        registry::consumers(self, queue).await
+                    }
+
+                    async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {
+                        crate::store::check_history_minutes(minutes)?;
+                        history::history(self, queue, minutes).await
+                    }
+
+                    async fn list(&self, queue: &QueueName, state: JobState, cursor: Option<&str>, limit: u32) -> Result<JobsPage> {
+                        list::list(self, queue, state, cursor, limit).await
+                    }
+
+                    async fn queues(&self) -> Result<Vec<QueueName>> {
+                        queues::queues(self).await
+                    }
+
+                $($extra)*
+            }
+        };
+    };
+}
+pub(crate) use script_store;

@@ -22,6 +22,9 @@
 
 mod commands;
 mod keyspace;
+mod store;
+
+pub use store::EngineStore;
 
 use std::collections::HashMap;
 
@@ -92,8 +95,23 @@ return function(f, keys, argv)
 end
 "#;
 
+/// What a command that succeeded tells beyond the keyspace: a message published on a channel, or
+/// a push onto a queue's wake list (a notice on the list's key, its message the count of tokens).
+fn notice(argv: &[Vec<u8>]) -> Option<Notice> {
+    let name = argv.first()?;
+    if name.eq_ignore_ascii_case(b"PUBLISH") || name.eq_ignore_ascii_case(b"SPUBLISH") {
+        if let [_, ch, msg] = argv {
+            return Some((ch.clone(), msg.clone()));
+        }
+    }
+    if name.eq_ignore_ascii_case(b"RPUSH") && argv.get(1).is_some_and(|k| k.ends_with(b":wake")) {
+        return Some((argv[1].clone(), (argv.len() - 2).to_string().into_bytes()));
+    }
+    None
+}
+
 /// What the raw command function reaches while a script runs (the state's app data).
-struct Host {
+struct Session {
     ks: Keyspace,
     /// The file failed during the script: the run is aborted, whatever the script did with it.
     fatal: Option<rusqlite::Error>,
@@ -103,7 +121,7 @@ struct Host {
     clock_us: i64,
 }
 
-impl Host {
+impl Session {
     fn now_us(&mut self) -> i64 {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -127,15 +145,15 @@ pub struct Call<'a> {
 
 /// A connection's keyspace and its Lua state, with the scripts compiled once (the embedded
 /// `EVALSHA`).
-pub struct Engine {
+pub struct LuaHost {
     lua: Lua,
     runner: Function,
     scripts: HashMap<String, Function>,
 }
 
-impl std::fmt::Debug for Engine {
+impl std::fmt::Debug for LuaHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("scripts", &self.scripts.len()).finish()
+        f.debug_struct("LuaHost").field("scripts", &self.scripts.len()).finish()
     }
 }
 
@@ -206,12 +224,12 @@ fn table_reply(t: Table) -> mlua::Result<Reply> {
     Ok(Reply::Array(out))
 }
 
-impl Engine {
+impl LuaHost {
     /// The engine of `conn` (its keyspace tables made when missing).
     pub fn new(conn: Connection) -> Result<Self, EngineError> {
         let ks = Keyspace::new(conn)?;
         let lua = Lua::new_with(StdLib::STRING | StdLib::TABLE | StdLib::MATH, LuaOptions::default())?;
-        lua.set_app_data(Host {
+        lua.set_app_data(Session {
             ks,
             fatal: None,
             notices: Vec::new(),
@@ -227,18 +245,13 @@ impl Engine {
             }
             let reply = {
                 let mut host = lua
-                    .app_data_mut::<Host>()
+                    .app_data_mut::<Session>()
                     .ok_or_else(|| mlua::Error::runtime("the engine's host is missing"))?;
                 let now = host.now_us();
-                let publish = argv
-                    .first()
-                    .is_some_and(|c| c.eq_ignore_ascii_case(b"PUBLISH") || c.eq_ignore_ascii_case(b"SPUBLISH"));
                 match commands::run(&mut host.ks, &argv, now) {
                     Ok(r) => {
-                        if publish {
-                            if let [_, ch, msg] = argv.as_slice() {
-                                host.notices.push((ch.clone(), msg.clone()));
-                            }
+                        if let Some(n) = notice(&argv) {
+                            host.notices.push(n);
                         }
                         r
                     }
@@ -260,7 +273,7 @@ impl Engine {
         })
     }
 
-    /// The engine of `conn` with every verb's script registered under the verb's name.
+    /// The host of `conn` with every verb's script registered under the verb's name.
     pub fn with_verbs(conn: Connection) -> Result<Self, EngineError> {
         let mut engine = Self::new(conn)?;
         for script in crate::store::scripts::Scripts::load().all() {
@@ -282,7 +295,7 @@ impl Engine {
     pub fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> T) -> Result<T, EngineError> {
         let host = self
             .lua
-            .app_data_ref::<Host>()
+            .app_data_ref::<Session>()
             .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
         Ok(f(&host.ks.conn))
     }
@@ -309,7 +322,49 @@ impl Engine {
             Err(e) => {
                 let _ = self.sql("ROLLBACK");
                 self.take_notices();
-                if let Some(mut host) = self.lua.app_data_mut::<Host>() {
+                if let Some(mut host) = self.lua.app_data_mut::<Session>() {
+                    host.ks.forget();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs plain commands (each its words, name first) in one transaction: each command's reply
+    /// (an error reply for a refused one), and what they published.
+    pub fn commands(&self, cmds: &[Vec<Vec<u8>>]) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
+        self.sql("BEGIN IMMEDIATE")?;
+        let out = (|| {
+            let mut host = self
+                .lua
+                .app_data_mut::<Session>()
+                .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
+            let mut replies = Vec::with_capacity(cmds.len());
+            for words in cmds {
+                let now = host.now_us();
+                replies.push(match commands::run(&mut host.ks, words, now) {
+                    Ok(r) => {
+                        if let Some(n) = notice(words) {
+                            host.notices.push(n);
+                        }
+                        r
+                    }
+                    Err(Fail::Reply(e)) => Reply::Error(e),
+                    Err(Fail::Fatal(e)) => return Err(EngineError::from(e)),
+                });
+            }
+            host.ks.flush()?;
+            Ok(replies)
+        })();
+        match out {
+            Ok(replies) => {
+                self.sql("COMMIT")?;
+                Ok((replies, self.take_notices()))
+            }
+            Err(e) => {
+                let _ = self.sql("ROLLBACK");
+                self.take_notices();
+                if let Some(mut host) = self.lua.app_data_mut::<Session>() {
                     host.ks.forget();
                 }
                 Err(e)
@@ -319,7 +374,7 @@ impl Engine {
 
     fn take_notices(&self) -> Vec<Notice> {
         self.lua
-            .app_data_mut::<Host>()
+            .app_data_mut::<Session>()
             .map(|mut h| std::mem::take(&mut h.notices))
             .unwrap_or_default()
     }
@@ -332,7 +387,7 @@ impl Engine {
                 .get(call.script)
                 .ok_or_else(|| EngineError(format!("no script {}", call.script)))?;
             self.sql("SAVEPOINT emq_script")?;
-            let published = self.lua.app_data_ref::<Host>().map_or(0, |h| h.notices.len());
+            let published = self.lua.app_data_ref::<Session>().map_or(0, |h| h.notices.len());
             let keys = self.lua.create_sequence_from(
                 call.keys
                     .iter()
@@ -348,7 +403,7 @@ impl Engine {
             let result = self.runner.call::<(bool, Value)>((f, keys, argv));
             let mut host = self
                 .lua
-                .app_data_mut::<Host>()
+                .app_data_mut::<Session>()
                 .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
             if let Some(e) = host.fatal.take() {
                 return Err(e.into());

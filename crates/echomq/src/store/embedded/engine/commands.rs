@@ -48,6 +48,8 @@ pub(crate) fn run(ks: &mut Keyspace, args: &[Vec<u8>], now_us: i64) -> R<Reply> 
         "LRANGE" => lrange(ks, a),
         "LLEN" => size_of(ks, a, Type::List),
         "LTRIM" => ltrim(ks, a),
+        // the engine's own park takes a wake token with it
+        "LPOP" => lpop(ks, a),
         "SADD" => sadd(ks, a),
         "SREM" => srem(ks, a),
         "SMEMBERS" => smembers(ks, a),
@@ -844,6 +846,19 @@ fn ltrim(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
         .execute(params![m.kid, m.head + from, m.head + to])?;
     ks.resize(&a[0], (to - from + 1).max(0), m.head + from)?;
     Ok(Reply::Status("OK".into()))
+}
+
+fn lpop(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 1)?;
+    let Some(m) = ks.typed(&a[0], Type::List)? else {
+        return Ok(Reply::Nil);
+    };
+    let v: Vec<u8> = ks
+        .conn
+        .prepare_cached("DELETE FROM kv_list WHERE kid = ?1 AND pos = ?2 RETURNING value")?
+        .query_row(params![m.kid, m.head], |r| r.get(0))?;
+    ks.resize(&a[0], m.size - 1, m.head + 1)?;
+    Ok(Reply::Bulk(v))
 }
 
 // -- sets

@@ -13,9 +13,9 @@ fn doubles_are_written_as_redis_writes_them() {
     assert_eq!(format_double(f64::NEG_INFINITY), "-inf");
 }
 
-fn engine() -> Engine {
+fn engine() -> LuaHost {
     let conn = Connection::open_in_memory().unwrap();
-    let mut e = Engine::new(conn).unwrap();
+    let mut e = LuaHost::new(conn).unwrap();
     let scripts = crate::store::scripts::Scripts::load();
     for s in scripts.all() {
         e.register(s.name, s.body(false)).unwrap();
@@ -23,7 +23,7 @@ fn engine() -> Engine {
     e
 }
 
-fn eval(e: &mut Engine, body: &str, keys: &[&str], args: &[&str]) -> Reply {
+fn eval(e: &mut LuaHost, body: &str, keys: &[&str], args: &[&str]) -> Reply {
     let name = format!("t{}", body.len());
     e.register(&name, body).unwrap();
     let call = Call {
