@@ -81,8 +81,12 @@ impl EngineStore {
         std::thread::Builder::new()
             .name("emq-engine".into())
             .spawn(move || {
+                let mut stop_checkpoints = None;
                 let host =
                     crate::store::embedded::EmbeddedStore::configure(&file, Default::default()).and_then(|conn| {
+                        // the commits' pages copied into the file off the verbs' path, as the
+                        // embedded store does (the copier ends with this thread)
+                        stop_checkpoints = crate::store::embedded::checkpoint::spawn(&file, &conn);
                         LuaHost::with_verbs(conn).map_err(|e| Error::Store {
                             verb: "open",
                             reason: e.to_string(),
@@ -101,6 +105,7 @@ impl EngineStore {
                 for job in rx {
                     job(&host);
                 }
+                drop(stop_checkpoints);
             })
             .map_err(|e| Error::Store {
                 verb: "open",
