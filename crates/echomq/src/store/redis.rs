@@ -11,11 +11,11 @@
 //! the finishes of waited jobs on one pub/sub connection per queue, shared by every wait
 //! (`redis/wait.rs`).
 //!
-//! Layout: this file holds the store, its options and the `Store` impl, which hands each verb to
-//! its own module (`redis/<verb>.rs`, named as the embedded twins are: its KEYS and ARGV, and the
-//! reading of its reply); `redis/connection.rs` sends the scripts and maps their errors for all of
-//! them, `redis/url.rs` reads the URL, `redis/args.rs` encodes arguments, `redis/reply.rs` reads replies, `redis/round.rs` is the
-//! pipelined beat round.
+//! Layout: this file holds the store, its options, its park and its subscriptions; each verb is
+//! written once above the engines (`store/verbs/<verb>.rs`: its KEYS and ARGV, and the reading of
+//! its reply), and this store is their engine: `redis/connection.rs` sends the scripts and maps
+//! their errors, `redis/reply.rs` turns the client's values into the engines' replies,
+//! `redis/url.rs` reads the URL, `redis/wait.rs` subscribes to the finishes of waited jobs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
