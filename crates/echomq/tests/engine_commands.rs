@@ -233,6 +233,16 @@ fn argv(commands: &[Vec<String>]) -> Vec<Vec<u8>> {
     out
 }
 
+/// The commands with what Redis replied to each, one a line.
+fn listed(commands: &[Vec<String>], replies: &[String]) -> String {
+    commands
+        .iter()
+        .zip(replies)
+        .map(|(c, r)| format!("  {} -> {r}", c.join(" ")))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn texts(r: Reply) -> Vec<String> {
     match r {
         Reply::Array(items) => items
@@ -291,17 +301,7 @@ async fn the_engine_answers_every_command_as_redis_does() {
                 keys: Vec::new(),
                 args: argv(&commands),
             }])
-            .unwrap_or_else(|e| {
-                panic!(
-                    "seed {seed}: {e}\n{}",
-                    commands
-                        .iter()
-                        .zip(&expected)
-                        .map(|(c, r)| format!("  {} -> {r}", c.join(" ")))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                )
-            });
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", listed(&commands, &expected)));
         let got = texts(replies.into_iter().next().unwrap());
         for table in ["kv_hash", "kv_zset", "kv_list", "kv_set"] {
             let orphans: i64 = engine
@@ -318,12 +318,7 @@ async fn the_engine_answers_every_command_as_redis_does() {
                 orphans,
                 0,
                 "seed {seed}: {table} holds elements of no key\n{}",
-                commands
-                    .iter()
-                    .zip(&expected)
-                    .map(|(c, r)| format!("  {} -> {r}", c.join(" ")))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                listed(&commands, &expected)
             );
         }
         for (i, (want, have)) in expected.iter().zip(&got).enumerate() {
@@ -332,12 +327,7 @@ async fn the_engine_answers_every_command_as_redis_does() {
                 want,
                 "seed {seed}, command {i}: {:?}\nthe sequence so far:\n{}",
                 commands[i],
-                commands[..=i]
-                    .iter()
-                    .zip(&expected)
-                    .map(|(c, r)| format!("  {} -> {r}", c.join(" ")))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                listed(&commands[..=i], &expected)
             );
         }
         assert_eq!(got.len(), expected.len(), "seed {seed}");

@@ -309,32 +309,13 @@ impl LuaHost {
     /// (a script's error is its reply), and the notices they published. Errs — nothing written —
     /// when the file fails.
     pub fn run(&self, calls: &[Call<'_>]) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
-        self.sql("BEGIN IMMEDIATE")?;
-        match self.run_in(calls) {
-            Ok(replies) => match self.sql("COMMIT") {
-                Ok(()) => Ok((replies, self.take_notices())),
-                Err(e) => {
-                    let _ = self.sql("ROLLBACK");
-                    self.take_notices();
-                    Err(e)
-                }
-            },
-            Err(e) => {
-                let _ = self.sql("ROLLBACK");
-                self.take_notices();
-                if let Some(mut host) = self.lua.app_data_mut::<Session>() {
-                    host.ks.forget();
-                }
-                Err(e)
-            }
-        }
+        self.transaction(|| self.run_in(calls))
     }
 
     /// Runs plain commands (each its words, name first) in one transaction: each command's reply
     /// (an error reply for a refused one), and what they published.
     pub fn commands(&self, cmds: &[Vec<Vec<u8>>]) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
-        self.sql("BEGIN IMMEDIATE")?;
-        let out = (|| {
+        self.transaction(|| {
             let mut host = self
                 .lua
                 .app_data_mut::<Session>()
@@ -355,12 +336,19 @@ impl LuaHost {
             }
             host.ks.flush()?;
             Ok(replies)
-        })();
-        match out {
-            Ok(replies) => {
-                self.sql("COMMIT")?;
-                Ok((replies, self.take_notices()))
-            }
+        })
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed when `f` returns its replies;
+    /// when `f` or the commit fails, rolled back whole, its notices dropped and the keyspace's
+    /// cache forgotten.
+    fn transaction(
+        &self,
+        f: impl FnOnce() -> Result<Vec<Reply>, EngineError>,
+    ) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
+        self.sql("BEGIN IMMEDIATE")?;
+        match f().and_then(|replies| self.sql("COMMIT").map(|()| replies)) {
+            Ok(replies) => Ok((replies, self.take_notices())),
             Err(e) => {
                 let _ = self.sql("ROLLBACK");
                 self.take_notices();
