@@ -332,6 +332,29 @@ pub async fn redis_ctx_at(url: &str, case: &str) -> Ctx {
     .await
 }
 
+/// The engine store's world of one case: a fresh database file in a temporary directory of its
+/// own, probed through the engine's raw commands.
+pub async fn engine_ctx(case: &str) -> Ctx {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("emq-{case}-"))
+        .tempdir()
+        .expect("a temporary directory");
+    let path = dir.path().join("engine.db");
+    let store = echomq::store::embedded::engine::EngineStore::open(path.to_str().expect("a UTF-8 temporary path"))
+        .await
+        .expect("open the engine store");
+    let q = queue_name(case);
+    let probe = RedisProbe::on_engine(store.clone(), &q);
+    Ctx {
+        store: Arc::new(store),
+        q,
+        probe: Probe::Redis(probe),
+        dir: Some(dir),
+    }
+    .keeping_nothing()
+    .await
+}
+
 /// The embedded world of one case: a fresh database file in a temporary directory of its own.
 pub async fn embedded_ctx(case: &str) -> Ctx {
     let dir = tempfile::Builder::new()
@@ -448,6 +471,15 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let ctx = $crate::harness::embedded_ctx(stringify!($case)).await;
+                    super::$case(&ctx).await;
+                }
+            )*
+        }
+        mod engine_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let ctx = $crate::harness::engine_ctx(stringify!($case)).await;
                     super::$case(&ctx).await;
                 }
             )*

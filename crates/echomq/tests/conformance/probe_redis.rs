@@ -12,9 +12,77 @@ use redis::AsyncCommands;
 use super::redis_server::connect;
 use super::{Record, Snapshot};
 
+/// What a probe reads through: a Redis server's connection, or the embedded engine's raw entry
+/// (its commands answering as Redis's): one probe of the keyspace for both engines.
+#[derive(Clone)]
+pub enum ProbeConn {
+    Redis(MultiplexedConnection),
+    Engine(echomq::store::embedded::engine::EngineStore),
+}
+
+/// An engine reply as the Redis client's value.
+fn engine_value(r: echomq::store::embedded::engine::Reply) -> redis::RedisResult<redis::Value> {
+    use echomq::store::embedded::engine::Reply;
+    Ok(match r {
+        Reply::Nil => redis::Value::Nil,
+        Reply::Int(i) => redis::Value::Int(i),
+        Reply::Bulk(b) => redis::Value::BulkString(b),
+        Reply::Status(s) if s == "OK" => redis::Value::Okay,
+        Reply::Status(s) => redis::Value::SimpleString(s),
+        Reply::Error(e) => return Err(redis::RedisError::from((redis::ErrorKind::Extension, "engine", e))),
+        Reply::Array(items) => redis::Value::Array(items.into_iter().map(engine_value).collect::<Result<_, _>>()?),
+    })
+}
+
+impl redis::aio::ConnectionLike for ProbeConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            ProbeConn::Redis(c) => c.req_packed_command(cmd),
+            ProbeConn::Engine(e) => {
+                let words: Vec<Vec<u8>> = cmd
+                    .args_iter()
+                    .filter_map(|a| match a {
+                        redis::Arg::Simple(b) => Some(b.to_vec()),
+                        _ => None,
+                    })
+                    .collect();
+                let e = e.clone();
+                Box::pin(async move {
+                    let reply = e
+                        .raw(words)
+                        .await
+                        .map_err(|err| redis::RedisError::from((redis::ErrorKind::Io, "engine", err.to_string())))?;
+                    engine_value(reply)
+                })
+            }
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            ProbeConn::Redis(c) => c.req_packed_commands(pipeline, offset, count),
+            ProbeConn::Engine(_) => Box::pin(async {
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the engine probe sends no pipelines",
+                )))
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
 #[derive(Clone)]
 pub struct RedisProbe {
-    conn: MultiplexedConnection,
+    conn: ProbeConn,
     /// `emq:{q}:`, the queue's key base.
     base: String,
     url: String,
@@ -63,7 +131,7 @@ impl RedisProbe {
         let node = node_of(url, q).await;
         let conn = connect(&node).await;
         RedisProbe {
-            conn,
+            conn: ProbeConn::Redis(conn),
             base: format!("emq:{{{}}}:", q.as_str()),
             url: url.to_string(),
             node,
@@ -79,7 +147,20 @@ impl RedisProbe {
     /// A raw connection and the queue's key base, for the Redis-only script tests.
     #[allow(dead_code)] // used by tests/redis_scripts.rs only
     pub fn raw(&self) -> (MultiplexedConnection, &str) {
-        (self.conn.clone(), &self.base)
+        match &self.conn {
+            ProbeConn::Redis(c) => (c.clone(), &self.base),
+            ProbeConn::Engine(_) => panic!("the engine's probe has no Redis connection"),
+        }
+    }
+
+    /// The probe of a queue on the engine store.
+    pub fn on_engine(store: echomq::store::embedded::engine::EngineStore, q: &QueueName) -> Self {
+        RedisProbe {
+            conn: ProbeConn::Engine(store),
+            base: format!("emq:{{{}}}:", q.as_str()),
+            url: String::new(),
+            node: String::new(),
+        }
     }
 
     fn key(&self, suffix: &str) -> String {
@@ -288,17 +369,52 @@ impl RedisProbe {
         keys
     }
 
-    /// Every key with its serialized value (`DUMP`): a counter, a flag, a wake token included.
+    /// Every key with its type and content read by type (a hash's fields and a set's members
+    /// sorted, a sorted set with its scores, a list in order, a stream's entries): a counter, a
+    /// flag, a wake token included. Read through commands both engines answer, not `DUMP`.
     pub async fn snapshot(&self) -> Snapshot {
         let mut conn = self.conn.clone();
         let mut out = Vec::new();
         for key in self.keys().await {
-            let dump: Vec<u8> = redis::cmd("DUMP")
-                .arg(self.key(&key))
-                .query_async(&mut conn)
-                .await
-                .expect("DUMP");
-            out.push((key, dump));
+            let k = self.key(&key);
+            let kind: String = redis::cmd("TYPE").arg(&k).query_async(&mut conn).await.expect("TYPE");
+            let content: Vec<Vec<u8>> = match kind.as_str() {
+                "string" => vec![conn.get(&k).await.expect("GET")],
+                "hash" => {
+                    let mut all: Vec<(Vec<u8>, Vec<u8>)> = conn.hgetall(&k).await.expect("HGETALL");
+                    all.sort();
+                    all.into_iter().flat_map(|(f, v)| [f, v]).collect()
+                }
+                "zset" => {
+                    let all: Vec<(Vec<u8>, f64)> = conn.zrange_withscores(&k, 0, -1).await.expect("ZRANGE");
+                    all.into_iter()
+                        .flat_map(|(m, s)| [m, s.to_string().into_bytes()])
+                        .collect()
+                }
+                "list" => conn.lrange(&k, 0, -1).await.expect("LRANGE"),
+                "set" => {
+                    let mut all: Vec<Vec<u8>> = conn.smembers(&k).await.expect("SMEMBERS");
+                    all.sort();
+                    all
+                }
+                "stream" => {
+                    let v: redis::Value = redis::cmd("XRANGE")
+                        .arg(&k)
+                        .arg("-")
+                        .arg("+")
+                        .query_async(&mut conn)
+                        .await
+                        .expect("XRANGE");
+                    vec![format!("{v:?}").into_bytes()]
+                }
+                other => vec![other.as_bytes().to_vec()],
+            };
+            let mut value = kind.into_bytes();
+            for part in content {
+                value.extend_from_slice(&(part.len() as u32).to_be_bytes());
+                value.extend(part);
+            }
+            out.push((key, value));
         }
         Snapshot(out)
     }
@@ -335,6 +451,9 @@ impl RedisProbe {
     }
 
     pub async fn store_with_payload_limit(&self, limit: usize) -> Arc<dyn Store> {
+        if let ProbeConn::Engine(store) = &self.conn {
+            return Arc::new(store.clone().with_payload_limit(limit));
+        }
         let store = RedisStore::open(&self.url).await.expect("open the Redis store");
         Arc::new(store.with_payload_limit(limit))
     }

@@ -360,6 +360,27 @@ impl LuaHost {
         }
     }
 
+    /// Ends whatever a verb that panicked left open: its transaction rolled back, its notices and
+    /// the keyspace's cache dropped.
+    pub fn abandon(&self) {
+        let _ = self.sql("ROLLBACK");
+        self.take_notices();
+        if let Some(mut host) = self.lua.app_data_mut::<Session>() {
+            host.ks.forget();
+            host.fatal = None;
+        }
+    }
+
+    /// A Lua array of these strings. Built one element at a time: a reference held in Rust takes a
+    /// slot of the state's auxiliary stack (about 8,000), and a batch's ARGV holds more values.
+    fn sequence(&self, items: &[Vec<u8>]) -> mlua::Result<Table> {
+        let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+        for (i, item) in items.iter().enumerate() {
+            t.raw_seti(i + 1, self.lua.create_string(item)?)?;
+        }
+        Ok(t)
+    }
+
     fn take_notices(&self) -> Vec<Notice> {
         self.lua
             .app_data_mut::<Session>()
@@ -376,18 +397,8 @@ impl LuaHost {
                 .ok_or_else(|| EngineError(format!("no script {}", call.script)))?;
             self.sql("SAVEPOINT emq_script")?;
             let published = self.lua.app_data_ref::<Session>().map_or(0, |h| h.notices.len());
-            let keys = self.lua.create_sequence_from(
-                call.keys
-                    .iter()
-                    .map(|k| self.lua.create_string(k))
-                    .collect::<mlua::Result<Vec<_>>>()?,
-            )?;
-            let argv = self.lua.create_sequence_from(
-                call.args
-                    .iter()
-                    .map(|a| self.lua.create_string(a))
-                    .collect::<mlua::Result<Vec<_>>>()?,
-            )?;
+            let keys = self.sequence(&call.keys)?;
+            let argv = self.sequence(&call.args)?;
             let result = self.runner.call::<(bool, Value)>((f, keys, argv));
             let mut host = self
                 .lua

@@ -50,10 +50,21 @@ pub(crate) fn run(ks: &mut Keyspace, args: &[Vec<u8>], now_us: i64) -> R<Reply> 
         "LTRIM" => ltrim(ks, a),
         // the engine's own park takes a wake token with it
         "LPOP" => lpop(ks, a),
+        "XADD" => xadd(ks, a, now_us),
+        "XRANGE" => xrange(ks, a),
+        "XLEN" => size_of(ks, a, Type::Stream),
+        "HKEYS" => {
+            arity(a, 1, 1)?;
+            Ok(Reply::Array(
+                hash_all(ks, &a[0])?.into_iter().map(|(f, _)| Reply::Bulk(f)).collect(),
+            ))
+        }
         "SADD" => sadd(ks, a),
         "SREM" => srem(ks, a),
         "SMEMBERS" => smembers(ks, a),
         "SCARD" => size_of(ks, a, Type::Set),
+        // the probes' and tools' own: every key matching a pattern, in one reply (cursor 0)
+        "SCAN" => scan(ks, a),
         "TIME" => Ok(Reply::Array(vec![
             Reply::Bulk(now_us.div_euclid(1_000_000).to_string().into_bytes()),
             Reply::Bulk(now_us.rem_euclid(1_000_000).to_string().into_bytes()),
@@ -201,6 +212,44 @@ fn type_of(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
 fn size_of(ks: &mut Keyspace, a: &[Vec<u8>], ty: Type) -> R<Reply> {
     arity(a, 1, 1)?;
     Ok(Reply::Int(ks.typed(&a[0], ty)?.map_or(0, |m| m.size)))
+}
+
+/// SCAN 0 [MATCH pattern] [COUNT n]: every key matching the pattern, at once (the cursor it answers
+/// is 0). For tools and tests: the scripts never scan the keyspace.
+fn scan(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 1, 5)?;
+    let mut pattern: Option<&[u8]> = None;
+    for o in a[1..].chunks(2) {
+        let [name, value] = o else { return Err(syntax()) };
+        match name.to_ascii_uppercase().as_slice() {
+            b"MATCH" => pattern = Some(value),
+            b"COUNT" => {
+                int(value)?;
+            }
+            _ => return Err(syntax()),
+        }
+    }
+    let mut keys: Vec<Vec<u8>> = {
+        let mut stmt = ks.conn.prepare_cached("SELECT key FROM kv_keys")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    {
+        let mut stmt = ks
+            .conn
+            .prepare_cached("SELECT base, id FROM kv_jobs WHERE fields > 0")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        for row in rows {
+            let (base, id) = row?;
+            keys.push([base.as_slice(), b"job:", id.as_slice()].concat());
+        }
+    }
+    keys.retain(|k| pattern.is_none_or(|p| glob(p, k)));
+    keys.sort();
+    Ok(Reply::Array(vec![
+        Reply::Bulk(b"0".to_vec()),
+        Reply::Array(keys.into_iter().map(Reply::Bulk).collect()),
+    ]))
 }
 
 // -- hashes: a job key's hash is its row (`Keyspace::job_hash`), any other hash generic
@@ -859,6 +908,92 @@ fn lpop(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
         .query_row(params![m.kid, m.head], |r| r.get(0))?;
     ks.resize(&a[0], m.size - 1, m.head + 1)?;
     Ok(Reply::Bulk(v))
+}
+
+// -- streams: entry i at position head + i of the list table, its bytes the entry's id and fields
+// (encoded as a job row's overflow is)
+
+/// XADD key [MAXLEN [~|=] n] * field value [field value …]: an entry with an id of the store's
+/// clock (`<ms>-<seq>`, after the stream's last), the oldest entries past `n` trimmed.
+fn xadd(ks: &mut Keyspace, a: &[Vec<u8>], now_us: i64) -> R<Reply> {
+    arity(a, 4, usize::MAX)?;
+    let mut i = 1;
+    let mut maxlen = None;
+    if a[i].eq_ignore_ascii_case(b"MAXLEN") {
+        i += 1;
+        if a.get(i).is_some_and(|o| o == b"~" || o == b"=") {
+            i += 1;
+        }
+        maxlen = Some(int(a.get(i).ok_or_else(syntax)?)?);
+        i += 1;
+    }
+    if a.get(i).map(Vec::as_slice) != Some(b"*") {
+        return Err(err(
+            "ERR the embedded engine adds stream entries with generated ids (*) only",
+        ));
+    }
+    let fields = &a[i + 1..];
+    if fields.is_empty() || fields.len() % 2 != 0 {
+        return Err(err("ERR wrong number of arguments for 'xadd' command"));
+    }
+    let last = ks.stream_last(&a[0])?;
+    let ms = now_us.div_euclid(1000);
+    let (ms, seq) = match last {
+        Some((lms, lseq)) if lms >= ms => (lms, lseq + 1),
+        _ => (ms, 0),
+    };
+    let id = format!("{ms}-{seq}");
+    let m = ks.make(&a[0], Type::Stream)?;
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = fields.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+    let mut entry = vec![(id.clone().into_bytes(), Vec::new())];
+    entry.extend(pairs);
+    ks.conn
+        .prepare_cached("INSERT INTO kv_list (kid, pos, value) VALUES (?1, ?2, ?3)")?
+        .execute(params![m.kid, m.head + m.size, super::keyspace::encode_extra(&entry)])?;
+    ks.conn
+        .prepare_cached("UPDATE kv_keys SET value = ?2 WHERE kid = ?1")?
+        .execute(params![m.kid, id.as_bytes()])?;
+    let (mut head, mut size) = (m.head, m.size + 1);
+    if let Some(max) = maxlen.filter(|&n| n >= 0 && size > n) {
+        let drop = size - max;
+        ks.conn
+            .prepare_cached("DELETE FROM kv_list WHERE kid = ?1 AND pos < ?2")?
+            .execute(params![m.kid, head + drop])?;
+        head += drop;
+        size = max;
+    }
+    ks.resize(&a[0], size, head)?;
+    Ok(Reply::Bulk(id.into_bytes()))
+}
+
+/// XRANGE key - + [COUNT n]: the entries in order, each its id and its fields.
+fn xrange(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
+    arity(a, 3, 5)?;
+    if a[1] != b"-" || a[2] != b"+" {
+        return Err(err("ERR the embedded engine reads streams whole (XRANGE key - +) only"));
+    }
+    let count = match a.get(3) {
+        Some(c) if c.eq_ignore_ascii_case(b"COUNT") => int(a.get(4).ok_or_else(syntax)?)?,
+        Some(_) => return Err(syntax()),
+        None => -1,
+    };
+    let Some(m) = ks.typed(&a[0], Type::Stream)? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let mut stmt = ks
+        .conn
+        .prepare_cached("SELECT value FROM kv_list WHERE kid = ?1 ORDER BY pos LIMIT ?2")?;
+    let rows = stmt
+        .query_map(params![m.kid, count], |r| r.get::<_, Vec<u8>>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for bytes in rows {
+        let mut parts = super::keyspace::decode_extra(&bytes).into_iter();
+        let id = parts.next().map(|(id, _)| id).unwrap_or_default();
+        let fields = parts.flat_map(|(f, v)| [Reply::Bulk(f), Reply::Bulk(v)]).collect();
+        out.push(Reply::Array(vec![Reply::Bulk(id), Reply::Array(fields)]));
+    }
+    Ok(Reply::Array(out))
 }
 
 // -- sets

@@ -175,7 +175,7 @@ impl Row {
 
 /// The overflow fields as stored: (length, bytes) of each field and value, lengths as 4 bytes
 /// big-endian.
-fn encode_extra(extra: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
+pub(crate) fn encode_extra(extra: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
     if extra.is_empty() {
         return None;
     }
@@ -189,7 +189,7 @@ fn encode_extra(extra: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn decode_extra(mut b: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn decode_extra(mut b: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
     let take = |b: &mut &[u8]| -> Option<Vec<u8>> {
         let (len, rest) = b.split_first_chunk::<4>()?;
@@ -221,6 +221,9 @@ pub(crate) enum Type {
     Zset = 3,
     List = 4,
     Set = 5,
+    /// A stream: its entries in the list table (each its id and fields), its last id as the key's
+    /// value.
+    Stream = 6,
 }
 
 impl Type {
@@ -231,6 +234,7 @@ impl Type {
             3 => Type::Zset,
             4 => Type::List,
             5 => Type::Set,
+            6 => Type::Stream,
             _ => return None,
         })
     }
@@ -243,6 +247,7 @@ impl Type {
             Type::Zset => "zset",
             Type::List => "list",
             Type::Set => "set",
+            Type::Stream => "stream",
         }
     }
 
@@ -254,6 +259,7 @@ impl Type {
             Type::Zset => Some("kv_zset"),
             Type::List => Some("kv_list"),
             Type::Set => Some("kv_set"),
+            Type::Stream => Some("kv_list"),
         }
     }
 }
@@ -407,7 +413,8 @@ impl Keyspace {
             // a job row's hash keeps no size of its own
             return Ok(());
         };
-        if size == 0 && m.ty != Type::String {
+        // (a stream stays, emptied, as on Redis: it keeps its last id)
+        if size == 0 && m.ty != Type::String && m.ty != Type::Stream {
             let kid = m.kid;
             self.conn
                 .prepare_cached("DELETE FROM kv_keys WHERE kid = ?1")?
@@ -577,6 +584,22 @@ impl Keyspace {
             .conn
             .prepare_cached("SELECT value FROM kv_keys WHERE kid = ?1")?
             .query_row([m.kid], |r| r.get::<_, Option<Vec<u8>>>(0))?)
+    }
+
+    /// A stream's last entry id as (ms, seq) (None: no stream); `WRONGTYPE` for another type.
+    pub(crate) fn stream_last(&mut self, key: &[u8]) -> R<Option<(i64, i64)>> {
+        let Some(m) = self.typed(key, Type::Stream)? else {
+            return Ok(None);
+        };
+        let last: Option<Vec<u8>> = self
+            .conn
+            .prepare_cached("SELECT value FROM kv_keys WHERE kid = ?1")?
+            .query_row([m.kid], |r| r.get(0))?;
+        Ok(last.and_then(|v| {
+            let text = String::from_utf8(v).ok()?;
+            let (ms, seq) = text.split_once('-')?;
+            Some((ms.parse().ok()?, seq.parse().ok()?))
+        }))
     }
 
     /// Sets a string, replacing a key of any type (as `SET` does).

@@ -45,12 +45,13 @@ const NOTICES_BUFFERED: usize = 4096;
 #[derive(Clone)]
 pub struct EngineStore {
     inner: Arc<Inner>,
+    /// The largest payload (and output) accepted, in bytes.
+    payload_limit: usize,
 }
 
 struct Inner {
     tx: Mutex<mpsc::Sender<Job>>,
     scripts: Scripts,
-    payload_limit: usize,
     /// Each wake list's tokens and parked consumers, by its key.
     wakes: Mutex<HashMap<Vec<u8>, Arc<Wake>>>,
     /// What the scripts published, after each commit.
@@ -103,7 +104,12 @@ impl EngineStore {
                     }
                 };
                 for job in rx {
-                    job(&host);
+                    // a verb that panics (a defect) fails alone: its caller is told the thread is
+                    // gone for that call (its reply sender dropped), its transaction is rolled
+                    // back, and the thread serves the next verb
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&host))).is_err() {
+                        host.abandon();
+                    }
                 }
                 drop(stop_checkpoints);
             })
@@ -117,12 +123,18 @@ impl EngineStore {
             inner: Arc::new(Inner {
                 tx: Mutex::new(tx),
                 scripts: Scripts::load(),
-                payload_limit: PAYLOAD_LIMIT_DEFAULT,
                 wakes: Mutex::default(),
                 notices,
                 path: path.to_string(),
             }),
+            payload_limit: PAYLOAD_LIMIT_DEFAULT,
         })
+    }
+
+    /// Sets the largest payload (and output) accepted, in bytes (default 16 MiB).
+    pub fn with_payload_limit(mut self, limit: usize) -> Self {
+        self.payload_limit = limit;
+        self
     }
 
     /// Runs `f` on the engine's thread, then hands out what it published.
@@ -174,6 +186,17 @@ impl EngineStore {
             .entry(key.to_vec())
             .or_default()
             .clone()
+    }
+
+    /// Runs one plain command (its words, name first) in a transaction of its own: a raw entry
+    /// into the keyspace for tools and tests. A refused command answers [`Reply::Error`].
+    #[doc(hidden)]
+    pub async fn raw(&self, words: Vec<Vec<u8>>) -> Result<Reply> {
+        let mut replies = self.on_thread("raw", move |h| h.commands(&[words])).await?;
+        replies.pop().ok_or_else(|| Error::Protocol {
+            verb: "raw",
+            reply: "no reply".into(),
+        })
     }
 
     /// The park: a wake token taken at once, or the first pushed within `timeout`.
@@ -259,7 +282,7 @@ impl Engine for EngineStore {
     }
 
     fn payload_limit(&self) -> usize {
-        self.inner.payload_limit
+        self.payload_limit
     }
 
     async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
