@@ -717,18 +717,25 @@ fn by_rank(ks: &Keyspace, z: &Z<'_>, from: i64, to: i64, rev: bool) -> R<Vec<(Ve
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The members of a score range (low and high bounds, each exclusive or not), in order or
-/// reversed, `count` of them (negative: all) from `offset`.
-#[allow(clippy::too_many_arguments)]
-fn by_score(
-    ks: &Keyspace,
-    z: &Z<'_>,
-    (low, low_open): (f64, bool),
-    (high, high_open): (f64, bool),
+/// A range of scores: its bounds (each exclusive or not), its order, and `count` members (negative:
+/// all) from `offset`.
+struct ScoreRange {
+    low: (f64, bool),
+    high: (f64, bool),
     rev: bool,
     offset: i64,
     count: i64,
-) -> R<Vec<(Vec<u8>, f64)>> {
+}
+
+/// The members of a score range.
+fn by_score(ks: &Keyspace, z: &Z<'_>, range: ScoreRange) -> R<Vec<(Vec<u8>, f64)>> {
+    let ScoreRange {
+        low: (low, low_open),
+        high: (high, high_open),
+        rev,
+        offset,
+        count,
+    } = range;
     let (table, cond, member, score) = z.sql();
     let order = if rev {
         format!("{score} DESC, {member} DESC")
@@ -803,7 +810,14 @@ fn zrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
     if offset < 0 {
         return Ok(Reply::Array(Vec::new()));
     }
-    Ok(scored(by_score(ks, &z, low, high, rev, offset, count)?, with_scores))
+    let range = ScoreRange {
+        low,
+        high,
+        rev,
+        offset,
+        count,
+    };
+    Ok(scored(by_score(ks, &z, range)?, with_scores))
 }
 
 fn zrank(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
@@ -842,10 +856,14 @@ fn zremrangebyscore(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
     let Some(z) = zset(ks, &a[0], false)? else {
         return Ok(Reply::Int(0));
     };
-    let members: Vec<Vec<u8>> = by_score(ks, &z, low, high, false, 0, -1)?
-        .into_iter()
-        .map(|(m, _)| m)
-        .collect();
+    let all = ScoreRange {
+        low,
+        high,
+        rev: false,
+        offset: 0,
+        count: -1,
+    };
+    let members: Vec<Vec<u8>> = by_score(ks, &z, all)?.into_iter().map(|(m, _)| m).collect();
     Ok(Reply::Int(z_remove(ks, &z, &members)?))
 }
 
