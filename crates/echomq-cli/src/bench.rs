@@ -22,10 +22,6 @@ const QUEUE: &str = "bench";
 pub struct Args {
     #[command(subcommand)]
     workload: Workload,
-    /// Runs on the embedded engine at this file (every verb its own script) instead of the URL's
-    /// store: a measurement of the engine, which is not yet a store to use.
-    #[arg(long, hide = true, global = true, value_name = "FILE")]
-    lua_engine: Option<String>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -269,10 +265,7 @@ async fn reset(store: &Arc<dyn Store>, q: &QueueName) -> anyhow::Result<()> {
 }
 
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
-    let store: Arc<dyn Store> = match &args.lua_engine {
-        Some(path) => Arc::new(echomq::store::embedded::engine::EngineStore::open(path).await?),
-        None => crate::open(url).await?,
-    };
+    let store: Arc<dyn Store> = crate::open(url).await?;
     let q = QueueName::new(QUEUE)?;
     // a consumer of another run's queue: nothing reset
     if let Workload::RateLimitChild(a) = args.workload {

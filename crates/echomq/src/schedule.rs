@@ -549,12 +549,6 @@ impl ScheduleInfo {
     }
 }
 
-/// The stored slot list: Unix ms, comma-separated, ascending.
-#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
-pub(crate) fn slots_text(slots: &[i64]) -> String {
-    slots.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-}
-
 /// The stored slot list read back (a malformed entry is dropped).
 pub(crate) fn slots_read(text: &str) -> Vec<i64> {
     text.split(',').filter_map(|s| s.parse().ok()).collect()
@@ -666,80 +660,6 @@ pub fn refill(req: &RefillRequest) -> Result<Refill> {
     let mut all: Vec<i64> = late.into_iter().collect();
     all.extend(slots);
     Ok(Refill { omitted, slots: all })
-}
-
-/// The fire decision of one due schedule, as the promote step takes it (the embedded twin runs
-/// this; the script mirrors it line for line).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
-pub(crate) struct FirePlan {
-    /// The slots that fire now, ascending.
-    pub fire: Vec<i64>,
-    /// Slots newly missed (late beyond the grace, listed or counted in the backlog).
-    pub missed: u64,
-    /// Slots newly skipped by the overlap policy.
-    pub skipped: u64,
-    /// The latest slot decided, if any.
-    pub last_slot: Option<i64>,
-    /// The slots left (all in the future).
-    pub left: Vec<i64>,
-    /// Whether no future slot is left: nothing was decided (the store waits for a refill).
-    pub starved: bool,
-}
-
-/// Decides a due schedule: `slots` (ascending), `backlog` (missed slots known by count only), the
-/// store's `now`, `grace`, the policies and whether the previous job still waits or runs.
-#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
-pub(crate) fn plan(
-    slots: &[i64],
-    backlog: u64,
-    now: i64,
-    grace: i64,
-    misfire: Misfire,
-    overlap: Overlap,
-    previous_live: bool,
-) -> FirePlan {
-    let past: Vec<i64> = slots.iter().copied().filter(|s| *s <= now).collect();
-    let left: Vec<i64> = slots.iter().copied().filter(|s| *s > now).collect();
-    if left.is_empty() {
-        return FirePlan {
-            left: slots.to_vec(),
-            starved: true,
-            ..FirePlan::default()
-        };
-    }
-    let (late, on_time): (Vec<i64>, Vec<i64>) = past.iter().partition(|s| now - **s > grace);
-    let catch_up = match misfire {
-        Misfire::Skip => 0,
-        Misfire::Once => 1,
-        Misfire::All(n) => n as usize,
-    };
-    let mut chosen: Vec<i64> = late[late.len().saturating_sub(catch_up)..].to_vec();
-    chosen.extend(on_time);
-    let mut skipped = 0u64;
-    if overlap == Overlap::Skip && !chosen.is_empty() {
-        if previous_live {
-            skipped = chosen.len() as u64;
-            chosen.clear();
-        } else {
-            skipped = chosen.len() as u64 - 1;
-            chosen.drain(..chosen.len() - 1);
-        }
-    }
-    FirePlan {
-        fire: chosen,
-        missed: backlog + late.len() as u64,
-        skipped,
-        last_slot: past.last().copied(),
-        left,
-        starved: false,
-    }
-}
-
-/// Whether a promote that left `left` slots asks for more.
-#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the embedded store's twin runs it
-pub(crate) fn wants_refill(left: usize) -> bool {
-    left < SLOTS_AHEAD / 2
 }
 
 /// This machine's clock, Unix ms: where the slots of an upsert start (the store keeps those not
@@ -925,27 +845,5 @@ mod tests {
         let fresh = refill(&req(100_000, 100_200, "once")).unwrap();
         assert_eq!((fresh.omitted, fresh.slots.len()), (0, SLOTS_AHEAD));
         assert_eq!(fresh.slots[0], 101_000);
-    }
-
-    #[test]
-    fn the_plan_fires_on_time_slots_and_applies_misfire_and_overlap() {
-        let slots = [1_000, 2_000, 9_000, 9_800, 20_000];
-        // now 10 s, grace 500: 1 s and 2 s late, 9 s late, 9.8 s on time
-        let p = plan(&slots, 3, 10_000, 500, Misfire::Skip, Overlap::Allow, false);
-        assert_eq!(
-            (p.fire.clone(), p.missed, p.left.clone()),
-            (vec![9_800], 6, vec![20_000])
-        );
-        let p = plan(&slots, 0, 10_000, 500, Misfire::Once, Overlap::Allow, false);
-        assert_eq!(p.fire, vec![9_000, 9_800]);
-        let p = plan(&slots, 0, 10_000, 500, Misfire::All(2), Overlap::Allow, false);
-        assert_eq!((p.fire.clone(), p.missed), (vec![2_000, 9_000, 9_800], 3));
-        let p = plan(&slots, 0, 10_000, 500, Misfire::All(9), Overlap::Skip, false);
-        assert_eq!((p.fire.clone(), p.skipped), (vec![9_800], 3));
-        let p = plan(&slots, 0, 10_000, 500, Misfire::Once, Overlap::Skip, true);
-        assert_eq!((p.fire.len(), p.skipped, p.last_slot), (0, 2, Some(9_800)));
-        // no future slot left: nothing decided until a refill
-        let p = plan(&[1_000], 0, 10_000, 500, Misfire::Once, Overlap::Allow, false);
-        assert!(p.starved && p.fire.is_empty() && p.left == vec![1_000]);
     }
 }

@@ -1,24 +1,26 @@
-//! `EmbeddedStore`: the native twin of every script, on one SQLite file (bundled SQLite, WAL) — the
-//! default store when no Redis URL is given. Each verb is one `BEGIN IMMEDIATE` transaction on the
-//! store's own clock, never held across an `.await`: run on a thread of the store's own, or — a
-//! producer's or an operator's verb of a few rows, when the connection is free and no other
-//! process holds the write lock — on the caller's own thread, which spares it two thread wakes
-//! (see `On`). Each gives the same typed replies as Redis for the same inputs: the schema mirrors
-//! the Redis keyspace table by table (but for `active` and `pending`: a job's lease deadline and
-//! its place in pending are columns of its row, so an enqueue is one insert per job, a claim one
-//! update and a settle one delete) and each twin (`embedded/<verb>.rs`) follows its script step by
-//! step.
+//! `EmbeddedStore`: the default store when no Redis URL is given, on one SQLite file (bundled
+//! SQLite, WAL). Every verb runs the very script Redis runs (`scripts/*.lua`, through the verb layer
+//! both stores share) on the embedded engine (`embedded/engine.rs`): Lua 5.1 as Redis embeds it,
+//! its `redis.call` served by a Redis keyspace kept in SQLite tables (`embedded/engine/`). Each
+//! script call — or each fused group of them, a consumer's round — is one `BEGIN IMMEDIATE`
+//! transaction on a thread of the store's own, never held across an `.await`.
 //!
 //! Limits, plainly:
 //! * **one writer at a time**: transactions serialize (several processes may share the file;
 //!   a writer waits up to the busy timeout for another);
-//! * **wakes**: a consumer in the same process is woken at once by an enqueue (the store's thread
-//!   notifies it as the commit lands, and hands it the wake token in memory) — and when it parked
-//!   offering a claim (`park_with_handoff`, the consumer does with a batch of free slots), that
-//!   enqueue's own transaction writes the jobs claimed for it and hands them over after the commit
-//!   (`embedded/handoff.rs`): one durable transaction between the enqueue and the handler's start,
-//!   not two; one in another process notices within one beat: its park ends, sees
-//!   `PRAGMA data_version` moved, and the next round claims — never by busy polling;
+//! * **wakes**: a consumer in the same process is woken at once by an enqueue (the wake tokens its
+//!   script pushed are kept in memory, at most 16 a queue as the wake list keeps them) — and when
+//!   it parked offering a claim (`park_with_handoff`, the consumer does with a batch of free
+//!   slots), that enqueue's own transaction runs the claim for it and hands the jobs over after the
+//!   commit: one durable transaction between the enqueue and the handler's start, not two. One in
+//!   another process notices within one beat: its park ends, sees `PRAGMA data_version` moved, and
+//!   the next round claims — never by busy polling;
+//! * **notices across processes**: a cancel request is also written to a durable log in the file
+//!   (its newest 1,000), which every cancel stream reads within [`CANCEL_POLL`]; a waited job
+//!   finished by another process is looked at again within [`WAIT_BEAT`];
+//! * **the registry of live consumers** lives in a file of its own beside the store's
+//!   (`PATH-consumers`): its beats must not move the store file's `data_version`, which would end
+//!   every other process's park every beat;
 //! * **local file systems only** (WAL needs shared memory between the processes);
 //! * **upgrades**: the first build of a newer schema to open a file migrates it, and an older build
 //!   refuses a newer file only when it opens it: stop every process of the older build before
@@ -32,134 +34,62 @@
 //!   the store's connection checkpoints itself only past 10,000 pages, should that thread fall
 //!   behind (see `embedded/checkpoint.rs`).
 
-mod checkpoint;
-mod common;
-mod db;
-#[doc(hidden)]
+pub(crate) mod checkpoint;
 pub mod engine;
-mod handoff;
 mod registry;
 mod schema;
-mod txn;
-
-mod cancel;
-mod claim;
-mod complete;
-mod complete_cancelled;
-mod complete_many;
-mod consumers;
-mod counts;
-mod discard;
-mod drain;
-mod enqueue;
-mod extend_lock;
-mod genqueue;
-mod get;
-mod groups;
-mod history;
-mod list;
-mod list_schedules;
-mod mark_waited;
-mod obliterate;
-mod pause;
-mod pause_schedule;
-mod priority_aging;
-mod promote;
-mod promote_job;
-mod queues;
-mod rate;
-mod rate_limits;
-mod reap;
-mod redrive;
-mod refill_schedule;
-mod register_consumer;
-mod release;
-mod remove;
-mod remove_schedule;
-mod resume;
-mod resume_schedule;
-mod retention;
-mod retry;
-mod schedule_common;
-mod set_group_limit;
-mod set_priority_aging;
-mod set_rate_limit;
-mod set_retention;
-mod sweep_stalled;
-mod trigger_schedule;
-mod unregister_consumer;
-mod update_data;
-mod upsert_schedule;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use rusqlite::config::DbConfig;
 use rusqlite::Connection;
-use tokio::sync::Notify;
+use tokio::sync::{broadcast, Notify};
 
 use crate::error::{Error, Result};
-use crate::job::{JobRow, JobState, NewJob};
-use crate::keyspace::{GroupName, JobId, QueueName};
-use crate::rate::{RateLimit, RateLimits, RateTarget};
-use crate::registry::ConsumerEntry;
-use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
-use crate::store::GroupsPage;
-use crate::store::{
-    check_claim, check_jobs, check_list_limit, check_outputs, check_payload, check_retention, millis, positive, After,
-    CancelRequest, Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued,
-    Extended, Handoff, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
-    Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited, BATCH_MAX, CHUNK_DEFAULT,
-    PAYLOAD_LIMIT_DEFAULT,
-};
-use db::Db;
+use crate::keyspace::{JobId, QueueKeys, QueueName};
+use crate::store::engine::{Call, Engine};
+use crate::store::reply::Reply;
+use crate::store::scripts::{Script, Scripts};
+use crate::store::verbs::reply::script_error;
+use crate::store::{CancelRequest, ClaimRequest, Claimed, Handoff, BATCH_MAX, PAYLOAD_LIMIT_DEFAULT};
+use engine::{Call as HostCall, LuaHost, Notice};
 
 pub use schema::SCHEMA_VERSION;
 
-/// The file the embedded store opens when no URL is given: `./echomq.db`.
+/// The default database file.
 pub const DEFAULT_PATH: &str = "echomq.db";
 
-/// How long a writer waits for another process's transaction before the verb fails.
+/// How long a verb waits for another writer (another process) before it fails.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The page cache of the store's connection, in KiB (SQLite's default is 2 MiB; a queue of 100,000
 /// waiting jobs spans more).
 pub const CACHE_KIB: i64 = 32 * 1024;
 
-/// The most jobs an enqueue (or genqueue) call may hold to run on its caller's thread.
-const RUN_HERE_JOBS: usize = 16;
-
-/// Where a verb's transaction runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum On {
-    /// On the store's thread: the consumer's verbs (there they overlap with the handlers' work on
-    /// the runtime, where on the caller's thread they would hold a runtime thread for the whole
-    /// transaction; see `docs/performance.md`) and the verbs whose work grows with the queue.
-    Thread,
-    /// On the caller's thread when the connection is free ([`EmbeddedStore::run_here`]), else on
-    /// the store's thread: a producer's or an operator's verb of a few rows, whose caller waits for
-    /// nothing else.
-    CallerFirst,
-}
-
-impl On {
-    /// An enqueue of `jobs` jobs: on the caller's thread first when they are few.
-    fn enqueue(jobs: usize) -> On {
-        if jobs <= RUN_HERE_JOBS {
-            On::CallerFirst
-        } else {
-            On::Thread
-        }
-    }
-}
-
-/// How often a cancel-request stream looks for requests written by other processes.
+/// How often a cancel-request stream reads the durable log for requests written by other
+/// processes (one of this process is delivered at once).
 pub const CANCEL_POLL: Duration = Duration::from_millis(200);
+
+/// How often a wait's stream looks for another process's commits (`PRAGMA data_version`): a job
+/// finished by another process is noticed within this; one finished by this process at once.
+pub const WAIT_BEAT: Duration = Duration::from_millis(500);
+
+/// The most wake tokens a queue keeps (as its wake list keeps its newest 16).
+const WAKE_TOKENS_MAX: u32 = 16;
+
+/// How many notices a slow subscriber may fall behind before it is told it missed some.
+const NOTICES_BUFFERED: usize = 4096;
+
+/// The most cancel requests one read of the durable log takes.
+const CANCELS_READ_MAX: i64 = 1000;
+
+/// The scripts that run on the registry's own file.
+const REGISTRY_SCRIPTS: [&str; 3] = ["register_consumer", "unregister_consumer", "consumers"];
 
 pub(crate) fn sql_error(verb: &'static str, e: rusqlite::Error) -> Error {
     Error::Store {
@@ -192,104 +122,9 @@ pub(crate) fn open_error(path: &str, e: rusqlite::Error) -> Error {
     sql_error("open", e)
 }
 
-type Work = Box<dyn FnOnce(&mut Worker) + Send>;
-
-/// What the store's thread owns: its connection and what it tells the store handles.
-struct Worker {
-    conn: Connection,
-    wakes: Wakes,
-    /// `PRAGMA data_version` as of the thread's last transaction: it changes when another
-    /// connection (another process, another handle) commits.
-    data_version: Arc<AtomicI64>,
-    /// The registry of live consumers' own file, opened by its first verb (`embedded/registry.rs`).
-    registry: Option<Connection>,
-}
-
-/// The in-process wake of each queue.
-type Wakes = Arc<Mutex<HashMap<String, Arc<Wake>>>>;
-
-/// A queue's in-process wake: the signals its parked consumers and its cancel streams wait on, the
-/// wake tokens this process pushed that no park has taken yet (the wake list's twin in memory,
-/// capped as the list is, so a park of this process never needs a transaction to take one).
-#[derive(Default)]
-struct Wake {
-    /// The finishes of waited jobs this process committed (the twin of `emq:{q}:finished`).
-    finished: Finished,
-    /// Parked consumers: a commit that made work claimable (or handed some over).
-    signal: Notify,
-    /// Cancel streams: a commit that published a cancel request. Apart from `signal`, so an
-    /// enqueue does not send every cancel stream to read the requests table.
-    cancels: Notify,
-    tokens: AtomicI64,
-    /// Parked consumers' claim requests, served by the next transaction that wakes the queue.
-    offers: handoff::Offers,
-    /// Jobs handed over to parked consumers so far.
-    handed: std::sync::atomic::AtomicU64,
-}
-
-/// The notices of a queue's finished waited jobs: `Some(id)`, or `None` for every waited job.
-struct Finished(tokio::sync::broadcast::Sender<Option<JobId>>);
-
-impl Default for Finished {
-    fn default() -> Self {
-        Finished(tokio::sync::broadcast::channel(WAIT_NOTICES_BUFFERED).0)
-    }
-}
-
-/// Notices a wait's stream may fall behind by before it is told to look again instead.
-const WAIT_NOTICES_BUFFERED: usize = 1024;
-
-/// How often a wait's stream looks for another process's commits (`PRAGMA data_version`): a job
-/// finished by another process is noticed within this; one finished by this process at once.
-pub const WAIT_BEAT: Duration = Duration::from_millis(500);
-
-impl Wake {
-    /// LPOP of one token: true when there was one.
-    fn take(&self) -> bool {
-        self.tokens
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| (t > 0).then(|| t - 1))
-            .is_ok()
-    }
-
-    fn push(&self, n: i64) {
-        let _ = self.tokens.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-            Some((t + n).min(db::WAKES_MAX))
-        });
-    }
-}
-
-fn wake_of(wakes: &Wakes, queue: &str) -> Arc<Wake> {
-    let mut wakes = wakes.lock().unwrap_or_else(|p| p.into_inner());
-    match wakes.get(queue) {
-        Some(w) => w.clone(),
-        None => wakes.entry(queue.to_string()).or_default().clone(),
-    }
-}
-
-/// The embedded store. Cheap to clone: clones share the connection's thread and the wake signals.
-#[derive(Clone)]
-pub struct EmbeddedStore {
-    /// The connection and its state, for the store's thread and for a verb run on its caller's
-    /// thread ([`Self::run_here`]). Declared before `worker`, so dropped first: the store's thread
-    /// holds the last reference and closes the connection.
-    shared: Arc<Mutex<Worker>>,
-    worker: std::sync::mpsc::Sender<Work>,
-    path: Arc<String>,
-    wakes: Wakes,
-    data_version: Arc<AtomicI64>,
-    payload_limit: usize,
-}
-
-impl std::fmt::Debug for EmbeddedStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedStore")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
 /// How durable each commit is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Durability {
     /// `synchronous=NORMAL`: safe against a crashed process (`kill -9`); a power loss may lose the
     /// last commits. The default.
@@ -297,6 +132,129 @@ pub enum Durability {
     Normal,
     /// `synchronous=FULL`: every commit reaches the disk before it is acknowledged.
     Full,
+}
+
+/// What the store's thread owns: the engine of the store's file, and the registry's, opened by
+/// its first verb.
+struct Hosts {
+    main: LuaHost,
+    registry: Option<LuaHost>,
+    path: String,
+}
+
+impl Hosts {
+    /// The engine a call of `script` runs on.
+    fn of(&mut self, script: &str) -> Result<&LuaHost> {
+        if !REGISTRY_SCRIPTS.contains(&script) {
+            return Ok(&self.main);
+        }
+        if self.registry.is_none() {
+            let conn = registry::open(&self.path)?;
+            let host = LuaHost::with_verbs(conn).map_err(|e| Error::Store {
+                verb: "register_consumer",
+                reason: e.to_string(),
+            })?;
+            self.registry = Some(host);
+        }
+        match &self.registry {
+            Some(h) => Ok(h),
+            None => Ok(&self.main),
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Hosts) + Send>;
+
+/// A parked consumer's claim, offered to the next transaction of this process that makes its
+/// queue's work claimable.
+struct Offer {
+    id: u64,
+    call: HostCall<'static>,
+    handoff: Handoff,
+    served: Arc<AtomicBool>,
+    /// Set, under the offers' lock, when its park ends: an offer a transaction took and could not
+    /// serve goes back only while its park waits.
+    ended: Arc<AtomicBool>,
+}
+
+/// A queue's in-process wake: the tokens its scripts pushed and not yet taken, its parked
+/// consumers and their offers.
+#[derive(Default)]
+struct Wake {
+    tokens: Mutex<u32>,
+    notify: Notify,
+    offers: Mutex<Vec<Offer>>,
+    /// Jobs handed over to parked consumers so far.
+    handed: AtomicU64,
+}
+
+impl Wake {
+    /// Takes one token (as `BLPOP` pops one): true when there was one.
+    fn take(&self) -> bool {
+        let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        let had = *tokens > 0;
+        *tokens = tokens.saturating_sub(1);
+        had
+    }
+
+    fn push(&self, n: u32) {
+        let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
+        *tokens = (*tokens + n).min(WAKE_TOKENS_MAX);
+    }
+}
+
+/// What the store handles and the store's thread share.
+#[derive(Default)]
+struct Shared {
+    /// Each queue's wake, by its wake list's key.
+    wakes: Mutex<HashMap<Vec<u8>, Arc<Wake>>>,
+    /// `PRAGMA data_version` of the store's connection as of its last transaction: it moves when
+    /// another connection (another process, another handle) commits.
+    data_version: AtomicI64,
+    next_offer: AtomicU64,
+}
+
+impl Shared {
+    fn wake_of(&self, key: &[u8]) -> Arc<Wake> {
+        self.wakes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.to_vec())
+            .or_default()
+            .clone()
+    }
+}
+
+/// The embedded store. Cheap to clone: clones share the store's thread and the wakes.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+    /// The largest payload (and output) accepted, in bytes.
+    payload_limit: usize,
+}
+
+struct Inner {
+    tx: Mutex<mpsc::Sender<Job>>,
+    scripts: Scripts,
+    shared: Arc<Shared>,
+    /// What the scripts published, after each commit.
+    notices: broadcast::Sender<Arc<Notice>>,
+    path: String,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn gone(verb: &'static str) -> Error {
+    Error::Store {
+        verb,
+        reason: "the store's thread is gone (or the verb panicked, a defect: nothing of it was written)".into(),
+    }
 }
 
 impl EmbeddedStore {
@@ -318,57 +276,70 @@ impl EmbeddedStore {
 
     /// Opens with a chosen durability.
     pub async fn open_with(path: &str, durability: Durability) -> Result<Self> {
-        let (tx, rx) = std::sync::mpsc::channel::<Work>();
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let owned = path.to_string();
-        let wakes: Wakes = Arc::default();
-        let data_version = Arc::new(AtomicI64::new(0));
-        let (thread_wakes, thread_version) = (wakes.clone(), data_version.clone());
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (opened_tx, opened) = tokio::sync::oneshot::channel();
+        let file = path.to_string();
         std::thread::Builder::new()
             .name("emq-sqlite".into())
             .spawn(move || {
-                let conn = match Self::connect(&owned, durability) {
-                    Ok(c) => c,
+                let mut stop_checkpoints = None;
+                let host = Self::connect(&file, durability).and_then(|conn| {
+                    // the commits' pages copied into the file off the verbs' path (the copier
+                    // ends with this thread)
+                    stop_checkpoints = checkpoint::spawn(&file, &conn);
+                    LuaHost::with_verbs(conn).map_err(|e| Error::Store {
+                        verb: "open",
+                        reason: format!("{file}: {e}"),
+                    })
+                });
+                let mut hosts = match host {
+                    Ok(main) => {
+                        let _ = opened_tx.send(Ok(()));
+                        Hosts {
+                            main,
+                            registry: None,
+                            path: file,
+                        }
+                    }
                     Err(e) => {
-                        let _ = ready_tx.send(Err(e));
+                        let _ = opened_tx.send(Err(e));
                         return;
                     }
                 };
-                // the checkpointer ends when this thread does (its sender dropped with `_stop`)
-                let _stop = checkpoint::spawn(&owned, &conn);
-                let worker = Arc::new(Mutex::new(Worker {
-                    conn,
-                    wakes: thread_wakes,
-                    data_version: thread_version,
-                    registry: None,
-                }));
-                let _ = ready_tx.send(Ok(worker.clone()));
                 // the thread ends when every store handle is gone
-                while let Ok(work) = rx.recv() {
-                    let mut w = worker.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    // a verb that panics (a defect) fails alone: its transaction rolls back as it
-                    // unwinds, its caller gets an error, and the thread serves the next verb
-                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&mut w))).is_err() {
+                for job in rx {
+                    // a verb that panics (a defect) fails alone: its transaction is rolled back,
+                    // its caller gets an error (its reply sender dropped), and the thread serves
+                    // the next verb
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut hosts))).is_err() {
                         tracing::error!("an embedded store verb panicked; its caller gets an error");
+                        hosts.main.abandon();
+                        if let Some(r) = &hosts.registry {
+                            r.abandon();
+                        }
                     }
                 }
+                drop(stop_checkpoints);
             })
             .map_err(|e| Error::Store {
                 verb: "open",
                 reason: format!("cannot start the store thread: {e}"),
             })?;
-        let shared = ready_rx.await.map_err(|_| Error::Store {
-            verb: "open",
-            reason: "the store thread ended while opening".into(),
-        })??;
-        Ok(EmbeddedStore {
-            shared,
-            worker: tx,
-            path: Arc::new(path.to_string()),
-            wakes,
-            data_version,
+        opened.await.map_err(|_| gone("open"))??;
+        let (notices, _) = broadcast::channel(NOTICES_BUFFERED);
+        let store = Self {
+            inner: Arc::new(Inner {
+                tx: Mutex::new(tx),
+                scripts: Scripts::load(),
+                shared: Arc::default(),
+                notices,
+                path: path.to_string(),
+            }),
             payload_limit: PAYLOAD_LIMIT_DEFAULT,
-        })
+        };
+        // the parks' reference point: a commit of another connection moves it
+        store.foreign_commits("open").await?;
+        Ok(store)
     }
 
     /// Opens and configures the connection; every refusal names the file, and one no retry mends
@@ -421,15 +392,14 @@ impl EmbeddedStore {
             .map_err(|e| open_error(path, e))?;
         conn.pragma_update(None, "cache_size", -CACHE_KIB)
             .map_err(|e| open_error(path, e))?;
-        // statement journals (an upsert's, a multi-row statement's) in small heap chunks: by
+        // statement journals (a savepoint's, a multi-row statement's) in small heap chunks: by
         // default each opens with one 64 KiB chunk, and its free at the statement's end shrinks
-        // the heap only for the next statement to grow it again, two system calls and fresh pages
-        // in every such verb
+        // the heap only for the next statement to grow it again
         conn.pragma_update(None, "temp_store", "MEMORY")
             .map_err(|e| open_error(path, e))?;
         // the bundled SQLite plans with STAT4, which re-prepares a cached statement whenever a
-        // parameter its plan looked at is bound again (every ORDER BY … LIMIT and min/max here,
-        // at every call); the stable planner never looks at bound values
+        // parameter its plan looked at is bound again; the stable planner never looks at bound
+        // values
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .map_err(|e| open_error(path, e))?;
         conn.set_prepared_statement_cache_capacity(256);
@@ -445,57 +415,196 @@ impl EmbeddedStore {
 
     /// The database file.
     pub fn path(&self) -> &str {
-        &self.path
+        &self.inner.path
     }
 
     /// The durability the store's connection commits with, read back from SQLite
     /// (`PRAGMA synchronous`), not from what was asked.
     pub async fn durability(&self) -> Result<Durability> {
-        self.on_thread("durability", |w: &mut Worker| {
-            let level: i64 = w
-                .conn
-                .query_row("PRAGMA synchronous", [], |r| r.get(0))
-                .map_err(|e| sql_error("durability", e))?;
-            match level {
-                1 => Ok(Durability::Normal),
-                2 => Ok(Durability::Full),
-                other => Err(Error::Store {
-                    verb: "durability",
-                    reason: format!("synchronous is {other}, neither NORMAL (1) nor FULL (2)"),
-                }),
-            }
+        let level = self
+            .with_conn("durability", |c| {
+                c.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0))
+            })
+            .await?;
+        match level {
+            1 => Ok(Durability::Normal),
+            2 => Ok(Durability::Full),
+            other => Err(Error::Store {
+                verb: "durability",
+                reason: format!("synchronous is {other}, neither NORMAL (1) nor FULL (2)"),
+            }),
+        }
+    }
+
+    /// How many jobs of `queue` this handle has handed to parked consumers of this process since
+    /// it opened (claimed inside the transaction that woke them; see `park_with_handoff`).
+    pub fn handed_over(&self, queue: &QueueName) -> u64 {
+        self.wake(queue).handed.load(Ordering::Relaxed)
+    }
+
+    fn wake(&self, queue: &QueueName) -> Arc<Wake> {
+        self.inner.shared.wake_of(QueueKeys::new(queue).wake().as_bytes())
+    }
+
+    /// Runs `f` on the store's thread.
+    async fn on_thread<T: Send + 'static>(
+        &self,
+        verb: &'static str,
+        f: impl FnOnce(&mut Hosts) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.inner
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(Box::new(move |h| {
+                let _ = tx.send(f(h));
+            }))
+            .map_err(|_| gone(verb))?;
+        rx.await.map_err(|_| gone(verb))?
+    }
+
+    /// Runs `f` with the store's connection on its thread, outside any transaction.
+    async fn with_conn<T: Send + 'static>(
+        &self,
+        verb: &'static str,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.on_thread(verb, move |h| {
+            h.main
+                .with_conn(f)
+                .map_err(|e| Error::Store {
+                    verb,
+                    reason: e.to_string(),
+                })?
+                .map_err(|e| sql_error(verb, e))
         })
         .await
     }
 
-    /// park, with an optional offer: armed before the look for a token, the offer registered only
-    /// when no token waits, and withdrawn when the park ends unless a transaction took it. A park
-    /// whose offer was served leaves the wake tokens to the other parks of this process (the
-    /// serving transaction pushed none for the jobs it handed over).
+    /// Runs `calls` in one transaction on the store's thread (the registry's calls on the
+    /// registry's file); in the same transaction, the offers of the parked consumers of each queue
+    /// the calls woke. After the commit, hands out what the scripts published.
+    async fn run_host(&self, verb: &'static str, calls: Vec<HostCall<'static>>) -> Result<Vec<Reply>> {
+        let shared = self.inner.shared.clone();
+        let notices = self.inner.notices.clone();
+        self.on_thread(verb, move |hosts| {
+            let script = calls.first().map_or("", |c| c.script);
+            if REGISTRY_SCRIPTS.contains(&script) {
+                let host = hosts.of(script)?;
+                let (replies, _) = host.run(&calls).map_err(|e| Error::Store {
+                    verb,
+                    reason: e.to_string(),
+                })?;
+                return Ok(replies);
+            }
+            let mut taken: Vec<(Arc<Wake>, Offer)> = Vec::new();
+            let ran = hosts.main.run_then(&calls, |published| {
+                for (channel, _) in published {
+                    if channel.ends_with(b":wake") {
+                        let wake = shared.wake_of(channel);
+                        let offers = std::mem::take(&mut *wake.offers.lock().unwrap_or_else(PoisonError::into_inner));
+                        taken.extend(offers.into_iter().map(|o| (wake.clone(), o)));
+                    }
+                }
+                taken.iter().map(|(_, o)| o.call.clone()).collect()
+            });
+            if let Ok(Ok(v)) = hosts.main.with_conn(data_version) {
+                shared.data_version.store(v, Ordering::Release);
+            }
+            let (mut replies, published) = match ran {
+                Ok(r) => r,
+                Err(e) => {
+                    for (wake, offer) in taken {
+                        offer_back(&wake, offer);
+                    }
+                    return Err(Error::Store {
+                        verb,
+                        reason: e.to_string(),
+                    });
+                }
+            };
+            let served = replies.split_off(calls.len().min(replies.len()));
+            hand_out(&shared, &notices, published, taken, served);
+            Ok(replies)
+        })
+        .await
+    }
+
+    /// Runs one plain command (its words, name first) in a transaction of its own: a raw entry
+    /// into the keyspace for tools and tests. A refused command answers [`Reply::Error`].
+    #[doc(hidden)]
+    pub async fn raw(&self, words: Vec<Vec<u8>>) -> Result<Reply> {
+        let mut replies = self.commands_here("raw", vec![words]).await?;
+        replies.pop().ok_or_else(|| Error::Protocol {
+            verb: "raw",
+            reply: "no reply".into(),
+        })
+    }
+
+    async fn commands_here(&self, verb: &'static str, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>> {
+        let shared = self.inner.shared.clone();
+        let notices = self.inner.notices.clone();
+        self.on_thread(verb, move |hosts| {
+            let (replies, published) = hosts.main.commands(&cmds).map_err(|e| Error::Store {
+                verb,
+                reason: e.to_string(),
+            })?;
+            hand_out(&shared, &notices, published, Vec::new(), Vec::new());
+            Ok(replies)
+        })
+        .await
+    }
+
+    /// `PRAGMA data_version` of the store's connection, read now (and kept as the last seen).
+    async fn foreign_commits(&self, verb: &'static str) -> Result<i64> {
+        let now = self.with_conn(verb, data_version).await?;
+        self.inner.shared.data_version.store(now, Ordering::Release);
+        Ok(now)
+    }
+
+    /// The park, with an optional offer: registered before the look for a token, withdrawn when the
+    /// park ends unless a transaction took it. At its timeout a park reports a wake when another
+    /// connection committed meanwhile (it may have made work claimable this process cannot see).
     async fn park_offering(
         &self,
         queue: &QueueName,
         timeout: Duration,
         offer: Option<(ClaimRequest, Handoff)>,
     ) -> Result<bool> {
-        let wake = self.wake(queue.as_str());
+        let wake = self.wake(queue);
+        let seen = self.inner.shared.data_version.load(Ordering::Acquire);
         // registered before the look, so a wake between the look and the wait is not missed
-        let notified = wake.signal.notified();
+        let notified = wake.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         if wake.take() {
             return Ok(true);
         }
-        let served = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let _offer = offer.map(|(claim, handoff)| {
-            let served = served.clone();
-            let handoff: Handoff = Box::new(move |jobs| {
-                served.store(true, Ordering::Release);
-                handoff(jobs);
-            });
-            handoff::register(wake.clone(), claim, handoff)
-        });
-        let seen = self.data_version.load(Ordering::Acquire);
+        let served = Arc::new(AtomicBool::new(false));
+        let ended = Arc::new(AtomicBool::new(false));
+        let _offer = match offer {
+            Some((claim, handoff)) => {
+                let k = QueueKeys::new(queue);
+                let n = (claim.n as usize).min(BATCH_MAX);
+                let call =
+                    crate::store::verbs::claim::claim_call(self, &k, n, claim.lease, claim.max_attempts, claim.settle);
+                let id = self.inner.shared.next_offer.fetch_add(1, Ordering::Relaxed);
+                wake.offers.lock().unwrap_or_else(PoisonError::into_inner).push(Offer {
+                    id,
+                    call: host_call(&call),
+                    handoff,
+                    served: served.clone(),
+                    ended: ended.clone(),
+                });
+                Some(Withdraw {
+                    wake: wake.clone(),
+                    id,
+                    ended: ended.clone(),
+                })
+            }
+            None => None,
+        };
         let deadline = tokio::time::Instant::now() + timeout.min(crate::store::PARK_TIMEOUT_MAX);
         loop {
             tokio::select! {
@@ -506,7 +615,7 @@ impl EmbeddedStore {
                     if served.load(Ordering::Acquire) || wake.take() {
                         return Ok(true);
                     }
-                    notified.set(wake.signal.notified());
+                    notified.set(wake.notify.notified());
                     notified.as_mut().enable();
                     // a token pushed between the look and the re-arm
                     if wake.take() {
@@ -514,209 +623,119 @@ impl EmbeddedStore {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    // another process's (or handle's) commit since the store's last transaction:
-                    // it may have pushed a wake this process cannot see, so report a wake
-                    let now = self
-                        .on_thread("park", |w: &mut Worker| {
-                            let v = data_version(&w.conn).map_err(|e| sql_error("park", e))?;
-                            w.data_version.store(v, Ordering::Release);
-                            Ok(v)
-                        })
-                        .await?;
+                    let now = self.foreign_commits("park").await?;
                     return Ok(now != seen || served.load(Ordering::Acquire));
                 }
             }
         }
     }
 
-    /// Runs `f` on the store's thread with the registry's connection (opened on first use).
-    async fn on_registry<T, F>(&self, verb: &'static str, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
-    {
-        let path = self.path.clone();
-        self.on_thread(verb, move |w: &mut Worker| {
-            let conn = match w.registry.take() {
-                Some(c) => c,
-                None => registry::open(&path)?,
-            };
-            let out = f(&conn);
-            w.registry = Some(conn);
-            out
-        })
-        .await
-    }
-
-    /// `PRAGMA data_version` of the store's connection: it moves when another connection (another
-    /// process, or another handle on the file) commits.
-    async fn foreign_commits(&self) -> Result<i64> {
-        self.on_thread("finished_waits", |w: &mut Worker| {
-            data_version(&w.conn).map_err(|e| sql_error("finished_waits", e))
-        })
-        .await
-    }
-
-    /// How many jobs of `queue` this handle has handed to parked consumers of this process since
-    /// it opened (claimed inside the transaction that woke them; see `park_with_handoff`).
-    pub fn handed_over(&self, queue: &QueueName) -> u64 {
-        self.wake(queue.as_str()).handed.load(Ordering::Relaxed)
-    }
-
-    fn wake(&self, queue: &str) -> Arc<Wake> {
-        wake_of(&self.wakes, queue)
-    }
-
-    /// Runs `f` as one `BEGIN IMMEDIATE` transaction: with [`On::CallerFirst`] on the caller's
-    /// thread when the connection is free and no other writer holds the file ([`Self::run_here`]),
-    /// else on the store's thread. A twin that errs rolls back: nothing of it is written. A commit
-    /// that pushed wake tokens notifies this process's parked consumers at once; one that
-    /// published a cancel request, its cancel streams.
-    async fn run<T, F>(&self, queue: &str, verb: &'static str, on: On, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Db) -> Result<T> + Send + 'static,
-    {
-        let f = match on {
-            On::CallerFirst => match self.run_here(queue, verb, f) {
-                Ok(out) => return out,
-                Err(f) => f,
-            },
-            On::Thread => f,
-        };
-        let q = queue.to_string();
-        self.on_thread(verb, move |w: &mut Worker| {
-            let Worker {
-                conn,
-                wakes,
-                data_version,
-                ..
-            } = w;
-            let t = txn::Txn::begin(conn).map_err(|e| sql_error(verb, e))?;
-            transact(t, wakes, data_version, &q, verb, f)
-        })
-        .await
-    }
-
-    /// Runs `f` on the caller's thread, when the store's thread is not using the connection and
-    /// `BEGIN IMMEDIATE` gets the write lock at once (no waiting on another process: a wait would
-    /// hold up the caller's runtime); else hands `f` back untouched. A small verb run here costs
-    /// neither the hop to the store's thread nor, when it wakes a consumer of this runtime, the
-    /// hop back: the woken task runs next on this very thread.
-    fn run_here<T, F>(&self, queue: &str, verb: &'static str, f: F) -> std::result::Result<Result<T>, F>
-    where
-        F: FnOnce(&Db) -> Result<T>,
-    {
-        let mut guard = match self.shared.try_lock() {
-            Ok(guard) => guard,
-            // a verb that panicked here unwound through the lock: its transaction rolled back
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                self.shared.clear_poison();
-                p.into_inner()
-            }
-            Err(std::sync::TryLockError::WouldBlock) => return Err(f),
-        };
-        let Worker {
-            conn,
-            wakes,
-            data_version,
-            ..
-        } = &mut *guard;
-        if conn.busy_timeout(Duration::ZERO).is_err() {
-            return Err(f);
-        }
-        if let Ok(t) = txn::Txn::begin(conn) {
-            // the twin's statements never wait: this connection holds the write lock now
-            return Ok(match t.busy_timeout(BUSY_TIMEOUT) {
-                Ok(()) => {
-                    let run = std::panic::AssertUnwindSafe(|| transact(t, wakes, data_version, queue, verb, f));
-                    std::panic::catch_unwind(run).unwrap_or_else(|_| {
-                        tracing::error!(verb, "an embedded store verb panicked; its caller gets an error");
-                        Err(Error::Store {
-                            verb,
-                            reason: "the verb panicked (a defect); nothing of it was written".into(),
-                        })
-                    })
+    /// The messages published on `channel` in this process from now on (`None`: some were missed).
+    fn subscribe(&self, channel: String) -> BoxStream<'static, Option<Vec<u8>>> {
+        let rx = self.inner.notices.subscribe();
+        futures::stream::unfold((rx, channel), |(mut rx, channel)| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(n) if n.0 == channel.as_bytes() => return Some((Some(n.1.clone()), (rx, channel))),
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => return Some((None, (rx, channel))),
+                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
-                Err(e) => Err(sql_error(verb, e)),
-            });
-        }
-        let _ = conn.busy_timeout(BUSY_TIMEOUT);
-        Err(f)
+            }
+        })
+        .boxed()
     }
 
-    /// Runs `f` with the connection on the store's thread, outside any transaction of its own.
-    async fn on_thread<T, F>(&self, verb: &'static str, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&mut Worker) -> Result<T> + Send + 'static,
-    {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let work: Work = Box::new(move |w: &mut Worker| {
-            let _ = tx.send(f(w));
-        });
-        self.worker.send(work).map_err(|_| Error::Store {
-            verb,
-            reason: "the store thread is gone".into(),
-        })?;
-        rx.await.map_err(|_| Error::Store {
-            verb,
-            reason: "the store thread dropped the request".into(),
-        })?
+    /// The cancel requests of the durable log on `channel` after `seq`, oldest first, with their
+    /// sequences.
+    async fn cancels_after(&self, channel: Vec<u8>, seq: i64) -> Result<Vec<(i64, Vec<u8>)>> {
+        self.with_conn("cancel_requests", move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT seq, message FROM kv_cancels WHERE seq > ?1 AND channel = ?2 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(rusqlite::params![seq, channel, CANCELS_READ_MAX], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })?;
+            rows.collect()
+        })
+        .await
     }
 }
 
-/// The body of every verb's transaction `t`: the twin `f`, the hand-off of its claimable jobs to
-/// this process's parked offers, the commit, then the wakes. A twin that errs rolls back.
-fn transact<T>(
-    t: txn::Txn<'_>,
-    wakes: &Wakes,
-    version: &AtomicI64,
-    q: &str,
-    verb: &'static str,
-    f: impl FnOnce(&Db) -> Result<T>,
-) -> Result<T> {
-    let (out, woken, tokens, handed, cancels, finished) = {
-        let db = Db::new(&t, q, verb).offering(handoff::Direct::of(wakes, q));
-        let out = f(&db)?;
-        // a parked consumer of this process that offered a claim gets it in this very
-        // transaction (handed over after the commit; a rollback drops it)
-        let woken = db.woke.get().then(|| wake_of(wakes, q));
-        let handed = match &woken {
-            Some(wake) => handoff::serve(&db, wake)?,
-            None => handoff::Handed::default(),
+/// Takes a parked consumer's offer off its queue's wake when its park ends, unless a transaction
+/// took it first.
+struct Withdraw {
+    wake: Arc<Wake>,
+    id: u64,
+    ended: Arc<AtomicBool>,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let mut offers = self.wake.offers.lock().unwrap_or_else(PoisonError::into_inner);
+        self.ended.store(true, Ordering::Release);
+        offers.retain(|o| o.id != self.id);
+    }
+}
+
+/// Puts back an offer a transaction took and could not serve, unless its park has ended since:
+/// a claim for a park that is gone would lease jobs nobody runs until their leases lapse.
+fn offer_back(wake: &Wake, offer: Offer) {
+    let mut offers = wake.offers.lock().unwrap_or_else(PoisonError::into_inner);
+    if !offer.ended.load(Ordering::Acquire) {
+        offers.push(offer);
+    }
+}
+
+/// After a commit: the jobs claimed for the offers `taken` (their replies `served`) handed over;
+/// the tokens pushed onto each wake list kept for the queue's parks (less the jobs handed over)
+/// and its parks woken, unless every job made claimable went to an offer; each message sent to its
+/// channel's subscribers.
+fn hand_out(
+    shared: &Shared,
+    notices: &broadcast::Sender<Arc<Notice>>,
+    published: Vec<Notice>,
+    taken: Vec<(Arc<Wake>, Offer)>,
+    served: Vec<Reply>,
+) {
+    let mut handed: HashMap<*const Wake, u32> = HashMap::new();
+    let mut replies = served.into_iter();
+    for (wake, offer) in taken {
+        let mut claimed = Claimed::default();
+        let ok = match replies.next() {
+            Some(r @ Reply::Array(_)) => crate::store::verbs::claim::parse_claimed(r, &mut claimed).is_ok(),
+            _ => false,
         };
-        db.flush_counts()?;
-        let finished = db.finished.take();
-        (out, woken, db.tokens.get(), handed, db.cancels.get(), finished)
-    };
-    let now = data_version(&t).map_err(|e| sql_error(verb, e))?;
-    t.commit().map_err(|e| sql_error(verb, e))?;
-    version.store(now, Ordering::Release);
-    if let Some(wake) = woken {
-        // the jobs handed over need no wake token of their own
-        wake.push((tokens - handed.tokens()).max(0));
-        wake.handed.fetch_add(handed.jobs() as u64, Ordering::Relaxed);
-        // every job made claimable went to an offer: no park needs waking (a served one's caller
-        // has its jobs, and a wake would put its task beside them on this thread, pushing them to
-        // another worker)
-        let all_handed = handed.jobs() > 0 && tokens <= handed.tokens();
-        handed.deliver();
-        if !all_handed {
-            wake.signal.notify_waiters();
+        if !ok || claimed.jobs.is_empty() {
+            offer_back(&wake, offer);
+            continue;
+        }
+        let n = claimed.jobs.len();
+        *handed.entry(Arc::as_ptr(&wake)).or_default() += n as u32;
+        wake.handed.fetch_add(n as u64, Ordering::Relaxed);
+        offer.served.store(true, Ordering::Release);
+        (offer.handoff)(claimed.jobs);
+    }
+    for notice in published {
+        if notice.0.ends_with(b":wake") {
+            let pushed: u32 = String::from_utf8_lossy(&notice.1).parse().unwrap_or(1);
+            let wake = shared.wake_of(&notice.0);
+            let jobs = handed.remove(&Arc::as_ptr(&wake)).unwrap_or(0);
+            wake.push(pushed.saturating_sub(jobs));
+            // a served park's caller has its jobs: a wake would put its task beside them
+            if jobs == 0 || pushed > jobs {
+                wake.notify.notify_waiters();
+            }
+        } else {
+            let _ = notices.send(Arc::new(notice));
         }
     }
-    if cancels {
-        wake_of(wakes, q).cancels.notify_waiters();
-    }
-    if !finished.is_empty() {
-        let wake = wake_of(wakes, q);
-        for id in finished {
-            // an id the store wrote is valid; none: every waited job
-            let _ = wake.finished.0.send(id.map(JobId::from_store));
-        }
-    }
-    Ok(out)
+}
+
+/// `PRAGMA data_version`: changes when another connection commits.
+fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("PRAGMA data_version")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
 }
 
 /// Runs `f` again while it answers busy, for up to [`BUSY_TIMEOUT`], with short sleeps: for the
@@ -738,553 +757,77 @@ fn until_not_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Re
     }
 }
 
-/// `PRAGMA data_version`: changes when another connection commits.
-fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.prepare_cached("PRAGMA data_version")
-        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+fn host_call(call: &Call<'_>) -> HostCall<'static> {
+    HostCall {
+        script: call.script.name,
+        keys: call.keys.iter().map(|k| k.clone().into_bytes()).collect(),
+        args: call.args.clone(),
+    }
 }
 
-/// The records `MAXLEN` of a settling verb (what it keeps of a finished job is the queue's
-/// retention, which the twins read).
-fn settle_arg(settle: SettleOptions) -> i64 {
-    crate::store::records_maxlen(settle) as i64
+/// A script's reply as [`Engine::run`] answers it: an error reply as the store's error.
+fn checked(verb: &'static str, r: Reply) -> Result<Reply> {
+    match r {
+        Reply::Error(text) => Err(script_error(verb, &text).unwrap_or(Error::Store { verb, reason: text })),
+        r => Ok(r),
+    }
 }
 
-#[async_trait]
-impl Store for EmbeddedStore {
-    async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        check_jobs(jobs, self.payload_limit)?;
-        let mut out = Vec::with_capacity(jobs.len());
-        for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
-            let batch = batch.to_vec();
-            let q = queue.clone();
-            out.extend(
-                self.run(queue.as_str(), "enqueue", On::enqueue(batch.len()), move |db| {
-                    enqueue::enqueue(db, &batch)
-                })
-                .await
-                .map_err(|e| obliterating(e, &q))?,
-            );
-        }
-        Ok(out)
+#[async_trait::async_trait]
+impl Engine for EmbeddedStore {
+    fn scripts(&self) -> &Scripts {
+        &self.inner.scripts
     }
 
-    async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-        check_jobs(jobs, self.payload_limit)?;
-        let mut out = Vec::with_capacity(jobs.len());
-        for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
-            let batch = batch.to_vec();
-            let (q, g) = (queue.clone(), group.to_string());
-            out.extend(
-                self.run(queue.as_str(), "genqueue", On::enqueue(batch.len()), move |db| {
-                    genqueue::genqueue(db, &g, &batch)
-                })
-                .await
-                .map_err(|e| obliterating(e, &q))?,
-            );
-        }
-        Ok(out)
+    fn payload_limit(&self) -> usize {
+        self.payload_limit
     }
 
-    async fn claim(
+    async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
+        checked(script.name, self.run_raw(script, keys, args).await?)
+    }
+
+    async fn run_raw(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
+        let call = host_call(&Call {
+            script,
+            keys: keys.to_vec(),
+            args,
+        });
+        let mut replies = self.run_host(script.name, vec![call]).await?;
+        replies.pop().ok_or_else(|| Error::Protocol {
+            verb: script.name,
+            reply: "no reply".into(),
+        })
+    }
+
+    async fn run_calls_waiting(
         &self,
-        queue: &QueueName,
-        n: u32,
-        lease: Duration,
-        max_attempts: u32,
-        settle: SettleOptions,
-    ) -> Result<Claimed> {
-        positive("n", n as u64)?;
-        check_claim(lease, max_attempts)?;
-        let recmax = settle_arg(settle);
-        let lease = lease.as_millis() as i64;
-        let mut out = Claimed::default();
-        let mut left = n as usize;
-        while left > 0 {
-            let take = left.min(BATCH_MAX) as i64;
-            let got = self
-                .run(queue.as_str(), "claim", On::Thread, move |db| {
-                    claim::claim(db, take, lease, max_attempts as i64, recmax)
-                })
-                .await?;
-            let k = got.len();
-            out.jobs.extend(got.jobs);
-            (out.wait, out.queue_limited) = (got.wait, got.queue_limited);
-            if (k as i64) < take {
-                break;
-            }
-            left -= take as usize;
-        }
-        Ok(out)
+        calls: Vec<Call<'_>>,
+        _wait: Option<(u32, Duration)>,
+    ) -> Result<Vec<Result<Reply>>> {
+        let names: Vec<&'static str> = calls.iter().map(|c| c.script.name).collect();
+        let calls: Vec<HostCall<'static>> = calls.iter().map(host_call).collect();
+        let verb = names.first().copied().unwrap_or("run");
+        let replies = self.run_host(verb, calls).await?;
+        Ok(replies
+            .into_iter()
+            .zip(names)
+            .map(|(r, name)| checked(name, r))
+            .collect())
     }
 
-    async fn complete(
+    async fn commands(
         &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        output: Option<&[u8]>,
-        settle: SettleOptions,
-    ) -> Result<Settled> {
-        if let Some(o) = output {
-            check_payload(o.len(), self.payload_limit)?;
-        }
-        let recmax = settle_arg(settle);
-        let (id, output) = (id.to_string(), output.map(<[u8]>::to_vec));
-        self.run(queue.as_str(), "complete", On::Thread, move |db| {
-            complete::complete(db, &id, token, output.as_deref(), recmax)
-        })
-        .await
+        verb: &'static str,
+        _route_key: &str,
+        cmds: Vec<Vec<Vec<u8>>>,
+    ) -> Result<Vec<Result<Reply>>> {
+        let replies = self.commands_here(verb, cmds).await?;
+        Ok(replies.into_iter().map(|r| checked(verb, r)).collect())
     }
+}
 
-    async fn complete_many(
-        &self,
-        queue: &QueueName,
-        jobs: &[Completion],
-        settle: SettleOptions,
-    ) -> Result<Vec<Settled>> {
-        check_outputs(jobs, self.payload_limit)?;
-        let recmax = settle_arg(settle);
-        let mut out = Vec::with_capacity(jobs.len());
-        for batch in crate::store::bounded(jobs, |c| c.output.as_ref().map_or(0, Vec::len)) {
-            let batch = batch.to_vec();
-            out.extend(
-                self.run(queue.as_str(), "complete_many", On::Thread, move |db| {
-                    complete_many::complete_many(db, &batch, recmax)
-                })
-                .await?,
-            );
-        }
-        Ok(out)
-    }
-
-    async fn complete_cancelled(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        reason: Option<&str>,
-        settle: SettleOptions,
-    ) -> Result<Settled> {
-        let recmax = settle_arg(settle);
-        let (id, reason) = (id.to_string(), reason.map(str::to_string));
-        self.run(queue.as_str(), "complete_cancelled", On::Thread, move |db| {
-            complete_cancelled::complete_cancelled(db, &id, token, reason.as_deref(), recmax)
-        })
-        .await
-    }
-
-    async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled> {
-        let delay = millis("delay", delay)? as i64;
-        let id = id.to_string();
-        self.run(queue.as_str(), "release", On::Thread, move |db| {
-            release::release(db, &id, token, delay)
-        })
-        .await
-    }
-
-    async fn retry(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        delay: Duration,
-        max_attempts: u32,
-        error: &str,
-        settle: SettleOptions,
-    ) -> Result<Retried> {
-        positive("max_attempts", max_attempts as u64)?;
-        millis("delay", delay)?;
-        let recmax = settle_arg(settle);
-        let (id, error) = (id.to_string(), error.to_string());
-        let delay = delay.as_millis() as i64;
-        self.run(queue.as_str(), "retry", On::Thread, move |db| {
-            retry::retry(db, &id, token, delay, max_attempts as i64, &error, recmax)
-        })
-        .await
-    }
-
-    async fn discard(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        error: &str,
-        settle: SettleOptions,
-    ) -> Result<Discarded> {
-        let recmax = settle_arg(settle);
-        let (id, error) = (id.to_string(), error.to_string());
-        self.run(queue.as_str(), "discard", On::Thread, move |db| {
-            discard::discard(db, &id, token, &error, recmax)
-        })
-        .await
-    }
-
-    async fn reap(&self, queue: &QueueName, limit: u32, max_redeliveries: Option<u32>) -> Result<u64> {
-        positive("limit", limit as u64)?;
-        if let Some(m) = max_redeliveries {
-            positive("max_redeliveries", m as u64)?;
-        }
-        self.run(queue.as_str(), "reap", On::Thread, move |db| {
-            reap::reap(db, limit as i64, max_redeliveries.map(i64::from))
-        })
-        .await
-    }
-
-    async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept> {
-        positive("max_stalled", policy.max_stalled as u64)?;
-        positive("limit", policy.limit as u64)?;
-        self.run(queue.as_str(), "sweep_stalled", On::Thread, move |db| {
-            sweep_stalled::sweep_stalled(db, policy.max_stalled as i64, policy.limit as i64)
-        })
-        .await
-    }
-
-    async fn promote(&self, queue: &QueueName, limit: u32, grace: Duration) -> Result<Promoted> {
-        positive("limit", limit as u64)?;
-        let grace = millis("grace", grace)? as i64;
-        self.run(queue.as_str(), "promote", On::Thread, move |db| {
-            promote::promote(db, limit as i64, grace)
-        })
-        .await
-    }
-
-    async fn upsert_schedule(&self, queue: &QueueName, schedule: &Schedule) -> Result<u64> {
-        schedule.check()?;
-        let name = schedule.name.as_str().to_string();
-        let def = schedule.fields();
-        let slots = crate::schedule::first_slots(&schedule.timing, crate::schedule::wall_ms());
-        self.run(queue.as_str(), "upsert_schedule", On::CallerFirst, move |db| {
-            upsert_schedule::upsert_schedule(db, &name, &def, &slots)
-        })
-        .await
-    }
-
-    async fn remove_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
-        let name = name.as_str().to_string();
-        self.run(queue.as_str(), "remove_schedule", On::CallerFirst, move |db| {
-            remove_schedule::remove_schedule(db, &name)
-        })
-        .await
-    }
-
-    async fn pause_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
-        let name = name.as_str().to_string();
-        self.run(queue.as_str(), "pause_schedule", On::CallerFirst, move |db| {
-            pause_schedule::pause_schedule(db, &name)
-        })
-        .await
-    }
-
-    async fn resume_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
-        let name = name.as_str().to_string();
-        self.run(queue.as_str(), "resume_schedule", On::CallerFirst, move |db| {
-            resume_schedule::resume_schedule(db, &name)
-        })
-        .await
-    }
-
-    async fn list_schedules(&self, queue: &QueueName) -> Result<Vec<ScheduleInfo>> {
-        self.run(
-            queue.as_str(),
-            "list_schedules",
-            On::Thread,
-            list_schedules::list_schedules,
-        )
-        .await
-    }
-
-    async fn trigger_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<Option<JobId>> {
-        let name = name.as_str().to_string();
-        let id = self
-            .run(queue.as_str(), "trigger_schedule", On::CallerFirst, move |db| {
-                trigger_schedule::trigger_schedule(db, &name)
-            })
-            .await?;
-        Ok(id.map(JobId::from_store))
-    }
-
-    async fn refill_schedule(&self, queue: &QueueName, request: &RefillRequest, refill: &Refill) -> Result<bool> {
-        let (request, refill) = (request.clone(), refill.clone());
-        self.run(queue.as_str(), "refill_schedule", On::CallerFirst, move |db| {
-            refill_schedule::refill_schedule(db, &request, refill.omitted, &refill.slots)
-        })
-        .await
-    }
-
-    async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {
-        positive("lease", millis("lease", lease)?)?;
-        let id = id.to_string();
-        let lease = lease.as_millis() as i64;
-        self.run(queue.as_str(), "extend_lock", On::Thread, move |db| {
-            extend_lock::extend_lock(db, &id, token, lease)
-        })
-        .await
-    }
-
-    async fn update_data(&self, queue: &QueueName, id: &JobId, token: u64, payload: &[u8]) -> Result<Settled> {
-        check_payload(payload.len(), self.payload_limit)?;
-        let (id, payload) = (id.to_string(), payload.to_vec());
-        self.run(queue.as_str(), "update_data", On::Thread, move |db| {
-            update_data::update_data(db, &id, token, &payload)
-        })
-        .await
-    }
-
-    async fn pause(&self, queue: &QueueName) -> Result<()> {
-        self.run(queue.as_str(), "pause", On::Thread, pause::pause).await
-    }
-
-    async fn resume(&self, queue: &QueueName) -> Result<()> {
-        self.run(queue.as_str(), "resume", On::Thread, resume::resume).await
-    }
-
-    async fn drain(&self, queue: &QueueName) -> Result<u64> {
-        let mut total = 0;
-        loop {
-            let (removed, finished) = self
-                .run(queue.as_str(), "drain", On::Thread, move |db| {
-                    drain::drain(db, CHUNK_DEFAULT as i64)
-                })
-                .await?;
-            total += removed;
-            if finished {
-                return Ok(total);
-            }
-        }
-    }
-
-    async fn obliterate(&self, queue: &QueueName, force: bool) -> Result<Obliterated> {
-        let mut total = 0;
-        loop {
-            let step = self
-                .run(queue.as_str(), "obliterate", On::Thread, move |db| {
-                    obliterate::obliterate(db, force, CHUNK_DEFAULT as i64)
-                })
-                .await?;
-            match step {
-                obliterate::Step::Refused(active) => return Ok(Obliterated::Active { active }),
-                obliterate::Step::Chunk { removed, finished } => {
-                    total += removed;
-                    if finished {
-                        return Ok(Obliterated::Done { removed: total });
-                    }
-                }
-            }
-        }
-    }
-
-    async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
-        let id = id.clone();
-        self.run(queue.as_str(), "get", On::CallerFirst, move |db| get::get(db, &id))
-            .await
-    }
-
-    async fn remove(&self, queue: &QueueName, id: &JobId, force: bool) -> Result<Removed> {
-        let id = id.to_string();
-        self.run(queue.as_str(), "remove", On::CallerFirst, move |db| {
-            remove::remove(db, &id, force)
-        })
-        .await
-    }
-
-    async fn redrive(&self, queue: &QueueName, id: &JobId, extra: u32) -> Result<Redriven> {
-        positive("extra", extra as u64)?;
-        let id = id.to_string();
-        self.run(queue.as_str(), "redrive", On::CallerFirst, move |db| {
-            redrive::redrive(db, &id, extra as i64)
-        })
-        .await
-    }
-
-    async fn redrive_all(&self, queue: &QueueName, extra: u32) -> Result<u64> {
-        positive("extra", extra as u64)?;
-        let mut total = 0;
-        loop {
-            let (done, seen) = self
-                .run(queue.as_str(), "redrive", On::Thread, move |db| {
-                    redrive::redrive_all(db, extra as i64, CHUNK_DEFAULT as i64)
-                })
-                .await?;
-            total += done;
-            if seen == 0 {
-                return Ok(total);
-            }
-        }
-    }
-
-    async fn promote_job(&self, queue: &QueueName, id: &JobId) -> Result<PromotedJob> {
-        let id = id.to_string();
-        self.run(queue.as_str(), "promote_job", On::CallerFirst, move |db| {
-            promote_job::promote_job(db, &id)
-        })
-        .await
-    }
-
-    async fn cancel(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        reason: Option<&str>,
-        settle: SettleOptions,
-    ) -> Result<Cancelled> {
-        let recmax = settle_arg(settle);
-        let (id, reason) = (id.to_string(), reason.map(str::to_string));
-        self.run(queue.as_str(), "cancel", On::CallerFirst, move |db| {
-            cancel::cancel(db, &id, reason.as_deref(), recmax)
-        })
-        .await
-    }
-
-    async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()> {
-        positive("limit", limit as u64)?;
-        let group = match target {
-            LimitTarget::Group(g) => Some(g.to_string()),
-            LimitTarget::Default => None,
-        };
-        self.run(queue.as_str(), "set_group_limit", On::Thread, move |db| {
-            set_group_limit::set_group_limit(db, group.as_deref(), limit as i64)
-        })
-        .await
-    }
-
-    async fn counts(&self, queue: &QueueName) -> Result<Counts> {
-        self.run(queue.as_str(), "counts", On::Thread, counts::counts).await
-    }
-
-    async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage> {
-        let after = cursor.map(str::to_string);
-        self.run(queue.as_str(), "groups", On::Thread, move |db| {
-            groups::groups(db, after.as_deref())
-        })
-        .await
-    }
-
-    async fn register_consumer(&self, queue: &QueueName, entry: &ConsumerEntry) -> Result<i64> {
-        crate::registry::check(entry)?;
-        let (q, id, text) = (
-            queue.as_str().to_string(),
-            entry.id.clone(),
-            crate::registry::encode(entry),
-        );
-        let (ttl, first) = (crate::registry::ttl_ms(entry.ttl), entry.beat_ms == 0);
-        self.on_registry("register_consumer", move |c| {
-            register_consumer::register_consumer(c, &q, &id, &text, ttl, first)
-        })
-        .await
-    }
-
-    async fn unregister_consumer(&self, queue: &QueueName, id: &str) -> Result<bool> {
-        crate::registry::check_id(id)?;
-        let (q, id) = (queue.as_str().to_string(), id.to_string());
-        self.on_registry("unregister_consumer", move |c| {
-            unregister_consumer::unregister_consumer(c, &q, &id)
-        })
-        .await
-    }
-
-    async fn consumers(&self, queue: &QueueName) -> Result<Vec<ConsumerEntry>> {
-        let q = queue.as_str().to_string();
-        self.on_registry("consumers", move |c| consumers::consumers(c, &q))
-            .await
-    }
-
-    async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {
-        crate::store::check_history_minutes(minutes)?;
-        self.run(queue.as_str(), "history", On::Thread, move |db| {
-            history::history(db, minutes)
-        })
-        .await
-    }
-
-    async fn list(&self, queue: &QueueName, state: JobState, cursor: Option<&str>, limit: u32) -> Result<JobsPage> {
-        check_list_limit(limit)?;
-        let after = After::parse(state, cursor)?;
-        self.run(queue.as_str(), "list", On::Thread, move |db| {
-            list::list(db, state, after, limit as i64)
-        })
-        .await
-    }
-
-    async fn queues(&self) -> Result<Vec<QueueName>> {
-        self.run("", "queues", On::Thread, queues::queues).await
-    }
-
-    async fn recover_promote_claim(
-        &self,
-        queue: &QueueName,
-        recovery: Recovery,
-        pump: u32,
-        grace: Duration,
-        claim: ClaimRequest,
-    ) -> Result<Round> {
-        positive("pump", pump as u64)?;
-        let grace = millis("grace", grace)? as i64;
-        if claim.n > 0 {
-            check_claim(claim.lease, claim.max_attempts)?;
-        }
-        let recmax = settle_arg(claim.settle);
-        let lease = claim.lease.as_millis() as i64;
-        let n = (claim.n as usize).min(BATCH_MAX) as i64;
-        let max_attempts = claim.max_attempts as i64;
-        // the round trip's twin: one transaction, each leg's reply its own; a leg that errs
-        // leaves nothing of itself behind (as the scripts of the Redis round are each atomic)
-        self.run(queue.as_str(), "recover_promote_claim", On::Thread, move |db| {
-            let recovered = db.leg(|| match recovery {
-                Recovery::Off => Ok(()),
-                Recovery::Reap => reap::reap(db, crate::store::REAP_LIMIT as i64, None).map(drop),
-                Recovery::Redeliver(p) => reap::reap(db, p.limit as i64, Some(p.max_redeliveries as i64)).map(drop),
-                Recovery::Stalled(p) => {
-                    sweep_stalled::sweep_stalled(db, p.max_stalled as i64, p.limit as i64).map(drop)
-                }
-            })?;
-            let promoted = db.leg(|| promote::promote(db, pump as i64, grace))?;
-            let claimed = if n > 0 {
-                db.leg(|| claim::claim(db, n, lease, max_attempts, recmax))?
-            } else {
-                Ok(Claimed::default())
-            };
-            Ok(Round {
-                recovered,
-                promoted,
-                claimed,
-            })
-        })
-        .await
-    }
-
-    async fn complete_then_claim(
-        &self,
-        queue: &QueueName,
-        jobs: &[Completion],
-        settle: SettleOptions,
-        claim: ClaimRequest,
-    ) -> Result<CompletedThenClaimed> {
-        // refused whole before anything runs, as the Redis pipeline is
-        check_outputs(jobs, self.payload_limit)?;
-        if claim.n > 0 {
-            check_claim(claim.lease, claim.max_attempts)?;
-        }
-        let recmax = settle_arg(settle);
-        let claim_recmax = settle_arg(claim.settle);
-        let lease = claim.lease.as_millis() as i64;
-        let n = (claim.n as usize).min(BATCH_MAX) as i64;
-        let max_attempts = claim.max_attempts as i64;
-        let jobs = jobs.to_vec();
-        // the pipeline's twin: one transaction, the completions' leg ahead of the claim's (so the
-        // slots they free are free for it), each leg's reply its own
-        self.run(queue.as_str(), "complete_then_claim", On::Thread, move |db| {
-            let completed = db.leg(|| complete_many::complete_many(db, &jobs, recmax))?;
-            let claimed = if n > 0 {
-                db.leg(|| claim::claim(db, n, lease, max_attempts, claim_recmax))?
-            } else {
-                Ok(Claimed::default())
-            };
-            Ok(CompletedThenClaimed { completed, claimed })
-        })
-        .await
-    }
-
+crate::store::verbs::script_store!(EmbeddedStore, {
     async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
         self.park_offering(queue, timeout, None).await
     }
@@ -1294,12 +837,12 @@ impl Store for EmbeddedStore {
         queue: &QueueName,
         timeout: Duration,
         claim: ClaimRequest,
-        handoff: Handoff,
+        handoff: crate::store::Handoff,
     ) -> Result<bool> {
         if claim.n == 0 {
-            return self.park(queue, timeout).await;
+            return self.park_offering(queue, timeout, None).await;
         }
-        check_claim(claim.lease, claim.max_attempts)?;
+        crate::store::check_claim(claim.lease, claim.max_attempts)?;
         self.park_offering(queue, timeout, Some((claim, handoff))).await
     }
 
@@ -1307,117 +850,32 @@ impl Store for EmbeddedStore {
         true
     }
 
-    async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()> {
-        let age = check_retention(retention)? as i64;
-        let (keep, cap) = (retention.keep as i64, retention.max_output as i64);
-        self.run(queue.as_str(), "set_retention", On::CallerFirst, move |db| {
-            set_retention::set_retention(db, keep, age, cap)
-        })
-        .await
-    }
-
-    async fn retention(&self, queue: &QueueName) -> Result<Retention> {
-        self.run(queue.as_str(), "retention", On::CallerFirst, retention::retention)
-            .await
-    }
-
-    async fn set_priority_aging(&self, queue: &QueueName, aging: Duration) -> Result<()> {
-        let ms = crate::store::check_priority_aging(aging)? as i64;
-        self.run(queue.as_str(), "set_priority_aging", On::CallerFirst, move |db| {
-            set_priority_aging::set_priority_aging(db, ms)
-        })
-        .await
-    }
-
-    async fn priority_aging(&self, queue: &QueueName) -> Result<Duration> {
-        self.run(
-            queue.as_str(),
-            "priority_aging",
-            On::CallerFirst,
-            priority_aging::priority_aging,
-        )
-        .await
-    }
-
-    async fn set_rate_limit(&self, queue: &QueueName, target: &RateTarget, limit: Option<RateLimit>) -> Result<()> {
-        let (target, group) = crate::rate::target_parts(target);
-        let (group, spec) = (group.to_string(), limit.map(|l| l.spec()).unwrap_or_default());
-        self.run(queue.as_str(), "set_rate_limit", On::CallerFirst, move |db| {
-            set_rate_limit::set_rate_limit(db, target, &group, &spec)
-        })
-        .await
-    }
-
-    async fn rate_limits(&self, queue: &QueueName) -> Result<RateLimits> {
-        self.run(queue.as_str(), "rate_limits", On::CallerFirst, rate_limits::rate_limits)
-            .await
-    }
-
-    async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {
-        let id = id.clone();
-        self.run(queue.as_str(), "mark_waited", On::CallerFirst, move |db| {
-            mark_waited::mark_waited(db, &id)
-        })
-        .await
-    }
-
-    async fn finished_waits(&self, queue: &QueueName) -> Result<BoxStream<'static, Option<JobId>>> {
-        let rx = self.wake(queue.as_str()).finished.0.subscribe();
-        let seen = self.foreign_commits().await?;
-        let store = self.clone();
-        let stream = futures::stream::unfold((store, rx, seen), |(store, mut rx, mut seen)| async move {
-            use tokio::sync::broadcast::error::RecvError;
-            loop {
-                tokio::select! {
-                    notice = rx.recv() => match notice {
-                        Ok(n) => return Some((n, (store, rx, seen))),
-                        // notices this stream missed: look at every waited job again
-                        Err(RecvError::Lagged(_)) => return Some((None, (store, rx, seen))),
-                        Err(RecvError::Closed) => return None,
-                    },
-                    _ = tokio::time::sleep(WAIT_BEAT) => {
-                        // another process's commit may have finished a waited job
-                        if let Ok(now) = store.foreign_commits().await {
-                            if now != seen {
-                                seen = now;
-                                return Some((None, (store, rx, seen)));
-                            }
-                        }
-                    }
-                }
-            }
-        });
-        Ok(stream.boxed())
-    }
-
     async fn cancel_requests(&self, queue: &QueueName) -> Result<BoxStream<'static, CancelRequest>> {
-        let q = queue.to_string();
+        let channel = QueueKeys::new(queue).cancel().into_bytes();
         let last = self
-            .run(queue.as_str(), "cancel_requests", On::Thread, cancel::last_request)
+            .with_conn("cancel_requests", |c| {
+                c.query_row("SELECT coalesce(max(seq), 0) FROM kv_cancels", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+            })
             .await?;
+        // a request of this process is read at once; another's at the next poll
+        let here = self.subscribe(String::from_utf8_lossy(&channel).into_owned());
         let store = self.clone();
-        let signal = self.wake(queue.as_str());
         let stream = futures::stream::unfold(
-            (store, q, last, signal, Vec::new()),
-            |(store, q, mut last, signal, mut buf)| async move {
+            (store, channel, last, here, Vec::new()),
+            |(store, channel, mut last, mut here, mut buf)| async move {
                 loop {
                     if let Some(req) = buf.pop() {
-                        return Some((req, (store, q, last, signal, buf)));
+                        return Some((req, (store, channel, last, here, buf)));
                     }
-                    let notified = signal.cancels.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    let after = last;
-                    match store
-                        .run(&q, "cancel_requests", On::Thread, move |db| {
-                            cancel::requests_after(db, after)
-                        })
-                        .await
-                    {
+                    match store.cancels_after(channel.clone(), last).await {
                         Ok(found) => {
-                            for (seq, req) in found.into_iter().rev() {
+                            for (seq, message) in found.into_iter().rev() {
                                 last = last.max(seq);
-                                buf.push(req);
+                                if let Some(req) = cancel_request(&message) {
+                                    buf.push(req);
+                                }
                             }
                             if !buf.is_empty() {
                                 continue;
@@ -1426,7 +884,7 @@ impl Store for EmbeddedStore {
                         Err(e) => tracing::debug!(error = %e, "reading cancel requests failed; retrying"),
                     }
                     tokio::select! {
-                        _ = &mut notified => {}
+                        _ = here.next() => {}
                         _ = tokio::time::sleep(CANCEL_POLL) => {}
                     }
                 }
@@ -1434,21 +892,54 @@ impl Store for EmbeddedStore {
         );
         Ok(stream.boxed())
     }
-}
 
-fn obliterating(e: Error, queue: &QueueName) -> Error {
-    match e {
-        Error::Obliterating { .. } => Error::Obliterating {
-            queue: queue.to_string(),
-        },
-        other => other,
+    async fn finished_waits(&self, queue: &QueueName) -> Result<BoxStream<'static, Option<JobId>>> {
+        let here = self.subscribe(QueueKeys::new(queue).finished());
+        let seen = self.foreign_commits("finished_waits").await?;
+        let store = self.clone();
+        let stream = futures::stream::unfold((store, here, seen), |(store, mut here, mut seen)| async move {
+            loop {
+                tokio::select! {
+                    notice = here.next() => match notice {
+                        // an id the store wrote is valid; `*` or a missed notice: every waited job
+                        Some(Some(id)) => {
+                            let id = JobId::parse(String::from_utf8_lossy(&id).into_owned()).ok();
+                            return Some((id, (store, here, seen)));
+                        }
+                        Some(None) => return Some((None, (store, here, seen))),
+                        None => return None,
+                    },
+                    _ = tokio::time::sleep(WAIT_BEAT) => {
+                        if let Ok(now) = store.foreign_commits("finished_waits").await {
+                            if now != seen {
+                                seen = now;
+                                return Some((None, (store, here, seen)));
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(stream.boxed())
     }
+});
+
+/// A cancel request as the channel carries it: `<id>\n<reason>` (an empty reason is none). A
+/// message whose id is not a valid job id (written by hand) is skipped.
+fn cancel_request(message: &[u8]) -> Option<CancelRequest> {
+    let text = String::from_utf8_lossy(message);
+    let (id, reason) = text.split_once('\n').unwrap_or((&text, ""));
+    Some(CancelRequest {
+        id: JobId::parse(id).ok()?,
+        reason: (!reason.is_empty()).then(|| reason.to_string()),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::FutureExt;
+    use crate::job::NewJob;
+    use crate::store::{SettleOptions, Settled, Store};
 
     #[tokio::test]
     async fn a_new_file_gets_the_schema_and_a_newer_one_is_refused_untouched() {
@@ -1575,59 +1066,70 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_published_cancel_request_wakes_the_cancel_streams_and_an_enqueue_does_not() {
-        // an enqueue must not send every cancel stream of its queue to read the requests table;
-        // a cancel request must reach them at once, not at their next poll
+    async fn a_cancel_request_reaches_the_cancel_streams_of_this_process_at_once_and_another_s_by_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
-        let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
+        let path = path.to_str().unwrap();
+        let store = EmbeddedStore::open(path).await.unwrap();
+        let other = EmbeddedStore::open(path).await.unwrap();
         let q = QueueName::new("q").unwrap();
         store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
         let claimed = store
             .claim(&q, 1, Duration::from_secs(30), 3, SettleOptions::default())
             .await
             .unwrap();
-        let wake = store.wake(q.as_str());
-        let notified = wake.cancels.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+        let mut here = store.cancel_requests(&q).await.unwrap();
+        let mut there = other.cancel_requests(&q).await.unwrap();
         store.enqueue(&q, &[NewJob::new("b")]).await.unwrap();
         assert!(
-            (&mut notified).now_or_never().is_none(),
-            "an enqueue woke the cancel streams"
+            tokio::time::timeout(Duration::from_millis(50), here.next())
+                .await
+                .is_err(),
+            "an enqueue is no cancel request"
         );
         store
             .cancel(&q, &claimed[0].id, Some("operator"), SettleOptions::default())
             .await
             .unwrap();
-        assert!(
-            (&mut notified).now_or_never().is_some(),
-            "a cancel request of an active job did not wake the cancel streams"
-        );
+        let want = CancelRequest {
+            id: claimed[0].id.clone(),
+            reason: Some("operator".into()),
+        };
+        // well within the poll: the request of this process is read at once
+        let got = tokio::time::timeout(CANCEL_POLL / 2, here.next())
+            .await
+            .expect("at once");
+        assert_eq!(got, Some(want.clone()));
+        // another handle (as another process) reads it from the durable log within its poll
+        let got = tokio::time::timeout(CANCEL_POLL * 5, there.next())
+            .await
+            .expect("within a poll");
+        assert_eq!(got, Some(want));
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_verb_that_panics_fails_alone_and_the_store_serves_the_next() {
+    #[tokio::test]
+    async fn the_cancel_log_keeps_its_newest_thousand() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         let store = EmbeddedStore::open(path.to_str().unwrap()).await.unwrap();
         let q = QueueName::new("q").unwrap();
-        // on the store's thread, and on the caller's
-        for on in [On::Thread, On::CallerFirst] {
-            let err = store
-                .run("q", "test", on, |db| -> Result<()> {
-                    db.kv_set("id", 41)?;
-                    panic!("a defect")
-                })
-                .await
-                .unwrap_err();
-            assert!(matches!(err, Error::Store { .. }), "{err:?}");
+        let ids = store.enqueue(&q, &vec![NewJob::new("a"); 1005]).await.unwrap();
+        store
+            .claim(&q, 1005, Duration::from_secs(30), 3, SettleOptions::default())
+            .await
+            .unwrap();
+        for e in &ids {
+            store.cancel(&q, e.id(), None, SettleOptions::default()).await.unwrap();
         }
-        assert!(!store.shared.is_poisoned(), "the caller's path is open again");
-        // nothing of either was written, and both paths serve the next verbs
-        let ids = store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
-        assert_eq!(ids[0].id().as_str(), "1");
-        assert_eq!(store.counts(&q).await.unwrap().pending, 1);
+        let (n, min): (i64, i64) = store
+            .with_conn("test", |c| {
+                c.query_row("SELECT count(*), min(seq) FROM kv_cancels", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!((n, min), (1000, 6));
     }
 
     #[tokio::test]

@@ -16,12 +16,9 @@ use echomq::store::redis::RedisStore;
 use echomq::store::Store;
 use echomq::{JobId, JobState, QueueName, Retention};
 
-#[path = "probe_embedded.rs"]
-mod probe_embedded;
 #[path = "probe_redis.rs"]
 pub mod probe_redis;
 
-pub use probe_embedded::EmbeddedProbe;
 pub use probe_redis::RedisProbe;
 
 /// One case's world: the store under test, its own queue, and a probe of the store's internals.
@@ -38,13 +35,13 @@ pub struct Ctx {
 /// show, named by intent so a case reads the same against every store. One variant per store; cheap
 /// to clone (a case may hand one to a spawned task).
 ///
-/// The vocabulary is the Redis keyspace's (docs/keyspace.md), which the embedded schema mirrors
-/// table by table: a *row* is `job:<id>` with its fields (`data`, `state`, `attempts`, `group`, …);
+/// The vocabulary is the Redis keyspace's (docs/keyspace.md), which the embedded engine keeps too
+/// (the probe reads it through the engine's raw commands): a *row* is `job:<id>` with its fields (`data`, `state`, `attempts`, `group`, …);
 /// a *set* is one of the sorted sets `pending`, `active`, `scheduled`, `dead`, `completed`.
 #[derive(Clone)]
 pub enum Probe {
+    /// The keyspace, through a Redis connection or the embedded engine's raw commands.
     Redis(RedisProbe),
-    Embedded(EmbeddedProbe),
 }
 
 /// One completion record (`emq:{q}:completions`), in the order written.
@@ -73,7 +70,6 @@ macro_rules! each_store {
     ($self:ident, $p:ident => $call:expr) => {
         match $self {
             Probe::Redis($p) => $call,
-            Probe::Embedded($p) => $call,
         }
     };
 }
@@ -219,12 +215,11 @@ impl Probe {
         each_store!(self, p => p.allow_new_jobs().await)
     }
 
-    /// The Redis probe, in a Redis case (for tests/redis_scripts.rs, which runs scripts raw).
+    /// The keyspace probe (for tests/redis_scripts.rs, which runs scripts raw).
     #[allow(dead_code)] // the conformance cases never reach for a store's own probe
     pub fn as_redis(&self) -> Option<&RedisProbe> {
         match self {
             Probe::Redis(p) => Some(p),
-            Probe::Embedded(_) => None,
         }
     }
 
@@ -332,29 +327,6 @@ pub async fn redis_ctx_at(url: &str, case: &str) -> Ctx {
     .await
 }
 
-/// The engine store's world of one case: a fresh database file in a temporary directory of its
-/// own, probed through the engine's raw commands.
-pub async fn engine_ctx(case: &str) -> Ctx {
-    let dir = tempfile::Builder::new()
-        .prefix(&format!("emq-{case}-"))
-        .tempdir()
-        .expect("a temporary directory");
-    let path = dir.path().join("engine.db");
-    let store = echomq::store::embedded::engine::EngineStore::open(path.to_str().expect("a UTF-8 temporary path"))
-        .await
-        .expect("open the engine store");
-    let q = queue_name(case);
-    let probe = RedisProbe::on_engine(store.clone(), &q);
-    Ctx {
-        store: Arc::new(store),
-        q,
-        probe: Probe::Redis(probe),
-        dir: Some(dir),
-    }
-    .keeping_nothing()
-    .await
-}
-
 /// The embedded world of one case: a fresh database file in a temporary directory of its own.
 pub async fn embedded_ctx(case: &str) -> Ctx {
     let dir = tempfile::Builder::new()
@@ -365,11 +337,11 @@ pub async fn embedded_ctx(case: &str) -> Ctx {
     let path = path.to_str().expect("a UTF-8 temporary path");
     let store = EmbeddedStore::open(path).await.expect("open the embedded store");
     let q = queue_name(case);
-    let probe = EmbeddedProbe::open(path, &q);
+    let probe = RedisProbe::on_engine(store.clone(), &q);
     Ctx {
         store: Arc::new(store),
         q,
-        probe: Probe::Embedded(probe),
+        probe: Probe::Redis(probe),
         dir: Some(dir),
     }
     .keeping_nothing()
@@ -471,15 +443,6 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let ctx = $crate::harness::embedded_ctx(stringify!($case)).await;
-                    super::$case(&ctx).await;
-                }
-            )*
-        }
-        mod engine_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let ctx = $crate::harness::engine_ctx(stringify!($case)).await;
                     super::$case(&ctx).await;
                 }
             )*

@@ -17,7 +17,7 @@ use super::{Record, Snapshot};
 #[derive(Clone)]
 pub enum ProbeConn {
     Redis(MultiplexedConnection),
-    Engine(echomq::store::embedded::engine::EngineStore),
+    Engine(echomq::store::embedded::EmbeddedStore),
 }
 
 /// An engine reply as the Redis client's value.
@@ -153,8 +153,8 @@ impl RedisProbe {
         }
     }
 
-    /// The probe of a queue on the engine store.
-    pub fn on_engine(store: echomq::store::embedded::engine::EngineStore, q: &QueueName) -> Self {
+    /// The probe of a queue on the embedded store (its engine's raw commands).
+    pub fn on_engine(store: echomq::store::embedded::EmbeddedStore, q: &QueueName) -> Self {
         RedisProbe {
             conn: ProbeConn::Engine(store),
             base: format!("emq:{{{}}}:", q.as_str()),

@@ -6,8 +6,9 @@
 //!   the hand-off that hold on every store (a woken consumer, a stop racing the enqueue) are
 //!   generic cases in `wake.rs` and `stop.rs`, which count the hand-offs where a store serves them;
 //! - SQLite's storage classes, a write refused inside a round's transaction (a trigger, as a full
-//!   disk refuses one), and the bounded cancel-requests table: SQLite's own, no Redis twin (Redis
-//!   holds fields as bytes, a script errs before its first write, cancels are published).
+//!   disk refuses one), and the bounded durable log of cancel requests: SQLite's own, no Redis
+//!   twin (Redis holds fields as bytes, a script errs before its first write, cancels are
+//!   published).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,8 +231,8 @@ async fn a_field_of_an_unexpected_storage_class_is_read_as_text_and_judged_as_re
         .unwrap();
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch(
-        "UPDATE emq_jobs SET data = 'text payload' WHERE id = '1'; \
-         UPDATE emq_jobs SET state = x'7070' WHERE id = '2';",
+        "UPDATE kv_jobs SET f_data = 'text payload' WHERE id = CAST('1' AS BLOB); \
+         UPDATE kv_jobs SET f_state = 7070 WHERE id = CAST('2' AS BLOB);",
     )
     .unwrap();
     let row = store
@@ -262,7 +263,7 @@ async fn a_field_of_an_unexpected_storage_class_is_read_as_text_and_judged_as_re
         .unwrap();
     assert_eq!(dead.state, JobState::Dead);
     assert!(
-        dead.last_error.as_deref().unwrap_or_default().contains("state pp"),
+        dead.last_error.as_deref().unwrap_or_default().contains("state 7070"),
         "{:?}",
         dead.last_error
     );
@@ -282,8 +283,8 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind(ctx: &Ctx
         .unwrap();
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch(
-        "CREATE TRIGGER refuse AFTER UPDATE OF state ON emq_jobs \
-         WHEN new.state = 'active' AND new.data = CAST('g1' AS BLOB) \
+        "CREATE TRIGGER refuse AFTER INSERT ON kv_jobs \
+         WHEN new.f_state = CAST('active' AS BLOB) AND new.f_data = CAST('g1' AS BLOB) \
          BEGIN SELECT RAISE(ABORT, 'disk refused the write'); END",
     )
     .unwrap();
@@ -345,15 +346,15 @@ async fn a_queue_keeps_its_newest_1000_cancel_requests(ctx: &Ctx) {
         assert_eq!(r, Cancelled::Requested);
     }
     let conn = rusqlite::Connection::open(path).unwrap();
-    let (n, newest): (i64, String) = conn
+    let (n, newest): (i64, Vec<u8>) = conn
         .query_row(
-            "SELECT count(*), (SELECT id FROM emq_cancels ORDER BY seq DESC LIMIT 1) FROM emq_cancels",
+            "SELECT count(*), (SELECT message FROM kv_cancels ORDER BY seq DESC LIMIT 1) FROM kv_cancels",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
     assert_eq!(n, 1000);
-    assert_eq!(newest, held.last().unwrap().id.to_string());
+    assert_eq!(newest, format!("{}\n", held.last().unwrap().id).into_bytes());
 }
 
 crate::embedded_cases!(

@@ -20,7 +20,7 @@ use echomq::{JobId, QueueName};
 #[allow(dead_code, unused_imports)]
 #[path = "../conformance/harness.rs"]
 pub mod conformance;
-pub use conformance::{EmbeddedProbe, Probe, RedisProbe};
+pub use conformance::{Probe, RedisProbe};
 
 // Loaded a second time on purpose: the conformance harness keeps its copies of these private.
 #[allow(clippy::duplicate_mod)]
@@ -167,11 +167,11 @@ pub async fn embedded_ctx(case: &str) -> Ctx {
     let path = path.to_str().expect("a UTF-8 temporary path").to_string();
     let handle = EmbeddedStore::open(&path).await.expect("open the embedded store");
     let q = conformance::queue_name(case);
-    let probe = EmbeddedProbe::open(&path, &q);
+    let probe = RedisProbe::on_engine(handle.clone(), &q);
     Ctx {
         store: Arc::new(handle.clone()),
         q,
-        probe: Probe::Embedded(probe),
+        probe: Probe::Redis(probe),
         place: Place::Embedded {
             path,
             handle,

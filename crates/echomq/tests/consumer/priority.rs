@@ -87,9 +87,18 @@ async fn push_urgent(store: &Arc<dyn Store>, q: &QueueName, sent: &Mutex<Vec<Sys
 }
 
 async fn with_aging_every_low_job_runs_before_urgent_jobs_that_came_9_agings_later(ctx: &Ctx) {
-    let aging = Duration::from_millis(20);
-    ctx.store.set_priority_aging(&ctx.q, aging).await.unwrap();
     let low = 10_000;
+    // the case needs the backlog's last chunk of 1000 ranked within 9 × aging of the first urgent
+    // job: 20 ms, or more on a store (a build) slower to enqueue a chunk than that
+    let pace = QueueName::new(format!("{}_pace", ctx.q.as_str())).unwrap();
+    let chunk: Vec<NewJob> = (0..1000)
+        .map(|_| NewJob::new(b"low".to_vec()).with_priority(9))
+        .collect();
+    let began = std::time::Instant::now();
+    ctx.store.enqueue(&pace, &chunk).await.unwrap();
+    let aging = Duration::from_millis(20).max(Duration::from_millis(began.elapsed().as_millis() as u64 * 2));
+    ctx.store.obliterate(&pace, true).await.unwrap();
+    ctx.store.set_priority_aging(&ctx.q, aging).await.unwrap();
     let (runs, backlog_done) = run_backlog(ctx, low, 3 * low).await;
     let last_low = runs.iter().rposition(|r| !r.urgent).unwrap();
     assert_eq!(runs.iter().filter(|r| !r.urgent).count(), low, "no low job starved");

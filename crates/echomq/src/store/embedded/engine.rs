@@ -16,15 +16,16 @@
 //! * **Transactions**: a run of scripts is one `BEGIN IMMEDIATE` transaction, each script under a
 //!   savepoint of its own: a script that fails leaves nothing written (stricter than Redis, which
 //!   keeps a failed script's writes — the scripts never write before their last refusal), and the
-//!   scripts before and after it keep theirs. An SQLite or I/O error aborts the whole run, even
-//!   inside `redis.pcall`.
-//! * **Notices** (`PUBLISH`) are collected in order and handed back after the commit.
+//!   scripts before and after it keep theirs. An SQLite or I/O error fails its script even inside
+//!   `redis.pcall` (the script undone whole, its reply an error); the transaction's own `BEGIN`,
+//!   savepoints and `COMMIT` failing abort the whole run.
+//! * **Notices** (`PUBLISH`, and a push onto a queue's wake list) are collected in order and handed
+//!   back after the commit; a message on a queue's `cancel` channel is also appended to a durable
+//!   log in the file (`kv_cancels`, its newest 1,000) in the script's own transaction, for the
+//!   consumers of other processes.
 
 mod commands;
-mod keyspace;
-mod store;
-
-pub use store::EngineStore;
+pub(crate) mod keyspace;
 
 use std::collections::HashMap;
 
@@ -113,7 +114,7 @@ fn notice(argv: &[Vec<u8>]) -> Option<Notice> {
 /// What the raw command function reaches while a script runs (the state's app data).
 struct Session {
     ks: Keyspace,
-    /// The file failed during the script: the run is aborted, whatever the script did with it.
+    /// The file failed during the script: the script fails, whatever it did with the error.
     fatal: Option<rusqlite::Error>,
     /// `PUBLISH`es of the run, in order: (channel, message).
     notices: Vec<Notice>,
@@ -122,6 +123,19 @@ struct Session {
 }
 
 impl Session {
+    /// Keeps what a command that succeeded published: a message on a queue's `cancel` channel is
+    /// also appended to the durable log other processes read (in the script's transaction, so it
+    /// lands with the request's row or not at all).
+    fn published(&mut self, argv: &[Vec<u8>]) -> Result<(), Fail> {
+        if let Some(n) = notice(argv) {
+            if n.0.ends_with(b":cancel") {
+                self.ks.log_cancel(&n.0, &n.1).map_err(Fail::Fatal)?;
+            }
+            self.notices.push(n);
+        }
+        Ok(())
+    }
+
     fn now_us(&mut self) -> i64 {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -248,13 +262,8 @@ impl LuaHost {
                     .app_data_mut::<Session>()
                     .ok_or_else(|| mlua::Error::runtime("the engine's host is missing"))?;
                 let now = host.now_us();
-                match commands::run(&mut host.ks, &argv, now) {
-                    Ok(r) => {
-                        if let Some(n) = notice(&argv) {
-                            host.notices.push(n);
-                        }
-                        r
-                    }
+                match commands::run(&mut host.ks, &argv, now).and_then(|r| host.published(&argv).map(|()| r)) {
+                    Ok(r) => r,
                     Err(Fail::Reply(e)) => Reply::Error(e),
                     Err(Fail::Fatal(e)) => {
                         let text = e.to_string();
@@ -312,6 +321,31 @@ impl LuaHost {
         self.transaction(|| self.run_in(calls))
     }
 
+    /// Runs `calls` as [`LuaHost::run`] does, then — in the same transaction, before its commit —
+    /// the calls `then` makes of the notices published so far, each under a savepoint of its own
+    /// (the hand-off: a parked consumer's claim run inside the transaction that woke it). The
+    /// replies of both, in order.
+    pub fn run_then(
+        &self,
+        calls: &[Call<'_>],
+        then: impl FnOnce(&[Notice]) -> Vec<Call<'static>>,
+    ) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
+        self.transaction(|| {
+            let mut replies = self.run_in(calls)?;
+            let more = {
+                let host = self
+                    .lua
+                    .app_data_ref::<Session>()
+                    .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
+                then(&host.notices)
+            };
+            if !more.is_empty() {
+                replies.extend(self.run_in(&more)?);
+            }
+            Ok(replies)
+        })
+    }
+
     /// Runs plain commands (each its words, name first) in one transaction: each command's reply
     /// (an error reply for a refused one), and what they published.
     pub fn commands(&self, cmds: &[Vec<Vec<u8>>]) -> Result<(Vec<Reply>, Vec<Notice>), EngineError> {
@@ -323,16 +357,13 @@ impl LuaHost {
             let mut replies = Vec::with_capacity(cmds.len());
             for words in cmds {
                 let now = host.now_us();
-                replies.push(match commands::run(&mut host.ks, words, now) {
-                    Ok(r) => {
-                        if let Some(n) = notice(words) {
-                            host.notices.push(n);
-                        }
-                        r
-                    }
-                    Err(Fail::Reply(e)) => Reply::Error(e),
-                    Err(Fail::Fatal(e)) => return Err(EngineError::from(e)),
-                });
+                replies.push(
+                    match commands::run(&mut host.ks, words, now).and_then(|r| host.published(words).map(|()| r)) {
+                        Ok(r) => r,
+                        Err(Fail::Reply(e)) => Reply::Error(e),
+                        Err(Fail::Fatal(e)) => return Err(EngineError::from(e)),
+                    },
+                );
             }
             host.ks.flush()?;
             Ok(replies)
@@ -404,15 +435,20 @@ impl LuaHost {
                 .lua
                 .app_data_mut::<Session>()
                 .ok_or_else(|| EngineError("the engine's host is missing".into()))?;
-            if let Some(e) = host.fatal.take() {
-                return Err(e.into());
-            }
-            let reply = match result {
-                Ok((true, v)) => from_lua(v)?,
-                Ok((false, Value::String(e))) => Reply::Error(e.to_string_lossy()),
-                Ok((false, _)) => Reply::Error("ERR the script failed".into()),
-                Err(e) => Reply::Error(format!("ERR {e}")),
+            // the file failed under the script (a write refused, the disk full): the script is
+            // undone whole, whatever it did with the error; the scripts around it keep theirs
+            let mut reply = match (host.fatal.take(), result) {
+                (Some(e), _) => Reply::Error(format!("ERR the store failed: {e}")),
+                (None, Ok((true, v))) => from_lua(v)?,
+                (None, Ok((false, Value::String(e)))) => Reply::Error(e.to_string_lossy()),
+                (None, Ok((false, _))) => Reply::Error("ERR the script failed".into()),
+                (None, Err(e)) => Reply::Error(format!("ERR {e}")),
             };
+            if !matches!(reply, Reply::Error(_)) {
+                if let Err(e) = host.ks.flush() {
+                    reply = Reply::Error(format!("ERR the store failed: {e}"));
+                }
+            }
             if matches!(reply, Reply::Error(_)) {
                 host.ks.forget();
                 host.notices.truncate(published);
@@ -420,7 +456,6 @@ impl LuaHost {
                     .conn
                     .execute_batch("ROLLBACK TO emq_script; RELEASE emq_script")?;
             } else {
-                host.ks.flush()?;
                 host.ks.conn.execute_batch("RELEASE emq_script")?;
             }
             out.push(reply);

@@ -1,8 +1,8 @@
 //! The file of the registry of live consumers: `PATH-consumers` beside the store's file `PATH`,
 //! opened by the store's thread on the first registry verb. A file of its own because a commit to
 //! the store's file moves `PRAGMA data_version`, which ends other processes' parks: an entry written
-//! every beat there would end every park of every other process every beat. Its twins
-//! (`register_consumer.rs`, `unregister_consumer.rs`, `consumers.rs`) follow their scripts on it.
+//! every beat there would end every park of every other process every beat. The registry's
+//! scripts run there on an engine of its own.
 
 use rusqlite::Connection;
 
@@ -23,17 +23,5 @@ pub(crate) fn open(store_path: &str) -> Result<Connection> {
     super::until_not_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(|e| open_error(&path, e))?;
     conn.pragma_update(None, "synchronous", "OFF")
         .map_err(|e| open_error(&path, e))?;
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS emq_consumers (
-           queue TEXT NOT NULL, id TEXT NOT NULL, deadline INTEGER NOT NULL, entry TEXT NOT NULL,
-           PRIMARY KEY (queue, id)) WITHOUT ROWID;
-         CREATE INDEX IF NOT EXISTS emq_consumers_deadline ON emq_consumers (queue, deadline);",
-    )
-    .map_err(|e| open_error(&path, e))?;
     Ok(conn)
-}
-
-/// The store's time in ms (the registry's clock: this machine's, as the store's file uses).
-pub(crate) fn now_ms() -> i64 {
-    crate::registry::unix_ms()
 }

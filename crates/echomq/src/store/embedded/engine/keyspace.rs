@@ -35,7 +35,13 @@ CREATE TABLE IF NOT EXISTS kv_jobs (
   PRIMARY KEY (id, base)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS kv_jobs_pending ON kv_jobs (base, pending, id) WHERE pending IS NOT NULL;
 CREATE INDEX IF NOT EXISTS kv_jobs_active ON kv_jobs (base, active, id) WHERE active IS NOT NULL;
+CREATE TABLE IF NOT EXISTS kv_cancels (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, channel BLOB NOT NULL, message BLOB NOT NULL);
 ";
+
+/// The cancel requests the durable log keeps (the newest): a consumer of another process reads
+/// the log within a beat, far fewer apart.
+pub(crate) const CANCELS_KEPT: i64 = 1000;
 
 /// The fields of a job row (`emq:{q}:job:<id>`) kept in columns of their own (`f_<field>`); any
 /// other field goes to the row's overflow (`extra`).
@@ -297,6 +303,18 @@ impl From<rusqlite::Error> for Fail {
 
 pub(crate) type R<T> = std::result::Result<T, Fail>;
 
+/// A job field as bytes, whatever storage class a hand gave it (Redis holds every field as bytes;
+/// the engine writes blobs): text as its bytes, a number as its decimal text.
+fn field_bytes(v: rusqlite::types::ValueRef<'_>) -> Option<Vec<u8>> {
+    use rusqlite::types::ValueRef;
+    match v {
+        ValueRef::Null => None,
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+        ValueRef::Integer(n) => Some(n.to_string().into_bytes()),
+        ValueRef::Real(x) => Some(crate::store::reply::format_double(x).into_bytes()),
+    }
+}
+
 /// The reply of a key of another type.
 pub(crate) fn wrongtype() -> Fail {
     Fail::Reply("WRONGTYPE Operation against a key holding the wrong kind of value".into())
@@ -322,6 +340,19 @@ impl Keyspace {
             rows: HashMap::new(),
             rows_dirty: false,
         })
+    }
+
+    /// Appends a message of a `cancel` channel to the durable log (`kv_cancels`) other processes
+    /// read, trimmed to its newest [`CANCELS_KEPT`].
+    pub(crate) fn log_cancel(&mut self, channel: &[u8], message: &[u8]) -> rusqlite::Result<()> {
+        self.conn
+            .prepare_cached("INSERT INTO kv_cancels (channel, message) VALUES (?1, ?2)")?
+            .execute(params![channel, message])?;
+        let seq = self.conn.last_insert_rowid();
+        self.conn
+            .prepare_cached("DELETE FROM kv_cancels WHERE seq <= ?1")?
+            .execute([seq - CANCELS_KEPT])?;
+        Ok(())
     }
 
     /// The key as it stands (None: absent).
@@ -508,7 +539,7 @@ impl Keyspace {
             let mut row = Row::default();
             if let Some(r) = rows.next()? {
                 for (i, col) in row.cols.iter_mut().enumerate() {
-                    *col = r.get(i)?;
+                    *col = field_bytes(r.get_ref(i)?);
                 }
                 let n = JOB_FIELDS.len();
                 let extra: Option<Vec<u8>> = r.get(n)?;
