@@ -1,15 +1,21 @@
-//! The embedded store's schema: the Redis keyspace mirrored table by table, so each native twin
-//! reads like its script. Migrations are numbered and run inside `BEGIN IMMEDIATE` (several
-//! processes may open a new file at once); a file from a newer schema is refused, never touched.
+//! The embedded store's schema. Versions 1 to 9 are the native store's tables (`emq_*`: the Redis
+//! keyspace mirrored table by table); version 10 is the engine's keyspace (`kv_*`: the keys the
+//! scripts write, stored by type), into which migration 10 carries every key of the native tables.
+//! Migrations are numbered and run inside one `BEGIN IMMEDIATE` transaction (several processes may
+//! open a file at once): a file is migrated whole or not at all. A file from a newer schema is
+//! refused, never touched.
 
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::error::{Error, Result};
 
-/// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 9;
+mod to_engine;
 
-/// Migration n takes a file from version n-1 to n.
+/// The schema this build writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 10;
+
+/// The native store's migrations, in SQL: migration n takes a file from version n-1 to n (1 to 9).
+/// Migration 10 is [`to_engine::migrate`].
 pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the keyspace
     "
@@ -146,7 +152,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 /// read only: an open never queues for the write lock behind other processes' verbs (under a
 /// steady stream of them it could wait out the busy timeout and fail). Only a migration takes
 /// `BEGIN IMMEDIATE`, and reads the version again under it (another process may have migrated
-/// the file meanwhile).
+/// the file meanwhile). A new file (version 0) gets the engine's keyspace at once; a file of
+/// version 1 to 9 runs the native migrations up to 9, then migration 10 carries it into the
+/// keyspace, all in one transaction.
 pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
     if version(conn, path)? == SCHEMA_VERSION {
         return Ok(());
@@ -155,12 +163,29 @@ pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<()> {
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| super::open_error(path, e))?;
     let version = version(&tx, path)?;
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-        tx.execute_batch(sql).map_err(|e| super::open_error(path, e))?;
-        tx.pragma_update(None, "user_version", i as i64 + 1)
+    if version == 0 {
+        tx.execute_batch(to_engine::ENGINE_SCHEMA)
+            .map_err(|e| super::open_error(path, e))?;
+    } else if version < SCHEMA_VERSION {
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).map_err(|e| super::open_error(path, e))?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)
+                .map_err(|e| super::open_error(path, e))?;
+        }
+        to_engine::migrate(&tx, now_us()).map_err(|e| super::open_error(path, e))?;
+    }
+    if version < SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| super::open_error(path, e))?;
     }
     tx.commit().map_err(|e| super::open_error(path, e))
+}
+
+/// The time in µs since the Unix epoch (0 on a clock before it).
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// The file's schema version (`PRAGMA user_version`); a version newer than this build's is an
@@ -192,8 +217,18 @@ mod tests {
     use crate::store::embedded::EmbeddedStore;
     use crate::store::{SettleOptions, Settled, Store};
 
+    /// The file's tables of the native store (none once migrated).
+    fn native_tables(path: &str) -> Vec<String> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'emq_%'")
+            .unwrap();
+        let names = stmt.query_map([], |r| r.get(0)).unwrap();
+        names.collect::<Result<_, _>>().unwrap()
+    }
+
     #[tokio::test]
-    async fn a_schema_1_file_is_migrated_its_active_and_pending_onto_the_rows() {
+    async fn a_schema_1_file_is_migrated_into_the_keyspace_its_active_and_pending_on_the_rows() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v1.db");
         let path = path.to_str().unwrap();
@@ -262,18 +297,23 @@ mod tests {
         let conn = Connection::open(path).unwrap();
         let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, SCHEMA_VERSION);
-        let left: i64 = conn
+        assert_eq!(native_tables(path), Vec::<String>::new());
+        let (fields, active): (i64, f64) = conn
             .query_row(
-                "SELECT count(*) FROM emq_zsets WHERE zset IN ('active', 'pending')",
+                "SELECT fields, active FROM kv_jobs WHERE id = CAST('9' AS BLOB)",
                 [],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
-        assert_eq!(left, 0, "active and pending live on the rows now");
+        assert_eq!(
+            (fields, active),
+            (0, (far + 1) as f64),
+            "9 still in active, with no field"
+        );
     }
 
     #[tokio::test]
-    async fn a_schema_5_file_is_migrated_its_list_lanes_sorted_in_their_order() {
+    async fn a_schema_5_file_is_migrated_into_the_keyspace_its_list_lanes_sorted_in_their_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v5.db");
         let path = path.to_str().unwrap();
@@ -321,17 +361,11 @@ mod tests {
             "the lane's order kept, new jobs after it"
         );
         drop(store);
-        let conn = Connection::open(path).unwrap();
-        let lists: i64 = conn
-            .query_row("SELECT count(*) FROM emq_lists WHERE list LIKE 'lane:%'", [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-        assert_eq!(lists, 0, "no lane left a list");
+        assert_eq!(native_tables(path), Vec::<String>::new());
     }
 
     #[tokio::test]
-    async fn a_schema_7_file_is_migrated_its_waiting_jobs_counted() {
+    async fn a_schema_7_file_is_migrated_into_the_keyspace_its_waiting_jobs_counted() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v7.db");
         let path = path.to_str().unwrap();
@@ -380,7 +414,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_schema_8_file_is_migrated_its_cancelled_rows_in_a_set_of_their_own() {
+    async fn a_schema_8_file_is_migrated_into_the_keyspace_its_cancelled_rows_in_a_set_of_their_own() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("v8.db");
         let path = path.to_str().unwrap();
