@@ -35,6 +35,8 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/probe_conn.rs"]
+mod probe_conn;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -1569,16 +1571,16 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
     })
 }
 
-/// Reads the ring and the groups hash of a store, under the contract.
+/// Reads the ring and the groups hash of a store, under the contract: through a Redis connection,
+/// or the embedded store's raw commands.
 enum Probe {
-    Redis(redis::aio::MultiplexedConnection, QueueKeys),
-    Sqlite(rusqlite::Connection),
+    Redis(probe_conn::ProbeConn, QueueKeys),
 }
 
 impl Probe {
     /// The ring in order, and the groups hash (field → value).
     /// The ring, the groups hash and the throttled groups (by admission).
-    async fn ring_and_groups(&mut self, q: &QueueName) -> (Vec<String>, BTreeMap<String, String>, Vec<String>) {
+    async fn ring_and_groups(&mut self) -> (Vec<String>, BTreeMap<String, String>, Vec<String>) {
         match self {
             Probe::Redis(conn, keys) => {
                 let ring: Vec<String> = redis::cmd("LRANGE")
@@ -1602,35 +1604,6 @@ impl Probe {
                     .expect("ZRANGE throttled");
                 (ring, groups, throttled)
             }
-            Probe::Sqlite(conn) => {
-                let mut st = conn
-                    .prepare_cached("SELECT member FROM emq_lists WHERE queue = ?1 AND list = 'ring' ORDER BY pos")
-                    .expect("read the ring");
-                let ring = st
-                    .query_map([q.as_str()], |r| r.get::<_, String>(0))
-                    .expect("the ring")
-                    .collect::<Result<Vec<_>, _>>()
-                    .expect("the ring");
-                let mut st = conn
-                    .prepare_cached("SELECT field, value FROM emq_groups WHERE queue = ?1")
-                    .expect("read the groups");
-                let groups = st
-                    .query_map([q.as_str()], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-                    .expect("the groups")
-                    .collect::<Result<BTreeMap<_, _>, _>>()
-                    .expect("the groups");
-                let mut st = conn
-                    .prepare_cached(
-                        "SELECT member FROM emq_zsets WHERE queue = ?1 AND zset = 'throttled' ORDER BY score, member",
-                    )
-                    .expect("read the throttled groups");
-                let throttled = st
-                    .query_map([q.as_str()], |r| r.get::<_, String>(0))
-                    .expect("the throttled groups")
-                    .collect::<Result<Vec<_>, _>>()
-                    .expect("the throttled groups");
-                (ring, groups, throttled)
-            }
         }
     }
 }
@@ -1651,7 +1624,7 @@ fn tally_field(rank: i64, p: Option<String>) -> Option<String> {
 }
 
 impl Probe {
-    async fn tally(&mut self, q: &QueueName) -> TallyProbe {
+    async fn tally(&mut self) -> TallyProbe {
         let mut told = BTreeMap::new();
         match self {
             Probe::Redis(conn, keys) => {
@@ -1689,43 +1662,6 @@ impl Probe {
                         if let Some(f) = tally_field(rank, p) {
                             *told.entry(f).or_default() += 1;
                         }
-                    }
-                }
-                TallyProbe { kept, since, told }
-            }
-            Probe::Sqlite(conn) => {
-                let rows = |sql: &str| -> Vec<(String, i64)> {
-                    let mut st = conn.prepare_cached(sql).expect("read the tally");
-                    st.query_map([q.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
-                        .expect("the tally")
-                        .collect::<Result<Vec<_>, _>>()
-                        .expect("the tally")
-                };
-                let kept =
-                    rows("SELECT substr(key, 15), value FROM emq_kv WHERE queue = ?1 AND key LIKE 'pending_tally:%'")
-                        .into_iter()
-                        .collect();
-                let since = rows("SELECT member, score FROM emq_zsets WHERE queue = ?1 AND zset = 'pending_since'")
-                    .into_iter()
-                    .map(|(f, _)| f)
-                    .collect();
-                let mut st = conn
-                    .prepare_cached(
-                        "SELECT pending, priority FROM emq_jobs WHERE queue = ?1 AND pending IS NOT NULL \
-                         UNION ALL SELECT z.score, j.priority FROM emq_zsets z LEFT JOIN emq_jobs j \
-                         ON j.queue = z.queue AND j.id = z.member WHERE z.queue = ?1 AND z.zset LIKE 'lane:%'",
-                    )
-                    .expect("read the ready sets");
-                let ranked = st
-                    .query_map([q.as_str()], |r| {
-                        Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
-                    })
-                    .expect("the ready sets")
-                    .collect::<Result<Vec<_>, _>>()
-                    .expect("the ready sets");
-                for (rank, p) in ranked {
-                    if let Some(f) = tally_field(rank, p) {
-                        *told.entry(f).or_default() += 1;
                     }
                 }
                 TallyProbe { kept, since, told }
@@ -1882,7 +1818,7 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
         )?;
     }
     // the slot invariant, and the ring, read under the contract
-    let (ring, groups, throttled) = side.probe.ring_and_groups(q).await;
+    let (ring, groups, throttled) = side.probe.ring_and_groups().await;
     let a_fields: BTreeMap<String, u64> = groups
         .iter()
         .filter_map(|(k, v)| {
@@ -1917,7 +1853,7 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
     }
     diff("the groups hash", hash, model.groups_hash())?;
     // the pending tally counts what the ready sets hold, and pending_since names its fields
-    let tally = side.probe.tally(q).await;
+    let tally = side.probe.tally().await;
     diff("the pending tally", &tally.kept, &tally.told)?;
     diff(
         "the fields of pending_since",
@@ -1968,21 +1904,19 @@ async fn run_async(ops: &[Op]) -> Result<Vec<Reply>, String> {
     let path = dir.path().join("model.db");
     let path = path.to_str().expect("a UTF-8 path");
     let embedded = EmbeddedStore::open(path).await.map_err(|e| e.to_string())?;
-    let sqlite = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| e.to_string())?;
     let mut sides = [
         Side {
             name: "redis",
             store: Box::new(redis),
             serves_offers: false,
-            probe: Probe::Redis(conn, QueueKeys::new(&q)),
+            probe: Probe::Redis(probe_conn::ProbeConn::Redis(conn), QueueKeys::new(&q)),
             attempts: BTreeMap::new(),
         },
         Side {
             name: "embedded",
-            store: Box::new(embedded),
+            store: Box::new(embedded.clone()),
             serves_offers: true,
-            probe: Probe::Sqlite(sqlite),
+            probe: Probe::Redis(probe_conn::ProbeConn::Engine(embedded), QueueKeys::new(&q)),
             attempts: BTreeMap::new(),
         },
     ];
