@@ -2,8 +2,7 @@
 //! job while the key holds, by one of three modes ([`DedupMode`]). The reply names the job that
 //! holds the key ([`crate::store::Enqueued::Deduplicated`], [`crate::store::Enqueued::Debounced`]).
 //!
-//! The store keeps each key held in the hash `emq:{q}:dedup` (the embedded store: its table
-//! `emq_dedup`): the holder's id, and for a window its end. A key is looked at when the next
+//! The store keeps each key held in the hash `emq:{q}:dedup`: the holder's id, and for a window its end. A key is looked at when the next
 //! enqueue of it arrives: an `until_finished` key whose holder has finished (or is gone), or a
 //! window that has ended, is taken by that enqueue's new job. Keys used once would stay forever:
 //! each enqueue that takes a key also sweeps up to 20 + twice as many keys as it takes, those due
