@@ -33,10 +33,10 @@
 //! and replays it first on every run. Minimal sequences found are also kept below as named tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/redis_server.rs"]
-mod redis_server;
 #[path = "support/probe_conn.rs"]
 mod probe_conn;
+#[path = "support/redis_server.rs"]
+mod redis_server;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
