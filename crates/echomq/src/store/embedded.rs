@@ -783,6 +783,10 @@ impl Engine for EmbeddedStore {
         self.payload_limit
     }
 
+    fn kind(&self) -> &'static str {
+        "embedded"
+    }
+
     async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {
         checked(script.name, self.run_raw(script, keys, args).await?)
     }

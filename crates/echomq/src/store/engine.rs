@@ -27,6 +27,9 @@ pub(crate) trait Engine: Send + Sync {
     /// The largest payload (and output) accepted, in bytes.
     fn payload_limit(&self) -> usize;
 
+    /// The store's kind, as its `emq.store` spans name it (`redis`, `embedded`).
+    fn kind(&self) -> &'static str;
+
     /// Runs one script; an error reply is the store's error.
     async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply>;
 

@@ -43,6 +43,23 @@ pub(crate) mod set_group_limit;
 pub(crate) mod sweep_stalled;
 pub(crate) mod update_data;
 
+/// The span of one verb on a store (trace level): its name, its queue, how many jobs it carries,
+/// the store's kind (`redis`, `embedded`). Both stores open it, around everything the verb sends.
+pub(crate) fn span(
+    store: &(impl Engine + ?Sized),
+    verb: &'static str,
+    queue: Option<&crate::keyspace::QueueName>,
+    batch: usize,
+) -> tracing::Span {
+    tracing::trace_span!(
+        "emq.store",
+        verb,
+        queue = queue.map(|q| q.as_str()),
+        batch,
+        store = store.kind()
+    )
+}
+
 /// The names the [`script_store`] impl reads.
 pub(crate) mod prelude {
     pub(crate) use super::{
@@ -72,15 +89,20 @@ macro_rules! script_store {
     ($ty:ty, { $($extra:tt)* }) => {
         const _: () = {
             use $crate::store::verbs::prelude::*;
+            use tracing::Instrument;
 
             #[async_trait::async_trait]
             impl Store for $ty {
                     async fn enqueue(&self, queue: &QueueName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-                        enqueue::enqueue(self, queue, jobs).await
+                        enqueue::enqueue(self, queue, jobs)
+                            .instrument($crate::store::verbs::span(self, "enqueue", Some(queue), jobs.len()))
+                            .await
                     }
 
                     async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
-                        genqueue::genqueue(self, queue, group, jobs).await
+                        genqueue::genqueue(self, queue, group, jobs)
+                            .instrument($crate::store::verbs::span(self, "genqueue", Some(queue), jobs.len()))
+                            .await
                     }
 
                     async fn claim(
@@ -91,7 +113,9 @@ macro_rules! script_store {
                         max_attempts: u32,
                         settle: SettleOptions,
                     ) -> Result<Claimed> {
-                        claim::claim(self, queue, n, lease, max_attempts, settle).await
+                        claim::claim(self, queue, n, lease, max_attempts, settle)
+                            .instrument($crate::store::verbs::span(self, "claim", Some(queue), n as usize))
+                            .await
                     }
 
                     async fn complete(
@@ -102,7 +126,9 @@ macro_rules! script_store {
                         output: Option<&[u8]>,
                         settle: SettleOptions,
                     ) -> Result<Settled> {
-                        complete::complete(self, queue, id, token, output, settle).await
+                        complete::complete(self, queue, id, token, output, settle)
+                            .instrument($crate::store::verbs::span(self, "complete", Some(queue), 1))
+                            .await
                     }
 
                     async fn complete_many(
@@ -111,7 +137,9 @@ macro_rules! script_store {
                         jobs: &[Completion],
                         settle: SettleOptions,
                     ) -> Result<Vec<Settled>> {
-                        complete_many::complete_many(self, queue, jobs, settle).await
+                        complete_many::complete_many(self, queue, jobs, settle)
+                            .instrument($crate::store::verbs::span(self, "complete_many", Some(queue), jobs.len()))
+                            .await
                     }
 
                     async fn complete_cancelled(
@@ -122,7 +150,9 @@ macro_rules! script_store {
                         reason: Option<&str>,
                         settle: SettleOptions,
                     ) -> Result<Settled> {
-                        complete_cancelled::complete_cancelled(self, queue, id, token, reason, settle).await
+                        complete_cancelled::complete_cancelled(self, queue, id, token, reason, settle)
+                            .instrument($crate::store::verbs::span(self, "complete_cancelled", Some(queue), 1))
+                            .await
                     }
 
                     async fn retry(
@@ -135,11 +165,15 @@ macro_rules! script_store {
                         error: &str,
                         settle: SettleOptions,
                     ) -> Result<Retried> {
-                        retry::retry(self, queue, id, token, delay, max_attempts, error, settle).await
+                        retry::retry(self, queue, id, token, delay, max_attempts, error, settle)
+                            .instrument($crate::store::verbs::span(self, "retry", Some(queue), 1))
+                            .await
                     }
 
                     async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled> {
-                        release::release(self, queue, id, token, delay).await
+                        release::release(self, queue, id, token, delay)
+                            .instrument($crate::store::verbs::span(self, "release", Some(queue), 1))
+                            .await
                     }
 
                     async fn discard(
@@ -150,47 +184,69 @@ macro_rules! script_store {
                         error: &str,
                         settle: SettleOptions,
                     ) -> Result<Discarded> {
-                        discard::discard(self, queue, id, token, error, settle).await
+                        discard::discard(self, queue, id, token, error, settle)
+                            .instrument($crate::store::verbs::span(self, "discard", Some(queue), 1))
+                            .await
                     }
 
                     async fn reap(&self, queue: &QueueName, limit: u32, max_redeliveries: Option<u32>) -> Result<u64> {
-                        reap::reap(self, queue, limit, max_redeliveries).await
+                        reap::reap(self, queue, limit, max_redeliveries)
+                            .instrument($crate::store::verbs::span(self, "reap", Some(queue), 1))
+                            .await
                     }
 
                     async fn sweep_stalled(&self, queue: &QueueName, policy: StalledPolicy) -> Result<Swept> {
-                        sweep_stalled::sweep_stalled(self, queue, policy).await
+                        sweep_stalled::sweep_stalled(self, queue, policy)
+                            .instrument($crate::store::verbs::span(self, "sweep_stalled", Some(queue), 1))
+                            .await
                     }
 
                     async fn promote(&self, queue: &QueueName, limit: u32, grace: Duration) -> Result<Promoted> {
-                        promote::promote(self, queue, limit, grace).await
+                        promote::promote(self, queue, limit, grace)
+                            .instrument($crate::store::verbs::span(self, "promote", Some(queue), 1))
+                            .await
                     }
 
                     async fn upsert_schedule(&self, queue: &QueueName, schedule: &Schedule) -> Result<u64> {
-                        schedules::upsert_schedule(self, queue, schedule).await
+                        schedules::upsert_schedule(self, queue, schedule)
+                            .instrument($crate::store::verbs::span(self, "upsert_schedule", Some(queue), 1))
+                            .await
                     }
 
                     async fn remove_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
-                        schedules::remove_schedule(self, queue, name).await
+                        schedules::remove_schedule(self, queue, name)
+                            .instrument($crate::store::verbs::span(self, "remove_schedule", Some(queue), 1))
+                            .await
                     }
 
                     async fn pause_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
-                        schedules::pause_schedule(self, queue, name).await
+                        schedules::pause_schedule(self, queue, name)
+                            .instrument($crate::store::verbs::span(self, "pause_schedule", Some(queue), 1))
+                            .await
                     }
 
                     async fn resume_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<bool> {
-                        schedules::resume_schedule(self, queue, name).await
+                        schedules::resume_schedule(self, queue, name)
+                            .instrument($crate::store::verbs::span(self, "resume_schedule", Some(queue), 1))
+                            .await
                     }
 
                     async fn list_schedules(&self, queue: &QueueName) -> Result<Vec<ScheduleInfo>> {
-                        schedules::list_schedules(self, queue).await
+                        schedules::list_schedules(self, queue)
+                            .instrument($crate::store::verbs::span(self, "list_schedules", Some(queue), 1))
+                            .await
                     }
 
                     async fn trigger_schedule(&self, queue: &QueueName, name: &ScheduleName) -> Result<Option<JobId>> {
-                        schedules::trigger_schedule(self, queue, name).await
+                        schedules::trigger_schedule(self, queue, name)
+                            .instrument($crate::store::verbs::span(self, "trigger_schedule", Some(queue), 1))
+                            .await
                     }
 
                     async fn refill_schedule(&self, queue: &QueueName, request: &RefillRequest, refill: &Refill) -> Result<bool> {
-                        schedules::refill_schedule(self, queue, request, refill).await
+                        schedules::refill_schedule(self, queue, request, refill)
+                            .instrument($crate::store::verbs::span(self, "refill_schedule", Some(queue), 1))
+                            .await
                     }
 
                     async fn recover_promote_claim(
@@ -201,7 +257,9 @@ macro_rules! script_store {
                         grace: Duration,
                         claim: ClaimRequest,
                     ) -> Result<Round> {
-                        round::recover_promote_claim(self, queue, recovery, pump, grace, claim).await
+                        round::recover_promote_claim(self, queue, recovery, pump, grace, claim)
+                            .instrument($crate::store::verbs::span(self, "recover_promote_claim", Some(queue), claim.n as usize))
+                            .await
                     }
 
                     async fn complete_then_claim(
@@ -211,51 +269,75 @@ macro_rules! script_store {
                         settle: SettleOptions,
                         claim: ClaimRequest,
                     ) -> Result<CompletedThenClaimed> {
-                        round::complete_then_claim(self, queue, jobs, settle, claim).await
+                        round::complete_then_claim(self, queue, jobs, settle, claim)
+                            .instrument($crate::store::verbs::span(self, "complete_then_claim", Some(queue), jobs.len()))
+                            .await
                     }
 
                     async fn extend_lock(&self, queue: &QueueName, id: &JobId, token: u64, lease: Duration) -> Result<Extended> {
-                        extend_lock::extend_lock(self, queue, id, token, lease).await
+                        extend_lock::extend_lock(self, queue, id, token, lease)
+                            .instrument($crate::store::verbs::span(self, "extend_lock", Some(queue), 1))
+                            .await
                     }
 
                     async fn update_data(&self, queue: &QueueName, id: &JobId, token: u64, payload: &[u8]) -> Result<Settled> {
-                        update_data::update_data(self, queue, id, token, payload).await
+                        update_data::update_data(self, queue, id, token, payload)
+                            .instrument($crate::store::verbs::span(self, "update_data", Some(queue), 1))
+                            .await
                     }
 
                     async fn pause(&self, queue: &QueueName) -> Result<()> {
-                        pause::pause(self, queue).await
+                        pause::pause(self, queue)
+                            .instrument($crate::store::verbs::span(self, "pause", Some(queue), 1))
+                            .await
                     }
 
                     async fn resume(&self, queue: &QueueName) -> Result<()> {
-                        resume::resume(self, queue).await
+                        resume::resume(self, queue)
+                            .instrument($crate::store::verbs::span(self, "resume", Some(queue), 1))
+                            .await
                     }
 
                     async fn drain(&self, queue: &QueueName) -> Result<u64> {
-                        drain::drain(self, queue).await
+                        drain::drain(self, queue)
+                            .instrument($crate::store::verbs::span(self, "drain", Some(queue), 1))
+                            .await
                     }
 
                     async fn obliterate(&self, queue: &QueueName, force: bool) -> Result<Obliterated> {
-                        obliterate::obliterate(self, queue, force).await
+                        obliterate::obliterate(self, queue, force)
+                            .instrument($crate::store::verbs::span(self, "obliterate", Some(queue), 1))
+                            .await
                     }
 
                     async fn get(&self, queue: &QueueName, id: &JobId) -> Result<Option<JobRow>> {
-                        get::get(self, queue, id).await
+                        get::get(self, queue, id)
+                            .instrument($crate::store::verbs::span(self, "get", Some(queue), 1))
+                            .await
                     }
 
                     async fn remove(&self, queue: &QueueName, id: &JobId, force: bool) -> Result<Removed> {
-                        remove::remove(self, queue, id, force).await
+                        remove::remove(self, queue, id, force)
+                            .instrument($crate::store::verbs::span(self, "remove", Some(queue), 1))
+                            .await
                     }
 
                     async fn redrive(&self, queue: &QueueName, id: &JobId, extra: u32) -> Result<Redriven> {
-                        redrive::redrive(self, queue, id, extra).await
+                        redrive::redrive(self, queue, id, extra)
+                            .instrument($crate::store::verbs::span(self, "redrive", Some(queue), 1))
+                            .await
                     }
 
                     async fn redrive_all(&self, queue: &QueueName, extra: u32) -> Result<u64> {
-                        redrive::redrive_all(self, queue, extra).await
+                        redrive::redrive_all(self, queue, extra)
+                            .instrument($crate::store::verbs::span(self, "redrive_all", Some(queue), 1))
+                            .await
                     }
 
                     async fn promote_job(&self, queue: &QueueName, id: &JobId) -> Result<PromotedJob> {
-                        promote_job::promote_job(self, queue, id).await
+                        promote_job::promote_job(self, queue, id)
+                            .instrument($crate::store::verbs::span(self, "promote_job", Some(queue), 1))
+                            .await
                     }
 
                     async fn cancel(
@@ -265,72 +347,106 @@ macro_rules! script_store {
                         reason: Option<&str>,
                         settle: SettleOptions,
                     ) -> Result<Cancelled> {
-                        cancel::cancel(self, queue, id, reason, settle).await
+                        cancel::cancel(self, queue, id, reason, settle)
+                            .instrument($crate::store::verbs::span(self, "cancel", Some(queue), 1))
+                            .await
                     }
 
                     async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()> {
-                        retention::set_retention(self, queue, retention).await
+                        retention::set_retention(self, queue, retention)
+                            .instrument($crate::store::verbs::span(self, "set_retention", Some(queue), 1))
+                            .await
                     }
 
                     async fn retention(&self, queue: &QueueName) -> Result<Retention> {
-                        retention::retention(self, queue).await
+                        retention::retention(self, queue)
+                            .instrument($crate::store::verbs::span(self, "retention", Some(queue), 1))
+                            .await
                     }
 
                     async fn set_priority_aging(&self, queue: &QueueName, aging: Duration) -> Result<()> {
-                        priority_aging::set_priority_aging(self, queue, aging).await
+                        priority_aging::set_priority_aging(self, queue, aging)
+                            .instrument($crate::store::verbs::span(self, "set_priority_aging", Some(queue), 1))
+                            .await
                     }
 
                     async fn priority_aging(&self, queue: &QueueName) -> Result<Duration> {
-                        priority_aging::priority_aging(self, queue).await
+                        priority_aging::priority_aging(self, queue)
+                            .instrument($crate::store::verbs::span(self, "priority_aging", Some(queue), 1))
+                            .await
                     }
 
                     async fn set_rate_limit(&self, queue: &QueueName, target: &RateTarget, limit: Option<RateLimit>) -> Result<()> {
-                        rate_limits::set_rate_limit(self, queue, target, limit).await
+                        rate_limits::set_rate_limit(self, queue, target, limit)
+                            .instrument($crate::store::verbs::span(self, "set_rate_limit", Some(queue), 1))
+                            .await
                     }
 
                     async fn rate_limits(&self, queue: &QueueName) -> Result<RateLimits> {
-                        rate_limits::rate_limits(self, queue).await
+                        rate_limits::rate_limits(self, queue)
+                            .instrument($crate::store::verbs::span(self, "rate_limits", Some(queue), 1))
+                            .await
                     }
 
                     async fn mark_waited(&self, queue: &QueueName, id: &JobId) -> Result<Waited> {
-                        mark_waited::mark_waited(self, queue, id).await
+                        mark_waited::mark_waited(self, queue, id)
+                            .instrument($crate::store::verbs::span(self, "mark_waited", Some(queue), 1))
+                            .await
                     }
 
                     async fn set_group_limit(&self, queue: &QueueName, target: &LimitTarget, limit: u32) -> Result<()> {
-                        set_group_limit::set_group_limit(self, queue, target, limit).await
+                        set_group_limit::set_group_limit(self, queue, target, limit)
+                            .instrument($crate::store::verbs::span(self, "set_group_limit", Some(queue), 1))
+                            .await
                     }
 
                     async fn counts(&self, queue: &QueueName) -> Result<Counts> {
-                        counts::counts(self, queue).await
+                        counts::counts(self, queue)
+                            .instrument($crate::store::verbs::span(self, "counts", Some(queue), 1))
+                            .await
                     }
 
                     async fn groups(&self, queue: &QueueName, cursor: Option<&str>) -> Result<GroupsPage> {
-                        groups::groups(self, queue, cursor).await
+                        groups::groups(self, queue, cursor)
+                            .instrument($crate::store::verbs::span(self, "groups", Some(queue), 1))
+                            .await
                     }
 
                     async fn register_consumer(&self, queue: &QueueName, entry: &ConsumerEntry) -> Result<i64> {
-                        registry::register(self, queue, entry).await
+                        registry::register(self, queue, entry)
+                            .instrument($crate::store::verbs::span(self, "register_consumer", Some(queue), 1))
+                            .await
                     }
 
                     async fn unregister_consumer(&self, queue: &QueueName, id: &str) -> Result<bool> {
-                        registry::unregister(self, queue, id).await
+                        registry::unregister(self, queue, id)
+                            .instrument($crate::store::verbs::span(self, "unregister_consumer", Some(queue), 1))
+                            .await
                     }
 
                     async fn consumers(&self, queue: &QueueName) -> Result<Vec<ConsumerEntry>> {
-                        registry::consumers(self, queue).await
+                        registry::consumers(self, queue)
+                            .instrument($crate::store::verbs::span(self, "consumers", Some(queue), 1))
+                            .await
                     }
 
                     async fn history(&self, queue: &QueueName, minutes: u32) -> Result<History> {
                         crate::store::check_history_minutes(minutes)?;
-                        history::history(self, queue, minutes).await
+                        history::history(self, queue, minutes)
+                            .instrument($crate::store::verbs::span(self, "history", Some(queue), 1))
+                            .await
                     }
 
                     async fn list(&self, queue: &QueueName, state: JobState, cursor: Option<&str>, limit: u32) -> Result<JobsPage> {
-                        list::list(self, queue, state, cursor, limit).await
+                        list::list(self, queue, state, cursor, limit)
+                            .instrument($crate::store::verbs::span(self, "list", Some(queue), 1))
+                            .await
                     }
 
                     async fn queues(&self) -> Result<Vec<QueueName>> {
-                        queues::queues(self).await
+                        queues::queues(self)
+                            .instrument($crate::store::verbs::span(self, "queues", None, 0))
+                            .await
                     }
 
                 $($extra)*

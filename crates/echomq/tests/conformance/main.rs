@@ -22,6 +22,7 @@ mod release;
 mod results;
 mod schedules;
 mod settle;
+mod spans;
 
 /// Every verb of the closed list has at least one case whose name starts with the verb.
 #[test]
@@ -44,6 +45,7 @@ fn every_verb_has_a_case() {
         registry::CASES,
         inputs::CASES,
         pending_age::CASES,
+        spans::CASES,
     ]
     .concat();
     let missing: Vec<&&str> = echomq::store::redis::VERBS

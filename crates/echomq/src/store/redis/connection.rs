@@ -9,7 +9,6 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, PushKind, RedisError, RedisResult, ServerErrorKind, Value};
-use tracing::Instrument;
 
 use super::reply::{self, Reply};
 use super::topology::{self, Node, Topology};
@@ -271,7 +270,6 @@ impl RedisStore {
         entries: Vec<(Option<&Script>, Cmd)>,
         wait: Option<WaitReplicas>,
     ) -> Result<Vec<Sent>> {
-        let span = tracing::trace_span!("emq.store", verb);
         let topo = self.topology().await?;
         let (cluster, cluster_flavour) = match topo {
             Topology::Cluster(c) => (Some(c), true),
@@ -314,7 +312,6 @@ impl RedisStore {
                     let mut conn = node.conn.clone();
                     pipe.ignore_errors()
                         .query_async::<Vec<RedisResult<Value>>>(&mut conn)
-                        .instrument(span.clone())
                         .await
                         .map_err(|e| {
                             if let (Some(c), true) = (cluster, is_wire(&e)) {
@@ -809,6 +806,10 @@ impl Engine for RedisStore {
 
     fn payload_limit(&self) -> usize {
         self.payload_limit
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
     }
 
     async fn run(&self, script: &Script, keys: &[String], args: Vec<Vec<u8>>) -> Result<Reply> {

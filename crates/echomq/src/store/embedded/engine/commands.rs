@@ -1,6 +1,8 @@
 //! The commands the scripts send, served by the keyspace with Redis's replies and errors. Only the
 //! commands and forms the scripts use are served; any other is an error naming it.
 
+use std::collections::HashMap;
+
 use rusqlite::params;
 
 use super::keyspace::{classify, Class, Fail, Keyspace, Type, R, ROW_ZSETS};
@@ -548,6 +550,21 @@ impl Z<'_> {
         }
     }
 
+    /// The statement of `shape` on this kind of set, its text built once (the statement cache
+    /// is keyed by the text; building it on every command cost a tenth of a claim).
+    fn memo(&self, shape: u8, build: impl FnOnce() -> String) -> &'static str {
+        type Memo = std::sync::Mutex<HashMap<(usize, u8), &'static str>>;
+        static MEMO: std::sync::LazyLock<Memo> = std::sync::LazyLock::new(Memo::default);
+        let kind = match self.at {
+            ZAt::Generic(_) => 0,
+            ZAt::Rows { col, .. } => 1 + col,
+        };
+        let mut memo = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // a few shapes on three kinds of set: what is leaked is bounded
+        memo.entry((kind, shape))
+            .or_insert_with(|| Box::leak(build().into_boxed_str()))
+    }
+
     fn owner(&self) -> rusqlite::types::Value {
         match self.at {
             ZAt::Generic(kid) => rusqlite::types::Value::Integer(kid),
@@ -705,14 +722,16 @@ fn ranks(start: i64, stop: i64, size: i64) -> Option<(i64, i64)> {
 
 /// The members (with their scores) of a rank range, in order or reversed.
 fn by_rank(ks: &Keyspace, z: &Z<'_>, from: i64, to: i64, rev: bool) -> R<Vec<(Vec<u8>, f64)>> {
-    let (table, cond, member, score) = z.sql();
-    let order = if rev {
-        format!("{score} DESC, {member} DESC")
-    } else {
-        format!("{score}, {member}")
-    };
-    let sql = format!("SELECT {member}, {score} FROM {table} WHERE {cond} ORDER BY {order} LIMIT ?2 OFFSET ?3");
-    let mut stmt = ks.conn.prepare_cached(&sql)?;
+    let sql = z.memo(rev as u8, || {
+        let (table, cond, member, score) = z.sql();
+        let order = if rev {
+            format!("{score} DESC, {member} DESC")
+        } else {
+            format!("{score}, {member}")
+        };
+        format!("SELECT {member}, {score} FROM {table} WHERE {cond} ORDER BY {order} LIMIT ?2 OFFSET ?3")
+    });
+    let mut stmt = ks.conn.prepare_cached(sql)?;
     let rows = stmt.query_map(params![z.owner(), to - from + 1, from], |r| Ok((r.get(0)?, r.get(1)?)))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
@@ -736,18 +755,21 @@ fn by_score(ks: &Keyspace, z: &Z<'_>, range: ScoreRange) -> R<Vec<(Vec<u8>, f64)
         offset,
         count,
     } = range;
-    let (table, cond, member, score) = z.sql();
-    let order = if rev {
-        format!("{score} DESC, {member} DESC")
-    } else {
-        format!("{score}, {member}")
-    };
-    let sql = format!(
-        "SELECT {member}, {score} FROM {table} WHERE {cond} AND {score} {} ?2 AND {score} {} ?3 ORDER BY {order} LIMIT ?4 OFFSET ?5",
-        if low_open { ">" } else { ">=" },
-        if high_open { "<" } else { "<=" },
-    );
-    let mut stmt = ks.conn.prepare_cached(&sql)?;
+    let shape = 2 + rev as u8 + 2 * low_open as u8 + 4 * high_open as u8;
+    let sql = z.memo(shape, || {
+        let (table, cond, member, score) = z.sql();
+        let order = if rev {
+            format!("{score} DESC, {member} DESC")
+        } else {
+            format!("{score}, {member}")
+        };
+        format!(
+            "SELECT {member}, {score} FROM {table} WHERE {cond} AND {score} {} ?2 AND {score} {} ?3 ORDER BY {order} LIMIT ?4 OFFSET ?5",
+            if low_open { ">" } else { ">=" },
+            if high_open { "<" } else { "<=" },
+        )
+    });
+    let mut stmt = ks.conn.prepare_cached(sql)?;
     let rows = stmt.query_map(params![z.owner(), low, high, count, offset], |r| {
         Ok((r.get(0)?, r.get(1)?))
     })?;
@@ -828,11 +850,13 @@ fn zrank(ks: &mut Keyspace, a: &[Vec<u8>], rev: bool) -> R<Reply> {
     let Some(s) = z_score(ks, &z, &a[1])? else {
         return Ok(Reply::Nil);
     };
-    let (table, cond, member, score) = z.sql();
-    let sql = format!("SELECT count(*) FROM {table} WHERE {cond} AND ({score} < ?2 OR {score} = ?2 AND {member} < ?3)");
+    let sql = z.memo(10, || {
+        let (table, cond, member, score) = z.sql();
+        format!("SELECT count(*) FROM {table} WHERE {cond} AND ({score} < ?2 OR {score} = ?2 AND {member} < ?3)")
+    });
     let before: i64 = ks
         .conn
-        .prepare_cached(&sql)?
+        .prepare_cached(sql)?
         .query_row(params![z.owner(), s, a[1]], |r| r.get(0))?;
     Ok(Reply::Int(if rev { z.size - 1 - before } else { before }))
 }

@@ -196,6 +196,24 @@ fn columns() -> String {
         .join(", ")
 }
 
+/// The read of one job row (built once: the statement cache is keyed by its text).
+static ROW_SELECT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {}, extra, pending, active FROM kv_jobs WHERE id = ?1 AND base = ?2",
+        columns()
+    )
+});
+
+/// The write of one job row (built once).
+static ROW_WRITE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let n = JOB_FIELDS.len();
+    format!(
+        "INSERT OR REPLACE INTO kv_jobs (id, base, fields, {}, extra, pending, active) VALUES (?1, ?2, ?3, {})",
+        columns(),
+        (4..n + 7).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
+    )
+});
+
 /// A key's type, as `TYPE` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Type {
@@ -235,14 +253,14 @@ impl Type {
     }
 
     /// The table of the type's elements (none for a string: its value is on its key's row).
-    fn table(self) -> Option<&'static str> {
+    /// The statement deleting a key's elements (None: a string has none).
+    fn delete_elements(self) -> Option<&'static str> {
         match self {
             Type::String => None,
-            Type::Hash => Some("kv_hash"),
-            Type::Zset => Some("kv_zset"),
-            Type::List => Some("kv_list"),
-            Type::Set => Some("kv_set"),
-            Type::Stream => Some("kv_list"),
+            Type::Hash => Some("DELETE FROM kv_hash WHERE kid = ?1"),
+            Type::Zset => Some("DELETE FROM kv_zset WHERE kid = ?1"),
+            Type::List | Type::Stream => Some("DELETE FROM kv_list WHERE kid = ?1"),
+            Type::Set => Some("DELETE FROM kv_set WHERE kid = ?1"),
         }
     }
 }
@@ -469,10 +487,8 @@ impl Keyspace {
             }
             _ => {}
         }
-        if let Some(table) = m.ty.table() {
-            self.conn
-                .prepare_cached(&format!("DELETE FROM {table} WHERE kid = ?1"))?
-                .execute([m.kid])?;
+        if let Some(sql) = m.ty.delete_elements() {
+            self.conn.prepare_cached(sql)?.execute([m.kid])?;
         }
         self.conn
             .prepare_cached("DELETE FROM kv_keys WHERE kid = ?1")?
@@ -507,11 +523,7 @@ impl Keyspace {
     /// The job row of `key` (`base`, `id` its parts), read once per script.
     pub(crate) fn row(&mut self, key: &[u8], base: &[u8], id: &[u8]) -> R<&mut Row> {
         if !self.rows.contains_key(key) {
-            let sql = format!(
-                "SELECT {}, extra, pending, active FROM kv_jobs WHERE id = ?1 AND base = ?2",
-                columns()
-            );
-            let mut stmt = self.conn.prepare_cached(&sql)?;
+            let mut stmt = self.conn.prepare_cached(&ROW_SELECT)?;
             let mut rows = stmt.query(params![id, base])?;
             let mut row = Row::default();
             if let Some(r) = rows.next()? {
@@ -560,12 +572,7 @@ impl Keyspace {
                     .execute(params![id, base])?;
             } else {
                 let n = JOB_FIELDS.len();
-                let sql = format!(
-                    "INSERT OR REPLACE INTO kv_jobs (id, base, fields, {}, extra, pending, active) VALUES (?1, ?2, ?3, {})",
-                    columns(),
-                    (4..n + 7).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
-                );
-                let mut stmt = self.conn.prepare_cached(&sql)?;
+                let mut stmt = self.conn.prepare_cached(&ROW_WRITE)?;
                 stmt.raw_bind_parameter(1, id)?;
                 stmt.raw_bind_parameter(2, base)?;
                 stmt.raw_bind_parameter(3, row.len() as i64)?;
