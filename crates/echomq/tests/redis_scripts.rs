@@ -1,6 +1,6 @@
-//! Redis-only tests: what is about the Lua scripts themselves rather than the Store contract, so it
-//! runs once against Redis instead of once per store (tests/conformance/ runs every case against
-//! every store). A raw `EVAL` of a script with malformed ARGV writes nothing; the two
+//! The scripts themselves rather than the Store contract, run against Redis and against the
+//! embedded store (the same scripts on its engine, its keyspace written raw through its commands)
+//! instead of once per store kind (tests/conformance/ runs every case against every store). A raw `EVAL` of a script with malformed ARGV writes nothing; the two
 //! self-contained scripts answer as their headers state when `EVAL`ed from their file with the
 //! KEYS and ARGV those headers give; every key a script builds uses a suffix the keyspace lists;
 //! every verb reloads its script after a `SCRIPT FLUSH`, once or in a storm of them (on a Redis of
@@ -12,7 +12,6 @@ use std::time::Duration;
 use echomq::keyspace::{METRIC_EVENTS, SUFFIXES};
 use echomq::store::{Completion, Counts, Obliterated, SettleOptions};
 use echomq::{ClaimedJob, GroupName, JobId, JobRow, JobState, NewJob};
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 // The conformance harness (a Redis per process, a fresh queue per case, the probe); this binary uses
@@ -21,6 +20,7 @@ use redis::AsyncCommands;
 #[path = "conformance/harness.rs"]
 mod harness;
 
+use harness::probe_redis::ProbeConn;
 use harness::{assert_slot_invariant, wait_until, Ctx, Snapshot};
 
 /// A lease no case outlives.
@@ -29,14 +29,31 @@ const LEASE: Duration = Duration::from_secs(30);
 const SHORT: Duration = Duration::from_millis(25);
 const BUDGET: u32 = 10;
 
-/// Runs each case against Redis, one `#[tokio::test]` each.
+/// Runs each case against Redis, one `#[tokio::test]` each, in module `$module`.
 macro_rules! redis_cases {
-    ($($case:ident),* $(,)?) => {
-        mod redis_store {
+    ($module:ident: $($case:ident),* $(,)?) => {
+        mod $module {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let ctx = crate::harness::redis_ctx(stringify!($case)).await;
+                    super::$case(&ctx).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs each case against Redis and against the embedded store (the same scripts on its engine,
+/// the keyspace written raw through its commands), one `#[tokio::test]` each a store.
+macro_rules! script_cases {
+    ($($case:ident),* $(,)?) => {
+        redis_cases!(redis_store: $($case),*);
+        mod embedded_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let ctx = crate::harness::embedded_ctx(stringify!($case)).await;
                     super::$case(&ctx).await;
                 }
             )*
@@ -61,7 +78,7 @@ macro_rules! owned_server_cases {
     };
 }
 
-redis_cases!(
+script_cases!(
     enqueue_script_that_fails_validation_writes_nothing,
     sweep_stalled_raw_eval_of_the_file_answers_as_its_header_says,
     extend_lock_raw_eval_of_the_file_answers_as_its_header_says,
@@ -71,13 +88,15 @@ redis_cases!(
     a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs,
     claim_buries_a_key_of_another_type_and_hands_out_the_rest,
     reap_sweep_and_promote_bury_a_key_of_another_type,
-    claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member,
     retry_refuses_a_token_that_is_no_number_and_writes_nothing,
     an_enqueue_reply_owes_the_registration_until_the_client_pays_it,
     a_lane_an_earlier_version_wrote_as_a_list_keeps_its_order_and_takes_new_jobs,
     the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_lane_move,
     jobs_an_earlier_version_made_ready_leave_the_pending_tally_without_a_count_below_1,
 );
+
+// what reads Redis's own memory encoding (`CONFIG`, `OBJECT ENCODING`)
+redis_cases!(redis_only: claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member);
 
 owned_server_cases!(
     a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes,
@@ -86,7 +105,7 @@ owned_server_cases!(
 );
 
 /// The case's raw Redis connection and its queue's key base `emq:{q}:`.
-fn raw(ctx: &Ctx) -> (MultiplexedConnection, String) {
+fn raw(ctx: &Ctx) -> (ProbeConn, String) {
     let probe = ctx.probe.as_redis().expect("a Redis case");
     let (conn, base) = probe.raw();
     (conn, base.to_string())
@@ -1012,11 +1031,10 @@ async fn a_lane_named_by_no_valid_group_name_still_hands_out_its_jobs(ctx: &Ctx)
     let (mut conn, base) = raw(ctx);
     let flat = add(ctx, "flat").await;
     let bad = "no valid name";
-    let _: () = conn
-        .hset_multiple(
-            format!("{base}job:odd"),
-            &[("data", "odd"), ("state", "pending"), ("group", bad)],
-        )
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{base}job:odd"))
+        .arg(&["data", "odd", "state", "pending", "group", bad])
+        .query_async(&mut conn)
         .await
         .unwrap();
     let _: () = conn.rpush(format!("{base}lane:{bad}"), "odd").await.unwrap();
@@ -1533,7 +1551,7 @@ async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_
     ctx.store.genqueue(&ctx.q, &group("g1"), &jobs(5)).await.unwrap();
     let three = ctx.store.genqueue(&ctx.q, &group("g2"), &jobs(3)).await.unwrap();
     add(ctx, "flat").await;
-    let kept = |mut conn: MultiplexedConnection, groups: String| async move {
+    let kept = |mut conn: ProbeConn, groups: String| async move {
         let v: Option<i64> = conn.hget(&groups, "lane_jobs").await.unwrap();
         v
     };
@@ -1543,7 +1561,7 @@ async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_
         "kept from the first lane job on"
     );
     // as an earlier version left it
-    let forget = |mut conn: MultiplexedConnection, groups: String| async move {
+    let forget = |mut conn: ProbeConn, groups: String| async move {
         let _: () = conn.hdel(&groups, "lane_jobs").await.unwrap();
     };
     forget(conn.clone(), groups.clone()).await;
@@ -1590,7 +1608,7 @@ async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_
 async fn a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes(ctx: &Ctx) {
     let (mut conn, _) = raw(ctx);
     let n = 100_000;
-    async fn used(conn: &mut MultiplexedConnection) -> i64 {
+    async fn used(conn: &mut ProbeConn) -> i64 {
         let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await.unwrap();
         let field = |name: &str| -> i64 {
             info.lines()

@@ -542,6 +542,39 @@ impl EmbeddedStore {
         })
     }
 
+    /// Runs a script's text (compiled once a connection, by its text) with `keys` and `args`, in
+    /// a transaction of its own: the embedded `EVAL`, a raw entry for tools and tests. Its error
+    /// comes back as [`Reply::Error`].
+    #[doc(hidden)]
+    pub async fn eval(&self, body: Vec<u8>, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> Result<Reply> {
+        let shared = self.inner.shared.clone();
+        let notices = self.inner.notices.clone();
+        self.on_thread("eval", move |hosts| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            body.hash(&mut h);
+            let name = format!("eval:{:016x}", h.finish());
+            let store_error = |e: engine::EngineError| Error::Store {
+                verb: "eval",
+                reason: e.to_string(),
+            };
+            let text = String::from_utf8_lossy(&body);
+            hosts.main.register(&name, &text).map_err(store_error)?;
+            let call = HostCall {
+                script: &name,
+                keys,
+                args,
+            };
+            let (mut replies, published) = hosts.main.run(&[call]).map_err(store_error)?;
+            hand_out(&shared, &notices, published, Vec::new(), Vec::new());
+            replies.pop().ok_or_else(|| Error::Protocol {
+                verb: "eval",
+                reply: "no reply".into(),
+            })
+        })
+        .await
+    }
+
     async fn commands_here(&self, verb: &'static str, cmds: Vec<Vec<Vec<u8>>>) -> Result<Vec<Reply>> {
         let shared = self.inner.shared.clone();
         let notices = self.inner.notices.clone();

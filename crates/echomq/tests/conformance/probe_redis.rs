@@ -6,7 +6,6 @@ use std::sync::Arc;
 use echomq::store::redis::RedisStore;
 use echomq::store::Store;
 use echomq::{JobId, QueueName};
-use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 
 use super::redis_server::connect;
@@ -80,13 +79,11 @@ impl RedisProbe {
         &self.node
     }
 
-    /// A raw connection and the queue's key base, for the Redis-only script tests.
+    /// A raw connection (Redis's, or the engine's raw commands) and the queue's key base, for the
+    /// script tests.
     #[allow(dead_code)] // used by tests/redis_scripts.rs only
-    pub fn raw(&self) -> (MultiplexedConnection, &str) {
-        match &self.conn {
-            ProbeConn::Redis(c) => (c.clone(), &self.base),
-            ProbeConn::Engine(_) => panic!("the engine's probe has no Redis connection"),
-        }
+    pub fn raw(&self) -> (ProbeConn, &str) {
+        (self.conn.clone(), &self.base)
     }
 
     /// The probe of a queue on the embedded store (its engine's raw commands).

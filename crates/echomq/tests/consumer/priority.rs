@@ -88,15 +88,18 @@ async fn push_urgent(store: &Arc<dyn Store>, q: &QueueName, sent: &Mutex<Vec<Sys
 
 async fn with_aging_every_low_job_runs_before_urgent_jobs_that_came_9_agings_later(ctx: &Ctx) {
     let low = 10_000;
-    // the case needs the backlog's last chunk of 1000 ranked within 9 × aging of the first urgent
-    // job: 20 ms, or more on a store (a build) slower to enqueue a chunk than that
+    // the case needs the first urgent job sent within 9 × aging of the backlog's last chunk of
+    // 1000 (so some urgent jobs outrank low ones): 20 ms, or on a store (a build, a busy machine)
+    // slower to enqueue a chunk, 9 × aging = twice a chunk's time and 100 ms for the consumer to
+    // start — no more, as every urgent job of that window runs first
     let pace = QueueName::new(format!("{}_pace", ctx.q.as_str())).unwrap();
     let chunk: Vec<NewJob> = (0..1000)
         .map(|_| NewJob::new(b"low".to_vec()).with_priority(9))
         .collect();
     let began = std::time::Instant::now();
     ctx.store.enqueue(&pace, &chunk).await.unwrap();
-    let aging = Duration::from_millis(20).max(Duration::from_millis(began.elapsed().as_millis() as u64 * 2));
+    let window = began.elapsed().as_millis() as u64 * 2 + 100;
+    let aging = Duration::from_millis(20.max(window.div_ceil(9)));
     ctx.store.obliterate(&pace, true).await.unwrap();
     ctx.store.set_priority_aging(&ctx.q, aging).await.unwrap();
     let (runs, backlog_done) = run_backlog(ctx, low, 3 * low).await;

@@ -20,7 +20,14 @@ fn engine_value(r: echomq::store::embedded::engine::Reply) -> redis::RedisResult
         Reply::Bulk(b) => redis::Value::BulkString(b),
         Reply::Status(s) if s == "OK" => redis::Value::Okay,
         Reply::Status(s) => redis::Value::SimpleString(s),
-        Reply::Error(e) => return Err(redis::RedisError::from((redis::ErrorKind::Extension, "engine", e))),
+        // as Redis's client reads a server's error: its first word the code
+        Reply::Error(e) => {
+            let (code, detail) = e.split_once(' ').unwrap_or((&e, ""));
+            return Err(redis::make_extension_error(
+                code.to_string(),
+                (!detail.is_empty()).then(|| detail.to_string()),
+            ));
+        }
         Reply::Array(items) => redis::Value::Array(items.into_iter().map(engine_value).collect::<Result<_, _>>()?),
     })
 }
@@ -39,9 +46,17 @@ impl redis::aio::ConnectionLike for ProbeConn {
                     .collect();
                 let e = e.clone();
                 Box::pin(async move {
-                    let reply = e
-                        .raw(words)
-                        .await
+                    // EVAL body numkeys key… arg…: the script's text run on the engine
+                    let eval = words.first().is_some_and(|w| w.eq_ignore_ascii_case(b"EVAL"));
+                    let reply = if eval && words.len() >= 3 {
+                        let n: usize = String::from_utf8_lossy(&words[2]).parse().unwrap_or(0);
+                        let mut rest = words[3..].to_vec();
+                        let args = rest.split_off(n.min(rest.len()));
+                        e.eval(words[1].clone(), rest, args).await
+                    } else {
+                        e.raw(words).await
+                    };
+                    let reply = reply
                         .map_err(|err| redis::RedisError::from((redis::ErrorKind::Io, "engine", err.to_string())))?;
                     engine_value(reply)
                 })
