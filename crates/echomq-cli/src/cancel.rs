@@ -31,6 +31,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             anyhow::bail!("job {id} in queue {queue} already finished (it is {state}): nothing to cancel")
         }
         Cancelled::Gone => return Err(crate::job::not_found(&queue, &id)),
+        other => return Err(crate::unknown_reply(&other)),
     }
     Ok(0)
 }

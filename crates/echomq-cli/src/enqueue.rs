@@ -220,6 +220,7 @@ async fn one(target: &Target, job: NewJob) -> anyhow::Result<i32> {
             );
         }
         None => anyhow::bail!("the store answered no id for the job in queue {}", target.queue),
+        Some(other) => return Err(crate::unknown_reply(other)),
     }
     Ok(0)
 }

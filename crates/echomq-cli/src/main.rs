@@ -137,6 +137,12 @@ pub fn retry_policy(s: &str) -> Result<echomq::RetryPolicy, String> {
     s.parse().map_err(|e: echomq::Error| e.to_string())
 }
 
+/// A reply of a kind this build does not know (the store's reply types are `#[non_exhaustive]`: a
+/// newer library may add one): an error naming it, never a guess.
+pub fn unknown_reply(reply: &impl std::fmt::Debug) -> anyhow::Error {
+    anyhow::anyhow!("the store answered {reply:?}, which this build of emq does not know")
+}
+
 /// `n` with its noun: "1 job", "3 jobs" (`what` is the singular; "dead job" gives "dead jobs").
 pub fn count(n: impl Into<u64>, what: &str) -> String {
     match n.into() {

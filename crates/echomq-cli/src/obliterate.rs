@@ -54,6 +54,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             Ok(0)
         }
         Obliterated::Active { active: n } => Err(active(&queue, n)),
+        other => Err(crate::unknown_reply(&other)),
     }
 }
 

@@ -28,5 +28,6 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             anyhow::bail!("job {id} in queue {queue} is not scheduled (it is {state}): nothing done")
         }
         PromotedJob::Gone => Err(crate::job::not_found(&queue, &id)),
+        other => Err(crate::unknown_reply(&other)),
     }
 }

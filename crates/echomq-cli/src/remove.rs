@@ -30,5 +30,6 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             anyhow::bail!("job {id} in queue {queue} is active: nothing done; pass --force to remove it anyway")
         }
         Removed::Gone => Err(crate::job::not_found(&queue, &id)),
+        other => Err(crate::unknown_reply(&other)),
     }
 }

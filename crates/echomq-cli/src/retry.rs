@@ -50,5 +50,6 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             anyhow::bail!("job {id} in queue {queue} is not dead (it is {state}): nothing done")
         }
         Redriven::Gone => Err(crate::job::not_found(&queue, &id)),
+        other => Err(crate::unknown_reply(&other)),
     }
 }

@@ -75,6 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         match removed {
             Obliterated::Done { removed } => format!("{removed} rows"),
             Obliterated::Active { active } => format!("refused: {active} active"),
+            other => format!("{other:?}"),
         }
     );
     assert_eq!(ran.load(Ordering::Relaxed), JOBS);

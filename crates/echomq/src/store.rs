@@ -62,6 +62,7 @@ pub const MAX_REDELIVERIES_DEFAULT: u32 = 3;
 
 /// The reply to one job of an enqueue or genqueue.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Enqueued {
     /// A new job with this id.
     New(JobId),
@@ -85,6 +86,7 @@ impl Enqueued {
 
 /// The reply of a fenced settle (complete, complete_many per job, complete_cancelled, update_data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Settled {
     /// Done.
     Ok,
@@ -96,6 +98,7 @@ pub enum Settled {
 
 /// The reply of retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Retried {
     /// Scheduled (or ready at once with a zero delay) for another attempt.
     Retrying,
@@ -109,6 +112,7 @@ pub enum Retried {
 
 /// The reply of discard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Discarded {
     /// Dead now.
     Dead,
@@ -120,6 +124,7 @@ pub enum Discarded {
 
 /// The reply of extend_lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Extended {
     /// The lease now ends `lease` after the store's now.
     Ok,
@@ -181,6 +186,7 @@ impl Retention {
 
 /// The reply of mark_waited.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Waited {
     /// Still to finish, and now marked: the verb that finishes it publishes its id.
     Waiting,
@@ -207,6 +213,7 @@ pub struct Completion {
 
 /// The reply of promote.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Promoted {
     /// Due jobs moved to ready.
     pub moved: u64,
@@ -222,6 +229,7 @@ pub struct Promoted {
 
 /// The reply of sweep_stalled: ids recovered to ready and ids dead-lettered.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Swept {
     /// Recovered to pending (or their lane's front).
     pub recovered: Vec<JobId>,
@@ -232,6 +240,7 @@ pub struct Swept {
 
 /// The reply of remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Removed {
     /// The row and its membership are gone.
     Removed,
@@ -243,6 +252,7 @@ pub enum Removed {
 
 /// The reply of redrive for one job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Redriven {
     /// Back to ready with a raised budget.
     Redriven,
@@ -254,6 +264,7 @@ pub enum Redriven {
 
 /// The reply of promote_job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PromotedJob {
     /// Ready now.
     Promoted,
@@ -265,6 +276,7 @@ pub enum PromotedJob {
 
 /// The reply of cancel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Cancelled {
     /// It was waiting: cancelled now.
     Cancelled,
@@ -278,6 +290,7 @@ pub enum Cancelled {
 
 /// The reply of obliterate for one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Obliterated {
     /// Every key of the queue is gone; `removed` job rows went in all.
     Done {
@@ -474,6 +487,7 @@ pub struct ClaimRequest {
 /// The reply of a claim: the jobs handed out, in claim order, and — when a rate limit held work
 /// back — how long until it admits a start again. Reads as the list of its jobs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Claimed {
     /// The jobs handed out.
     pub jobs: Vec<ClaimedJob>,
@@ -525,6 +539,7 @@ pub type Handoff = Box<dyn FnOnce(Vec<ClaimedJob>) + Send>;
 /// The replies of one round: each leg answers on its own, so a failed earlier leg never discards
 /// the jobs the claim returned.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Round {
     /// The recovery leg (reaped count or the sweep), or its error.
     pub recovered: Result<()>,
@@ -537,6 +552,7 @@ pub struct Round {
 /// The replies of [`Store::complete_then_claim`]: the completions, then the claim that came after
 /// them, each on its own (a refused batch never discards the jobs the claim leased).
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct CompletedThenClaimed {
     /// One reply per completion, in order, or the batch's error.
     pub completed: Result<Vec<Settled>>,

@@ -99,6 +99,10 @@ pub(crate) async fn queue(
                         crate::count(active, "job is")
                     ),
                 )),
+                other => Ok(back(
+                    &page,
+                    &format!("the store answered {other:?}, which this build does not know"),
+                )),
             };
         }
         "retry-dead" => {
@@ -153,11 +157,13 @@ pub(crate) async fn job(
             Redriven::Redriven => "back to ready".to_string(),
             Redriven::NotDead => "not retried: the job is not dead".to_string(),
             Redriven::Gone => return Err(missing()),
+            other => format!("the store answered {other:?}, which this build does not know"),
         },
         "promote" => match store.promote_job(&queue, &job_id).await.map_err(store_failed)? {
             PromotedJob::Promoted => "ready now".to_string(),
             PromotedJob::NotScheduled => "not promoted: the job is not scheduled".to_string(),
             PromotedJob::Gone => return Err(missing()),
+            other => format!("the store answered {other:?}, which this build does not know"),
         },
         "cancel" => {
             let reason = Some("cancelled from the dashboard");
@@ -170,6 +176,7 @@ pub(crate) async fn job(
                 Cancelled::Requested => "cancel requested: the consumer running it is told to stop".to_string(),
                 Cancelled::Finished => "not cancelled: the job had already finished".to_string(),
                 Cancelled::Gone => return Err(missing()),
+                other => format!("the store answered {other:?}, which this build does not know"),
             }
         }
         "remove" => match store.remove(&queue, &job_id, false).await.map_err(store_failed)? {
@@ -181,6 +188,7 @@ pub(crate) async fn job(
             }
             Removed::Active => "not removed: the job is running; cancel it first".to_string(),
             Removed::Gone => return Err(missing()),
+            other => format!("the store answered {other:?}, which this build does not know"),
         },
         _ => return Err(layout::error_page(StatusCode::NOT_FOUND, &format!("no action {verb}"))),
     };

@@ -64,14 +64,7 @@ pub async fn promote_makes_a_due_job_claimable(ctx: &Ctx) {
         "a due job still waits in scheduled: only promote moves it"
     );
     let p = promote(ctx, 100).await;
-    assert_eq!(
-        p,
-        Promoted {
-            moved: 1,
-            next_due_in: None,
-            ..Promoted::default()
-        }
-    );
+    assert_eq!((p.moved, p.next_due_in, p.fired, p.refills.len()), (1, None, 0, 0));
     let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();
     assert_eq!(row.state, JobState::Pending);
     assert_eq!(row.run_at, None, "a ready row drops run_at");
@@ -115,14 +108,8 @@ pub async fn promote_replies_the_time_until_the_next_due_job(ctx: &Ctx) {
 }
 
 pub async fn promote_replies_no_next_due_when_nothing_is_scheduled(ctx: &Ctx) {
-    assert_eq!(
-        promote(ctx, 100).await,
-        Promoted {
-            moved: 0,
-            next_due_in: None,
-            ..Promoted::default()
-        }
-    );
+    let p = promote(ctx, 100).await;
+    assert_eq!((p.moved, p.next_due_in, p.fired, p.refills.len()), (0, None, 0, 0));
     ctx.store.enqueue(&ctx.q, &named(&["ready"])).await.unwrap();
     assert_eq!(
         promote(ctx, 100).await.next_due_in,
@@ -165,14 +152,8 @@ pub async fn promote_moves_at_most_limit_jobs_per_call(ctx: &Ctx) {
     );
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().scheduled, 3);
     assert_eq!(promote(ctx, 2).await.moved, 2);
-    assert_eq!(
-        promote(ctx, 2).await,
-        Promoted {
-            moved: 1,
-            next_due_in: None,
-            ..Promoted::default()
-        }
-    );
+    let p = promote(ctx, 2).await;
+    assert_eq!((p.moved, p.next_due_in, p.fired, p.refills.len()), (1, None, 0, 0));
     assert_eq!(
         payloads(&claim(ctx, 10).await),
         ["1", "2", "3", "4", "5"],

@@ -30,10 +30,10 @@ async fn sweep(ctx: &Ctx, max_stalled: u32, limit: u32) -> Swept {
 }
 
 fn swept(recovered: &[&JobId], dead: &[&JobId]) -> Swept {
-    Swept {
-        recovered: recovered.iter().map(|&i| i.clone()).collect(),
-        dead: dead.iter().map(|&i| i.clone()).collect(),
-    }
+    let mut want = Swept::default();
+    want.recovered = recovered.iter().map(|&i| i.clone()).collect();
+    want.dead = dead.iter().map(|&i| i.clone()).collect();
+    want
 }
 
 /// Deletes a job's row under the store's feet, its id left wherever it was.

@@ -128,6 +128,7 @@ fn settled(s: Settled) -> Reply {
         Settled::Ok => Reply::Ok,
         Settled::Stale => Reply::Stale,
         Settled::Gone => Reply::Gone,
+        other => panic!("a reply this suite does not know: {other:?}"),
     }
 }
 
@@ -171,17 +172,20 @@ impl Holder {
                 Retried::Dead => Reply::Dead,
                 Retried::Stale => Reply::Stale,
                 Retried::Gone => Reply::Gone,
+                other => panic!("a reply this suite does not know: {other:?}"),
             },
             Holder::Discard => match store.discard(q, id, token, "gave up", plain()).await.unwrap() {
                 Discarded::Dead => Reply::Dead,
                 Discarded::Stale => Reply::Stale,
                 Discarded::Gone => Reply::Gone,
+                other => panic!("a reply this suite does not know: {other:?}"),
             },
             Holder::UpdateData => settled(store.update_data(q, id, token, b"checkpoint").await.unwrap()),
             Holder::ExtendLock => match store.extend_lock(q, id, token, LATER).await.unwrap() {
                 Extended::Ok => Reply::Ok,
                 Extended::Stale => Reply::Stale,
                 Extended::Gone => Reply::Gone,
+                other => panic!("a reply this suite does not know: {other:?}"),
             },
             Holder::Release => settled(store.release(q, id, token, Duration::ZERO).await.unwrap()),
         }
