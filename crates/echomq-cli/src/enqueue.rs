@@ -232,7 +232,6 @@ async fn one(target: &Target, job: NewJob) -> anyhow::Result<i32> {
 /// stderr. On a failure the error names the jobs acknowledged, the line they reach, and the
 /// command that resumes after that line ([`Resume`]).
 #[allow(clippy::print_stderr)] // the count and rate are the command's report, on stderr by contract
-#[allow(clippy::too_many_arguments)]
 async fn lines(
     target: &Target,
     template: &NewJob,

@@ -531,6 +531,52 @@ impl<'a> IntoIterator for &'a Claimed {
     }
 }
 
+/// What a retry asks ([`Store::retry`]): when the job's next attempt runs, the budget of a job
+/// without one of its own, the failure kept as its `last_error`, and what a death keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryRequest {
+    /// How long until the next attempt (zero: ready at once).
+    pub delay: Duration,
+    /// The attempt budget of a job without its own (at least 1).
+    pub max_attempts: u32,
+    /// The failure, kept as the job's `last_error`.
+    pub error: String,
+    /// Retention and records, when the retry finds the attempts spent and the job dies.
+    pub settle: SettleOptions,
+}
+
+impl RetryRequest {
+    /// A retry of a failure `error`: ready at once, under the consumer's default budget
+    /// ([`crate::consumer::MAX_ATTEMPTS_DEFAULT`]), with the default settle options.
+    pub fn new(error: impl Into<String>) -> Self {
+        RetryRequest {
+            delay: Duration::ZERO,
+            max_attempts: crate::consumer::MAX_ATTEMPTS_DEFAULT,
+            error: error.into(),
+            settle: SettleOptions::default(),
+        }
+    }
+
+    /// The next attempt `delay` from now.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The budget of a job without its own.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// What a death keeps (retention and records).
+    pub fn settle(mut self, settle: SettleOptions) -> Self {
+        self.settle = settle;
+        self
+    }
+}
+
 /// Where a store hands the jobs it claimed for a parked caller ([`Store::park_with_handoff`]).
 /// Called on whichever thread committed the claim (a task of the caller's runtime, or a store's
 /// own thread), so it must not block and must not assume a runtime context.
@@ -627,19 +673,10 @@ pub trait Store: Send + Sync {
         settle: SettleOptions,
     ) -> Result<Settled>;
 
-    /// retry: fenced; at its budget (its own `max_attempts`, else the given one) → dead; else
-    /// scheduled `delay` from now (zero: ready at once), with `error` as `last_error`.
-    #[allow(clippy::too_many_arguments)]
-    async fn retry(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        delay: Duration,
-        max_attempts: u32,
-        error: &str,
-        settle: SettleOptions,
-    ) -> Result<Retried>;
+    /// retry: fenced; at its budget (its own `max_attempts`, else the request's) → dead; else
+    /// scheduled the request's `delay` from now (zero: ready at once), with its `error` as
+    /// `last_error`.
+    async fn retry(&self, queue: &QueueName, id: &JobId, token: u64, retry: &RetryRequest) -> Result<Retried>;
 
     /// release: fenced; the holder gives the job back without using an attempt (its `free` count
     /// + 1, so the attempts it has used stay those before this claim; its token stays, so this

@@ -38,6 +38,7 @@ mod probe_conn;
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
+use echomq::store::RetryRequest;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -1515,10 +1516,10 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
                     q,
                     &jid(id),
                     *token,
-                    Duration::from_millis(*delay_ms),
-                    *max_attempts,
-                    RETRY_ERROR,
-                    so,
+                    &RetryRequest::new(RETRY_ERROR)
+                        .after(Duration::from_millis(*delay_ms))
+                        .max_attempts(*max_attempts)
+                        .settle(so),
                 )
                 .await?,
         ),

@@ -7,6 +7,7 @@
 //! its own); and a script refused a key fails before its first write.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::keyspace::{METRIC_EVENTS, SUFFIXES};
@@ -829,7 +830,15 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
         assert_eq!(done.expect(&at), Settled::Ok, "{at}");
         let retried = ctx
             .store
-            .retry(&ctx.q, &two.id, two.attempts, Duration::ZERO, BUDGET, "again", settle)
+            .retry(
+                &ctx.q,
+                &two.id,
+                two.attempts,
+                &RetryRequest::new("again")
+                    .after(Duration::ZERO)
+                    .max_attempts(BUDGET)
+                    .settle(settle),
+            )
             .await;
         assert_eq!(retried.expect(&at), Retried::Retrying, "{at}");
         let done = ctx
@@ -1362,7 +1371,15 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     refused(
         "retry",
         limited
-            .retry(&q, &c.id, c.token, Duration::ZERO, BUDGET, "e", plain)
+            .retry(
+                &q,
+                &c.id,
+                c.token,
+                &RetryRequest::new("e")
+                    .after(Duration::ZERO)
+                    .max_attempts(BUDGET)
+                    .settle(plain),
+            )
             .await
             .map(|v| format!("{v:?}")),
     );

@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::JobId;
 use crate::store::{Claimed, Completion, Settled, BATCH_MAX, DURATION_MAX_MS};
+use crate::store::{RetryRequest, SettleOptions};
 
 /// A job whose handler returned.
 #[derive(Debug)]
@@ -274,7 +275,7 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
                 .min(Duration::from_millis(DURATION_MAX_MS - 1));
             retried(
                 store
-                    .retry(q, &f.id, f.token, delay, opts.max_attempts, e, settle)
+                    .retry(q, &f.id, f.token, &retry_request(delay, opts.max_attempts, e, settle))
                     .await?,
                 e,
             )
@@ -284,7 +285,12 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
             let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));
             retried(
                 store
-                    .retry(q, &f.id, f.token, delay, opts.max_attempts, "retry requested", settle)
+                    .retry(
+                        q,
+                        &f.id,
+                        f.token,
+                        &retry_request(delay, opts.max_attempts, "retry requested", settle),
+                    )
                     .await?,
                 "retry requested",
             )
@@ -319,4 +325,11 @@ fn report(shared: &Shared, f: &Finished, r: std::result::Result<Settled, String>
             "settle lost to a store error; the job will be redelivered when its lease lapses"
         ),
     }
+}
+
+fn retry_request(delay: Duration, max_attempts: u32, error: &str, settle: SettleOptions) -> RetryRequest {
+    RetryRequest::new(error)
+        .after(delay)
+        .max_attempts(max_attempts)
+        .settle(settle)
 }

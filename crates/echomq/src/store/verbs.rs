@@ -77,7 +77,7 @@ pub(crate) mod prelude {
     pub(crate) use crate::store::{
         Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
         GroupsPage, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
-        Retention, Retried, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited,
+        Retention, Retried, RetryRequest, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited,
     };
     pub(crate) use std::time::Duration;
 }
@@ -155,17 +155,8 @@ macro_rules! script_store {
                             .await
                     }
 
-                    async fn retry(
-                        &self,
-                        queue: &QueueName,
-                        id: &JobId,
-                        token: u64,
-                        delay: Duration,
-                        max_attempts: u32,
-                        error: &str,
-                        settle: SettleOptions,
-                    ) -> Result<Retried> {
-                        retry::retry(self, queue, id, token, delay, max_attempts, error, settle)
+                    async fn retry(&self, queue: &QueueName, id: &JobId, token: u64, request: &RetryRequest) -> Result<Retried> {
+                        retry::retry(self, queue, id, token, request)
                             .instrument($crate::store::verbs::span(self, "retry", Some(queue), 1))
                             .await
                     }

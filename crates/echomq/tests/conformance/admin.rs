@@ -2,6 +2,7 @@
 //! set_group_limit, counts, list and queues — every reply, the chunked verbs over more than one
 //! chunk, and the slot invariant after every case that touches a lane job.
 
+use echomq::store::RetryRequest;
 use std::time::{Duration, Instant};
 
 use echomq::store::{
@@ -455,7 +456,15 @@ pub async fn get_returns_a_retried_row_with_its_last_error(ctx: &Ctx) {
     let t0 = store_now(ctx).await;
     let retried = ctx
         .store
-        .retry(&ctx.q, &c.id, c.token, Duration::from_secs(60), MAX, "boom", PLAIN)
+        .retry(
+            &ctx.q,
+            &c.id,
+            c.token,
+            &RetryRequest::new("boom")
+                .after(Duration::from_secs(60))
+                .max_attempts(MAX)
+                .settle(PLAIN),
+        )
         .await;
     assert_eq!(retried.unwrap(), Retried::Retrying);
     let t1 = store_now(ctx).await;
@@ -683,7 +692,15 @@ async fn on_its_last_attempt(ctx: &Ctx) -> ClaimedJob {
 async fn fail_last_attempt(ctx: &Ctx, c: &ClaimedJob) {
     let dead = ctx
         .store
-        .retry(&ctx.q, &c.id, c.token, Duration::ZERO, MAX, "boom", PLAIN)
+        .retry(
+            &ctx.q,
+            &c.id,
+            c.token,
+            &RetryRequest::new("boom")
+                .after(Duration::ZERO)
+                .max_attempts(MAX)
+                .settle(PLAIN),
+        )
         .await;
     assert_eq!(dead.unwrap(), Retried::Dead);
 }
@@ -1101,7 +1118,15 @@ pub async fn counts_report_every_state_and_counter(ctx: &Ctx) {
     assert_eq!(ok.unwrap(), Settled::Ok);
     let retried = ctx
         .store
-        .retry(&ctx.q, &id("2"), 1, Duration::ZERO, MAX, "e", PLAIN)
+        .retry(
+            &ctx.q,
+            &id("2"),
+            1,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(MAX)
+                .settle(PLAIN),
+        )
         .await;
     assert_eq!(retried.unwrap(), Retried::Retrying);
     discard_all(ctx, &claimed[3..]).await;

@@ -1,5 +1,6 @@
 //! enqueue and genqueue: ids, sequences, duplicates, delays, the ring step and wakes.
 
+use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::store::{Enqueued, SettleOptions};
@@ -240,10 +241,10 @@ pub async fn enqueue_writes_the_kind_and_every_claim_returns_it(ctx: &Ctx) {
             &ctx.q,
             &email.id,
             email.token,
-            Duration::ZERO,
-            3,
-            "boom",
-            SettleOptions::default(),
+            &RetryRequest::new("boom")
+                .after(Duration::ZERO)
+                .max_attempts(3)
+                .settle(SettleOptions::default()),
         )
         .await
         .unwrap();

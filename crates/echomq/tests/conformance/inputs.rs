@@ -3,6 +3,7 @@
 //! nothing, and that every key a script builds uses a listed suffix, are Redis-only:
 //! `tests/redis_scripts.rs`.)
 
+use echomq::store::RetryRequest;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -286,7 +287,15 @@ pub async fn retry_refuses_max_attempts_zero(ctx: &Ctx) {
     let before = snapshot(ctx).await;
     let err = ctx
         .store
-        .retry(&ctx.q, &c.id, c.token, Duration::ZERO, 0, "e", PLAIN)
+        .retry(
+            &ctx.q,
+            &c.id,
+            c.token,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(0)
+                .settle(PLAIN),
+        )
         .await
         .unwrap_err();
     assert_invalid_option(&err, "max_attempts", "0");
@@ -321,7 +330,12 @@ pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx)
         assert_eq!(field(err), "lease");
         let err = ctx
             .store
-            .retry(&ctx.q, &c.id, c.token, d, 3, "e", PLAIN)
+            .retry(
+                &ctx.q,
+                &c.id,
+                c.token,
+                &RetryRequest::new("e").after(d).max_attempts(3).settle(PLAIN),
+            )
             .await
             .unwrap_err();
         assert_eq!(field(err), "delay");

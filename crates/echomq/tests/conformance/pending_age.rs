@@ -3,6 +3,7 @@
 //! leaving them (claim, cancel, remove, drain), counts a lower priority's wait rather than its
 //! rank, and leaves out jobs put back at the front (recovered, released).
 
+use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::store::{Cancelled, Removed, SettleOptions, Settled};
@@ -122,7 +123,15 @@ pub async fn counts_age_follows_cancel_remove_retry_and_drain(ctx: &Ctx) {
     let held = claim(ctx, 1).await;
     let r0 = store_now(ctx).await;
     ctx.store
-        .retry(&ctx.q, &held[0].id, held[0].token, Duration::ZERO, 3, "e", PLAIN)
+        .retry(
+            &ctx.q,
+            &held[0].id,
+            held[0].token,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(3)
+                .settle(PLAIN),
+        )
         .await
         .unwrap();
     let r1 = store_now(ctx).await;

@@ -3,6 +3,7 @@
 //! 0), lanes ordered by the same rule, every path that makes a job ready again keeping its
 //! priority, and the aging's own verbs.
 
+use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::job::{PRIORITY_AGING_DEFAULT, PRIORITY_AGING_MAX};
@@ -100,10 +101,10 @@ pub async fn retry_with_no_delay_ranks_the_job_by_its_own_priority(ctx: &Ctx) {
             &ctx.q,
             &x.id,
             x.token,
-            Duration::ZERO,
-            MAX,
-            "again",
-            SettleOptions::default(),
+            &RetryRequest::new("again")
+                .after(Duration::ZERO)
+                .max_attempts(MAX)
+                .settle(SettleOptions::default()),
         )
         .await
         .unwrap();

@@ -5,6 +5,7 @@
 //! self-contained script files with the KEYS and ARGV their headers give is Redis-only:
 //! `tests/redis_scripts.rs`.)
 
+use echomq::store::RetryRequest;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -82,7 +83,15 @@ pub async fn every_way_out_of_active_frees_a_job_claimed_again(ctx: &Ctx) {
     let (b, t) = claimed_again(ctx, "b", LEASE).await;
     let later = Duration::from_secs(60);
     ctx.store
-        .retry(&ctx.q, &b, t, later, BUDGET, "boom", plain())
+        .retry(
+            &ctx.q,
+            &b,
+            t,
+            &RetryRequest::new("boom")
+                .after(later)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(get(ctx, &b).await.state, JobState::Scheduled);
@@ -117,7 +126,15 @@ pub async fn reap_returns_a_lapsed_lease_to_the_front_its_attempt_used(ctx: &Ctx
     for p in [&p1, &p2] {
         let x = ctx
             .store
-            .retry(&ctx.q, p, 1, Duration::ZERO, BUDGET, "e", plain())
+            .retry(
+                &ctx.q,
+                p,
+                1,
+                &RetryRequest::new("e")
+                    .after(Duration::ZERO)
+                    .max_attempts(BUDGET)
+                    .settle(plain()),
+            )
             .await
             .unwrap();
         assert_eq!(x, Retried::Retrying);
@@ -226,7 +243,15 @@ pub async fn reap_with_a_redelivery_budget_gives_each_lapse_its_attempt_back(ctx
         assert_eq!(c.attempts, n);
         let r = ctx
             .store
-            .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "boom", plain())
+            .retry(
+                &ctx.q,
+                &id,
+                c.token,
+                &RetryRequest::new("boom")
+                    .after(Duration::ZERO)
+                    .max_attempts(BUDGET)
+                    .settle(plain()),
+            )
             .await
             .unwrap();
         assert_eq!(r, if n < 3 { Retried::Retrying } else { Retried::Dead });
@@ -434,7 +459,15 @@ pub async fn sweep_stalled_with_max_stalled_3_recovers_twice_then_dead_letters(c
     assert_eq!(ids(&got), [p.clone(), id.clone()]);
     let x = ctx
         .store
-        .retry(&ctx.q, &p, 1, Duration::ZERO, BUDGET, "e", plain())
+        .retry(
+            &ctx.q,
+            &p,
+            1,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(x, Retried::Retrying, "p waits at a fresh sequence, behind j's recovery");
@@ -472,7 +505,15 @@ pub async fn sweep_stalled_recovers_to_the_front(ctx: &Ctx) {
     claim(ctx, 2, SHORT).await;
     let x = ctx
         .store
-        .retry(&ctx.q, &p, 1, Duration::ZERO, BUDGET, "e", plain())
+        .retry(
+            &ctx.q,
+            &p,
+            1,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(x, Retried::Retrying);

@@ -3,6 +3,7 @@
 //! attempts used, so its budget is untouched), and how the attempt a user sees — `attempts − free` —
 //! reaches get, claim's guard, retry, redrive and the completion records.
 
+use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::store::{Discarded, Redriven, Retried, SettleOptions, Settled};
@@ -136,7 +137,15 @@ pub async fn release_then_the_released_holders_late_settle_is_stale(ctx: &Ctx) {
     );
     assert_eq!(
         ctx.store
-            .retry(q, &id, old.token, Duration::ZERO, BUDGET, "e", plain())
+            .retry(
+                q,
+                &id,
+                old.token,
+                &RetryRequest::new("e")
+                    .after(Duration::ZERO)
+                    .max_attempts(BUDGET)
+                    .settle(plain())
+            )
             .await
             .unwrap(),
         Retried::Stale
@@ -180,7 +189,15 @@ pub async fn release_uses_no_attempt_of_the_budget(ctx: &Ctx) {
     assert_eq!((held[0].attempts, held[0].token), (1, 3));
     let r = ctx
         .store
-        .retry(&ctx.q, &id, held[0].token, Duration::ZERO, BUDGET, "boom", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            held[0].token,
+            &RetryRequest::new("boom")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Results: what a queue keeps of its finished jobs (its retention, a setting in the store), and the
 //! waits on them — the waited mark, and the notice every verb that finishes a marked job gives.
 
+use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::store::{Completion, Retention, Settled, StalledPolicy, Waited};
@@ -52,7 +53,15 @@ pub async fn retention_of_a_queue_that_set_none_is_the_default_and_keeps_results
     let c = ctx.store.claim(&q, 1, LEASE, BUDGET, plain()).await.unwrap().remove(0);
     let retried = ctx
         .store
-        .retry(&q, &id, c.token, Duration::ZERO, BUDGET, "first try failed", plain())
+        .retry(
+            &q,
+            &id,
+            c.token,
+            &RetryRequest::new("first try failed")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(retried, echomq::store::Retried::Retrying);
@@ -249,7 +258,15 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, 1, "spent", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("spent")
+                .after(Duration::ZERO)
+                .max_attempts(1)
+                .settle(plain()),
+        )
         .await;
     assert_eq!(r.unwrap(), echomq::store::Retried::Dead);
     assert_eq!(notice(&mut notices, "retry at the budget").await, Some(id));

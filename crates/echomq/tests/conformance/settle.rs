@@ -4,6 +4,7 @@
 //! Then what each settle does besides the move: retry's budget and delays, complete_many's batches,
 //! completion records, retention, and the slot invariant on every exit of a lane job from `active`.
 
+use echomq::store::RetryRequest;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -167,7 +168,19 @@ impl Holder {
                     .await
                     .unwrap(),
             ),
-            Holder::Retry => match store.retry(q, id, token, LATER, BUDGET, "boom", plain()).await.unwrap() {
+            Holder::Retry => match store
+                .retry(
+                    q,
+                    id,
+                    token,
+                    &RetryRequest::new("boom")
+                        .after(LATER)
+                        .max_attempts(BUDGET)
+                        .settle(plain()),
+                )
+                .await
+                .unwrap()
+            {
                 Retried::Retrying => Reply::Retrying,
                 Retried::Dead => Reply::Dead,
                 Retried::Stale => Reply::Stale,
@@ -333,7 +346,15 @@ async fn with_a_stale_token(ctx: &Ctx, verb: Holder) {
         let first = claim_id(ctx, &id, LEASE).await;
         let r = ctx
             .store
-            .retry(&ctx.q, &id, first.token, Duration::ZERO, BUDGET, "again", plain())
+            .retry(
+                &ctx.q,
+                &id,
+                first.token,
+                &RetryRequest::new("again")
+                    .after(Duration::ZERO)
+                    .max_attempts(BUDGET)
+                    .settle(plain()),
+            )
             .await
             .unwrap();
         assert_eq!(r, Retried::Retrying);
@@ -645,7 +666,15 @@ pub async fn retry_reap_and_redrive_never_lower_attempts(ctx: &Ctx) {
     assert_eq!((c.attempts, get(ctx, &id).await.attempts), (1, 1), "claim: +1");
     let r = ctx
         .store
-        .retry(&ctx.q, &id, 1, Duration::ZERO, BUDGET, "e", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            1,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -693,7 +722,15 @@ pub async fn retry_after_a_redrive_has_the_raised_budget(ctx: &Ctx) {
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "e1", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("e1")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead, "the job's own budget of 1 wins over the default");
@@ -706,7 +743,15 @@ pub async fn retry_after_a_redrive_has_the_raised_budget(ctx: &Ctx) {
     assert_eq!(c.attempts, 2);
     let r = ctx
         .store
-        .retry(&ctx.q, &id, 2, Duration::ZERO, 1, "e2", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            2,
+            &RetryRequest::new("e2")
+                .after(Duration::ZERO)
+                .max_attempts(1)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying, "2 attempts of 3");
@@ -714,7 +759,15 @@ pub async fn retry_after_a_redrive_has_the_raised_budget(ctx: &Ctx) {
     assert_eq!(c.attempts, 3);
     let r = ctx
         .store
-        .retry(&ctx.q, &id, 3, Duration::ZERO, BUDGET, "e3", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            3,
+            &RetryRequest::new("e3")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead, "3 attempts of 3");
@@ -732,7 +785,15 @@ pub async fn retry_at_max_attempts_moves_the_job_to_dead(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, 1, "it broke", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("it broke")
+                .after(Duration::ZERO)
+                .max_attempts(1)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -764,7 +825,15 @@ pub async fn retry_below_the_jobs_own_budget_retries_then_dead_letters_at_it(ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "first", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("first")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -772,7 +841,15 @@ pub async fn retry_below_the_jobs_own_budget_retries_then_dead_letters_at_it(ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, BUDGET, "second", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("second")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -793,7 +870,15 @@ pub async fn retry_with_a_delay_schedules_the_job_at_now_plus_the_delay(ctx: &Ct
     let t0 = server_ms(ctx).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, delay, BUDGET, "later", plain())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("later")
+                .after(delay)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -833,7 +918,15 @@ pub async fn retry_with_no_delay_makes_the_job_ready_at_once(ctx: &Ctx) {
     ctx.probe.clear_wakes().await;
     let r = ctx
         .store
-        .retry(&ctx.q, &first, c.token, Duration::ZERO, BUDGET, "again", plain())
+        .retry(
+            &ctx.q,
+            &first,
+            c.token,
+            &RetryRequest::new("again")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -859,7 +952,12 @@ pub async fn retry_of_a_lane_job_frees_its_slot(ctx: &Ctx) {
     ctx.probe.clear_wakes().await;
     let r = ctx
         .store
-        .retry(&ctx.q, &lane[0], c.token, LATER, BUDGET, "e", plain())
+        .retry(
+            &ctx.q,
+            &lane[0],
+            c.token,
+            &RetryRequest::new("e").after(LATER).max_attempts(BUDGET).settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -876,7 +974,15 @@ pub async fn retry_of_a_lane_job_with_no_delay_requeues_it_at_its_lanes_tail(ctx
     let c = claim_id(ctx, &lane[0], LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &lane[0], c.token, Duration::ZERO, BUDGET, "e", plain())
+        .retry(
+            &ctx.q,
+            &lane[0],
+            c.token,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -904,7 +1010,15 @@ pub async fn retry_at_max_attempts_of_a_lane_job_frees_its_slot(ctx: &Ctx) {
     let c = claim_id(ctx, &lane[0], LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &lane[0], c.token, Duration::ZERO, 1, "e", plain())
+        .retry(
+            &ctx.q,
+            &lane[0],
+            c.token,
+            &RetryRequest::new("e")
+                .after(Duration::ZERO)
+                .max_attempts(1)
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead);
@@ -1103,7 +1217,15 @@ pub async fn complete_many_of_a_flat_queue_answers_each_entry_by_its_own_row(ctx
         assert_eq!(held, want);
         assert_eq!(get(ctx, &moved).await.attempts, old.attempts + 1);
         ctx.store
-            .retry(&ctx.q, &retried, 1, LATER, BUDGET, "boom", plain())
+            .retry(
+                &ctx.q,
+                &retried,
+                1,
+                &RetryRequest::new("boom")
+                    .after(LATER)
+                    .max_attempts(BUDGET)
+                    .settle(plain()),
+            )
             .await
             .unwrap();
         let retried_before = get(ctx, &retried).await;
@@ -1383,7 +1505,15 @@ pub async fn retry_with_record_writes_a_dead_record_only_when_it_dead_letters(ct
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, 2, "first", recording())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("first")
+                .after(Duration::ZERO)
+                .max_attempts(2)
+                .settle(recording()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Retrying);
@@ -1391,7 +1521,15 @@ pub async fn retry_with_record_writes_a_dead_record_only_when_it_dead_letters(ct
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .retry(&ctx.q, &id, c.token, Duration::ZERO, 2, "second", recording())
+        .retry(
+            &ctx.q,
+            &id,
+            c.token,
+            &RetryRequest::new("second")
+                .after(Duration::ZERO)
+                .max_attempts(2)
+                .settle(recording()),
+        )
         .await
         .unwrap();
     assert_eq!(r, Retried::Dead);
@@ -1619,7 +1757,15 @@ pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
     for c in ctx.store.claim(&ctx.q, 2, LEASE, 3, keep).await.unwrap() {
         let r = ctx
             .store
-            .retry(&ctx.q, &c.id, c.token, Duration::ZERO, 3, "boom", keep)
+            .retry(
+                &ctx.q,
+                &c.id,
+                c.token,
+                &RetryRequest::new("boom")
+                    .after(Duration::ZERO)
+                    .max_attempts(3)
+                    .settle(keep),
+            )
             .await
             .unwrap();
         assert_eq!(r, Retried::Retrying);

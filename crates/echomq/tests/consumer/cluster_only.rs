@@ -4,6 +4,7 @@
 //! another master under load and in the middle of a claim, a cancel sent while the slot's master
 //! fails over, and writes that wait for a replica (`wait_replicas`).
 
+use echomq::store::RetryRequest;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -704,7 +705,15 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .await
         .unwrap();
     store
-        .retry(&q, &d.id, d.token, Duration::from_secs(60), 3, "again", settle)
+        .retry(
+            &q,
+            &d.id,
+            d.token,
+            &RetryRequest::new("again")
+                .after(Duration::from_secs(60))
+                .max_attempts(3)
+                .settle(settle),
+        )
         .await
         .unwrap();
     store.discard(&q, &e.id, e.token, "dead", settle).await.unwrap();

@@ -1,25 +1,25 @@
 //! retry (`scripts/retry.lua`): the holder's failure, run again after `delay` or dead once the
 //! attempts are spent.
 
-use std::time::Duration;
-
 use super::args::{ms, num, settle_arg};
 use super::{reply, Engine};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
-use crate::store::{millis, positive, Retried, SettleOptions};
+use crate::store::{millis, positive, Retried, RetryRequest};
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn retry(
     store: &(impl Engine + ?Sized),
     queue: &QueueName,
     id: &JobId,
     token: u64,
-    delay: Duration,
-    max_attempts: u32,
-    error: &str,
-    settle: SettleOptions,
+    retry: &RetryRequest,
 ) -> Result<Retried> {
+    let RetryRequest {
+        delay,
+        max_attempts,
+        ref error,
+        settle,
+    } = *retry;
     positive("max_attempts", max_attempts as u64)?;
     millis("delay", delay)?;
     let k = QueueKeys::new(queue);
