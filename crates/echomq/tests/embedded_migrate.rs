@@ -579,13 +579,16 @@ async fn a_file_of_a_newer_schema_is_refused_and_left_untouched() {
     conn.execute_batch("CREATE TABLE future (x); INSERT INTO future VALUES (42); PRAGMA user_version = 11;")
         .unwrap();
     drop(conn);
+    let bytes = std::fs::read(path).unwrap();
     let err = EmbeddedStore::open(path).await.unwrap_err();
     assert!(
         err.to_string().contains("schema version 11"),
         "the refusal names the version: {err}"
     );
-    // (the open switches the file to WAL before it reads the version: its tables and rows are
-    // what is left untouched)
+    assert!(
+        std::fs::read(path).unwrap() == bytes,
+        "the file is the same, byte for byte"
+    );
     assert_eq!(tables(path), (11, vec!["future".to_string()]));
     let conn = rusqlite::Connection::open(path).unwrap();
     let rows: Vec<i64> = conn

@@ -380,6 +380,9 @@ impl EmbeddedStore {
     fn configure(path: &str, durability: Durability) -> Result<Connection> {
         let mut conn = Connection::open(path).map_err(|e| open_error(path, e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| open_error(path, e))?;
+        // a file of a newer schema is refused before anything here writes to it (the switch to
+        // WAL below rewrites the file's header)
+        schema::version(&conn, path)?;
         // a new file's switch to WAL takes an exclusive lock, and of two connections switching at
         // once SQLite answers one busy at once, without its busy handler (they would deadlock):
         // wait that out as the busy timeout would

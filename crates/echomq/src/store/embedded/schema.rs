@@ -190,7 +190,7 @@ fn now_us() -> i64 {
 
 /// The file's schema version (`PRAGMA user_version`); a version newer than this build's is an
 /// error, and the file is not touched.
-fn version(conn: &Connection, path: &str) -> Result<i64> {
+pub(crate) fn version(conn: &Connection, path: &str) -> Result<i64> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| super::open_error(path, e))?;
