@@ -4,7 +4,7 @@
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
--- Rate limits (GCRA on the store's clock, emq_rate_read in _lib.lua): the queue's own (rate) gates
+-- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua): the queue's own (rate) gates
 -- every start — the walk stops while it admits none, leaving the ring as it is; a group's (its own
 -- rate:<g>, else the default rate:~) gates its lane: a group it no longer admits leaves the ring for
 -- `throttled`, scored by its next admission, its r: flag kept (so no enqueue or settle puts it back),
@@ -17,9 +17,9 @@
 -- a row carrying a cancel request goes to cancelled; a malformed row (no data, a state other than
 -- pending, a count that is no whole number) or a key of another type goes dead naming its defect; a
 -- missing row is dropped. None of these fails the batch; a waited job among them has its id
--- published. Every job taken out of its set leaves the pending tally (_lib.lua), in one write per
+-- published. Every job taken out of its set leaves the pending tally (lib/rank.lua), in one write per
 -- second of rank the batch spans.
--- Reads first (_lib.lua): the walk is planned from reads alone — the ring, each member's fields,
+-- Reads first (lib/keys.lua): the walk is planned from reads alone — the ring, each member's fields,
 -- the heads of pending and of the lanes, every row it takes — then written in one go, so a refused
 -- key or any error ends the script with nothing written.
 --

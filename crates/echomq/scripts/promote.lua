@@ -16,7 +16,7 @@
 -- A schedule left with fewer than 16 slots is named in the reply for a refill (the consumer
 -- computes more: refill_schedule); one with no future slot decides nothing and waits a second for
 -- its refill. No schedule fires while the queue is being obliterated.
--- Reads first (_lib.lua): the due ids, the next job due after them, the due schedules, their
+-- Reads first (lib/keys.lua): the due ids, the next job due after them, the due schedules, their
 -- state, templates and last jobs, the ids their slots take, the rows, the groups and the flat set
 -- they join, then the writes.
 --

@@ -11,7 +11,7 @@
 -- job's id published, a lane job's slot freed).
 -- A missing row is dropped from `active`; a row not in state active goes dead naming the defect, as
 -- does a key of another type at the row's key (its slot, if any, stays: its group is unknown).
--- Reads first (_lib.lua): the lapsed ids, their rows, their groups and the flat set, then the writes.
+-- Reads first (lib/keys.lua): the lapsed ids, their rows, their groups and the flat set, then the writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = rank; recovered jobs 0)

@@ -169,7 +169,7 @@ if flat and not flat_ringed then -- the ring step for the flat set
 end
 if #buried > 0 then
   redis.call('HINCRBY', p .. 'metrics:failed', 'count', #buried)
-  -- this minute's count in the history, as every counting script keeps it (_lib.lua emq_count)
+  -- this minute's count in the history, as every counting script keeps it (lib/events.lua emq_count)
   local minute = math.floor(now / 60000)
   if redis.call('HINCRBY', p .. 'metrics:failed', 'm' .. minute, #buried) == #buried then
     redis.call('HDEL', p .. 'metrics:failed', 'm' .. (minute - 1440))
