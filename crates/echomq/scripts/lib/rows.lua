@@ -28,6 +28,18 @@ local function emq_bury(base, id, now, err)
   redis.call('ZADD', base .. 'dead', now, id)
 end
 
+-- a row's fields `...` (HMGET by pcall, before the first write), or, for a key of another type at
+-- the row's key, {foreign = its defect, data = a string's bytes} (emq_foreign_read), which a verb
+-- that never fails its batch on a bad row buries (emq_bury_foreign); any other error is raised
+local function emq_row_read(base, id, ...)
+  local row = redis.pcall('HMGET', base .. 'job:' .. id, ...)
+  if emq_foreign(row) then
+    local defect, data = emq_foreign_read(base, id)
+    return { foreign = defect, data = data }
+  end
+  return row
+end
+
 -- such a key (emq_foreign_read) becomes a dead row naming the defect, and the id goes to the
 -- morgue. A lane job's group is unknown then: its slot stays.
 local function emq_bury_foreign(base, id, now, defect, data)

@@ -8,6 +8,10 @@
 //! helpers, each a `local function emq_…` with the comment above it. A helper calls only helpers
 //! declared before it, in its own file or an earlier one (Lua resolves a `local` where it is
 //! declared), so the helpers sent keep the library's order.
+//!
+//! `extend_lock.lua` and `sweep_stalled.lua` are run by a raw `EVAL` of the file too, so each file
+//! holds the helpers it uses itself: it is generated from its template (`scripts/src/<verb>.lua`)
+//! and the library, and a unit test fails while the file differs from its generation.
 
 /// One verb's script: its name, the body sent with `SCRIPT LOAD` and that body's SHA-1, in two
 /// flavours: for a standalone server, and for a Redis Cluster, where the script publishes to shard
@@ -116,6 +120,23 @@ fn cut(file: &'static str, from: usize, out: &mut Vec<(&'static str, &'static st
     if !name.is_empty() {
         out.push((name, &file[start..]));
     }
+}
+
+/// How to write the self-contained scripts again from their templates and the library.
+#[cfg(test)]
+const REGENERATE: &str = "EMQ_REGENERATE=1 cargo test -p echomq --lib scripts";
+
+/// A self-contained script's file (`scripts/<name>.lua`) from its template (`scripts/src/<name>.lua`:
+/// its header comment, a blank line, its body): the header, how the file is made, the library's
+/// helpers the body uses, then the body.
+#[cfg(test)]
+fn generate(name: &str, template: &str) -> String {
+    let (head, body) = template.split_once("\n\n").unwrap_or(("", template));
+    format!(
+        "{head}\n--\n-- Generated from scripts/src/{name}.lua and the library (scripts/lib/): edit those, then\n\
+         -- run {REGENERATE}\n\n{}\n{body}",
+        needed(body)
+    )
 }
 
 /// The `emq_…` names a piece of Lua mentions.
@@ -394,6 +415,40 @@ mod tests {
             publishing >= 4,
             "the cancel and finished channels' publishers: {publishing}"
         );
+    }
+
+    #[test]
+    fn the_self_contained_scripts_are_generated_from_their_templates() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts");
+        for (name, template) in [
+            ("sweep_stalled", include_str!("../../scripts/src/sweep_stalled.lua")),
+            ("extend_lock", include_str!("../../scripts/src/extend_lock.lua")),
+        ] {
+            let made = generate(name, template);
+            let path = format!("{dir}/{name}.lua");
+            if std::env::var_os("EMQ_REGENERATE").is_some() {
+                std::fs::write(&path, &made).unwrap_or_else(|e| panic!("write {path}: {e}"));
+                continue;
+            }
+            let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                made == on_disk,
+                "scripts/{name}.lua is not what scripts/src/{name}.lua and the library generate: \
+                 edit those (never the file), then run {REGENERATE}"
+            );
+            // self-contained: every helper it calls is declared in it
+            let declared: Vec<&str> = on_disk
+                .lines()
+                .filter_map(|l| l.strip_prefix("local function "))
+                .map(|l| l.split('(').next().unwrap_or(""))
+                .collect();
+            for used in mentions(template.split_once("\n\n").map_or(template, |(_, b)| b)) {
+                assert!(
+                    declared.contains(&used),
+                    "scripts/{name}.lua calls {used} without declaring it"
+                );
+            }
+        }
     }
 
     #[test]
