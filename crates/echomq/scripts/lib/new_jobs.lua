@@ -105,9 +105,13 @@ end
 -- The sequences come from the counter as read (GET); its INCRBY is the first write, so a counter
 -- that holds no integer fails it with nothing written. The registration is the last write.
 local function emq_new_jobs(verb, base, o, g)
+  -- a job's arguments are ARGV[a + ID] .. ARGV[a + PAYLOAD], a job's first at a = o + JOB * (i - 1)
+  -- (the names of ENQUEUE_JOB_FIELDS in store/verbs/enqueue.rs, in its order: a test holds them so)
+  local ID, DELAY_MS, MAX_ATTEMPTS, KIND, PRIORITY, RETRY, DEDUP, PAYLOAD = 1, 2, 3, 4, 5, 6, 7, 8
+  local JOB = PAYLOAD
   local n = tonumber(ARGV[o])
   local plain = n and #ARGV == o + n
-  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + 8 * n) then
+  if not n or n < 1 or n > 1000 or not (plain or #ARGV == o + JOB * n) then
     return emq_bad_args(verb, 'batch shape')
   end
   if redis.call('EXISTS', base .. 'obliterating') == 1 then
@@ -146,8 +150,9 @@ local function emq_new_jobs(verb, base, o, g)
   local held, bounce, takes, first_of, payload_at, unwait, now = {}, {}, {}, {}, {}, {}, 0
   local ntakes = 0
   for i = 1, n do
-    local a = o + 8 * (i - 1)
-    local id, delay, maxa, prio, dd = ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 5], ARGV[a + 7]
+    local a = o + JOB * (i - 1)
+    local id, delay, maxa = ARGV[a + ID], tonumber(ARGV[a + DELAY_MS]), ARGV[a + MAX_ATTEMPTS]
+    local prio, dd = ARGV[a + PRIORITY], ARGV[a + DEDUP]
     if not delay or delay < 0 or delay ~= math.floor(delay) then
       return emq_bad_args(verb, 'delay of job ' .. i)
     end
@@ -173,7 +178,7 @@ local function emq_new_jobs(verb, base, o, g)
       if mode == 'd' and ttl > delay then delay = ttl end
       if first_of[key] then
         held[i] = first_of[key]
-        if mode == 'd' then bounce[i] = true; payload_at[first_of[key]] = a + 8 end
+        if mode == 'd' then bounce[i] = true; payload_at[first_of[key]] = a + PAYLOAD end
       else
         local h = redis.call('HGET', base .. 'dedup', key)
         local holder, till = nil, nil
@@ -219,7 +224,7 @@ local function emq_new_jobs(verb, base, o, g)
   for i = 1, n do
     if not dup[i] then
       k = k + 1
-      if ARGV[o + 8 * (i - 1) + 1] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
+      if ARGV[o + JOB * (i - 1) + ID] == '' then touch[#touch + 1] = 'job:' .. texts[k] end
     end
   end
   local bounced = false
@@ -241,7 +246,7 @@ local function emq_new_jobs(verb, base, o, g)
   if fresh > 0 then redis.call('INCRBY', base .. 'id', fresh) end
   k = 0
   for i = 1, n do
-    local a = o + 8 * (i - 1)
+    local a = o + JOB * (i - 1)
     if dup[i] then
       local h = held[i]
       if type(h) == 'number' then h = ids[h] end
@@ -255,7 +260,7 @@ local function emq_new_jobs(verb, base, o, g)
         if type(held[i]) == 'string' then
           if now == 0 then now = emq_now() end
           if unwait[i] then emq_unwait(base, h, unwait[i]) end
-          redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + 8], 'state', 'scheduled', 'run_at', now + delays[i])
+          redis.call('HSET', base .. 'job:' .. h, 'data', ARGV[a + PAYLOAD], 'state', 'scheduled', 'run_at', now + delays[i])
           sched[#sched + 1] = now + delays[i]
           sched[#sched + 1] = h
         end
@@ -265,9 +270,9 @@ local function emq_new_jobs(verb, base, o, g)
       end
     else
       k = k + 1
-      local id, delay, maxa, kind = ARGV[a + 1], delays[i], ARGV[a + 3], ARGV[a + 4]
-      local prio, retry = ARGV[a + 5], ARGV[a + 6]
-      local data = ARGV[payload_at[i] or (a + 8)]
+      local id, delay, maxa, kind = ARGV[a + ID], delays[i], ARGV[a + MAX_ATTEMPTS], ARGV[a + KIND]
+      local prio, retry = ARGV[a + PRIORITY], ARGV[a + RETRY]
+      local data = ARGV[payload_at[i] or (a + PAYLOAD)]
       if id == '' then id = texts[k] end
       ids[i] = id
       if delay == 0 and not g and maxa == '' and kind == '' and prio == '' and retry == '' then

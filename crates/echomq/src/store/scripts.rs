@@ -303,6 +303,31 @@ scripts! {
     queues: true,
 }
 
+/// The names a script gives a list's positions: the line after the comment naming `list` (a Rust
+/// constant) declares `local A, B, … = 1, 2, …`; the names lowercased, in order (none when the
+/// values are not 1, 2, … in order).
+#[cfg(test)]
+pub(crate) fn lua_positions(script: &str, list: &str) -> Vec<String> {
+    let mut lines = script
+        .lines()
+        .skip_while(|l| !(l.trim_start().starts_with("--") && l.contains(list)));
+    let decl = lines
+        .find(|l| l.trim_start().starts_with("local "))
+        .and_then(|l| l.trim_start().strip_prefix("local "))
+        .and_then(|l| l.split_once('='));
+    let Some((names, values)) = decl else {
+        return Vec::new();
+    };
+    let names: Vec<String> = names.split(',').map(|n| n.trim().to_lowercase()).collect();
+    let values: Vec<&str> = values.split(',').map(str::trim).collect();
+    let in_order = values.len() == names.len() && values.iter().enumerate().all(|(i, v)| *v == (i + 1).to_string());
+    if in_order {
+        names
+    } else {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
