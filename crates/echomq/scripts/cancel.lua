@@ -3,7 +3,7 @@
 -- waited job's id published). Running: the request goes on the
 -- row's `cancel` field (its durable copy: a claim of a row carrying it cancels instead of handing
 -- out) and is published to the queue's consumers. Dead, completed or cancelled: finished.
--- Reads first (_lib.lua): the row; for a waiting job the retained rows it may trim and the keys it
+-- Reads first (lib/keys.lua): the row; for a waiting job the retained rows it may trim and the keys it
 -- only writes, then the writes.
 --
 -- KEYS[1] emq:{q}:job:<id>    (hash, the row)

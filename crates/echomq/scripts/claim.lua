@@ -4,7 +4,7 @@
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
--- Rate limits (GCRA on the store's clock, emq_rate_read in _lib.lua): the queue's own (rate) gates
+-- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua): the queue's own (rate) gates
 -- every start — the walk stops while it admits none, leaving the ring as it is; a group's (its own
 -- rate:<g>, else the default rate:~) gates its lane: a group it no longer admits leaves the ring for
 -- `throttled`, scored by its next admission, its r: flag kept (so no enqueue or settle puts it back),
@@ -17,9 +17,9 @@
 -- a row carrying a cancel request goes to cancelled; a malformed row (no data, a state other than
 -- pending, a count that is no whole number) or a key of another type goes dead naming its defect; a
 -- missing row is dropped. None of these fails the batch; a waited job among them has its id
--- published. Every job taken out of its set leaves the pending tally (_lib.lua), in one write per
+-- published. Every job taken out of its set leaves the pending tally (lib/rank.lua), in one write per
 -- second of rank the batch spans.
--- Reads first (_lib.lua): the walk is planned from reads alone — the ring, each member's fields,
+-- Reads first (lib/keys.lua): the walk is planned from reads alone — the ring, each member's fields,
 -- the heads of pending and of the lanes, every row it takes — then written in one go, so a refused
 -- key or any error ends the script with nothing written.
 --
@@ -141,6 +141,11 @@ end
 -- the queue's priority aging (ms), read when a job of a priority above 0 is first handed out
 local aging = nil
 
+-- a job's reply is out[nout + ID] .. out[nout + WAIT] (the names of CLAIM_REPLY_FIELDS in
+-- store/verbs/claim.rs, in its order: a test holds them so)
+local ID, PAYLOAD, TOKEN, ATTEMPT, GROUP, KIND, MAX_ATTEMPTS, RETRY, WAIT = 1, 2, 3, 4, 5, 6, 7, 8, 9
+local PER_JOB = WAIT
+
 -- out: the reply; leases: ZADD's deadline/id pairs; tokens: each handed-out row and its token;
 -- settled: the jobs settled here instead, in the order met ({id, 'dead' or 'cancelled', reason,
 -- attempt, and for a key of another type the bytes kept}); met: every id met, with its priority
@@ -223,24 +228,24 @@ local function judge(id, g, rank)
   end
   local token = att + 1
   bytes = bytes + #data
-  out[nout + 1] = id
-  out[nout + 2] = data
-  out[nout + 3] = token
-  out[nout + 4] = token - fr
-  out[nout + 5] = g or ''
-  out[nout + 6] = kind or ''
-  out[nout + 7] = maxa
-  out[nout + 8] = retry or ''
+  out[nout + ID] = id
+  out[nout + PAYLOAD] = data
+  out[nout + TOKEN] = token
+  out[nout + ATTEMPT] = token - fr
+  out[nout + GROUP] = g or ''
+  out[nout + KIND] = kind or ''
+  out[nout + MAX_ATTEMPTS] = maxa
+  out[nout + RETRY] = retry or ''
   if p > 0 and not aging then aging = tonumber(call('HGET', base .. 'order', 'aging')) or 60000 end
   local ready, wait = emq_rank_ready(rank, p, aging), ''
   if ready then
     wait = now - ready
     if wait < 0 then wait = 0 end
   end
-  out[nout + 9] = wait
-  nout = nout + 9
+  out[nout + WAIT] = wait
+  nout = nout + PER_JOB
   -- the k-th job handed out: its lease's pair and its row's token at 2k - 1 and 2k
-  local k = nout / 9
+  local k = nout / PER_JOB
   leases[2 * k - 1] = deadline
   leases[2 * k] = id
   local text = token_texts[token]

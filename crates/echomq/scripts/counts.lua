@@ -15,7 +15,7 @@
 --
 -- Replies: {pending flat, scheduled, active, dead, paused (1/0), completed, cancelled, failed,
 --           retried, stalled, reaped, the oldest pending job's age in ms on the store's clock (-1
---           when the pending tally counts none: _lib.lua), next cursor, {group, lane length, …},
+--           when the pending tally counts none: lib/rank.lua), next cursor, {group, lane length, …},
 --           lane jobs (-1 when the queue keeps no count: then the chunk's lanes are listed, else
 --           none and cursor 0)}.
 local base, cursor = ARGV[1], ARGV[2]

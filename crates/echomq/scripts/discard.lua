@@ -1,6 +1,6 @@
 -- discard — fenced: the holder gives up on the job: dead now (metrics failed), the reason as
 -- last_error. A lane job frees its slot (the ring step, a wake when that put its group back on the
--- ring); a waited job's id published. Reads first (_lib.lua): the row, its group, then the writes.
+-- ring); a waited job's id published. Reads first (lib/keys.lua): the row, its group, then the writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:job:<id>    (hash, the row)

@@ -1,7 +1,7 @@
 -- drain (the admin verb, not the consumer's drain leg) — drops ready and scheduled jobs, rows and
 -- memberships, at most ARGV[2] per call: the client loops while the reply says more is left. Active
 -- and dead jobs stay. Ring members of emptied lanes are dropped by the next claim that meets them.
--- Reads first (_lib.lua): the heads of pending and scheduled, then (budget left) a page of the
+-- Reads first (lib/keys.lua): the heads of pending and scheduled, then (budget left) a page of the
 -- groups hash and the heads of its lanes, every row they hold (EXISTS: the rows are only
 -- deleted) and the priority of each ready job (with its rank, read with the heads, it leaves the
 -- pending tally), then the writes. A call that deletes rows tells the queue's waiters to look at

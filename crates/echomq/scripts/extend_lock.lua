@@ -13,6 +13,17 @@
 --
 -- Replies: 1 = the lease re-scored to now + lease; -1 = gone (no row);
 --          error EMQSTALE (not the current holder); error EMQARGS.
+--
+-- Generated from scripts/src/extend_lock.lua and the library (scripts/lib/): edit those, then
+-- run EMQ_REGENERATE=1 cargo test -p echomq --lib scripts
+
+-- the store's clock, in ms
+local function emq_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+
 local active, jk = KEYS[1], KEYS[2]
 local id, token, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 -- finite only: tonumber takes 'inf' and 'nan', and a deadline at +inf is out of every recovery range
@@ -24,7 +35,5 @@ if not r[1] then return -1 end
 if r[1] ~= 'active' or r[2] ~= token or not redis.call('ZSCORE', active, id) then
   return redis.error_reply('EMQSTALE extend token mismatch')
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', active, 'XX', now + lease, id)
+redis.call('ZADD', active, 'XX', emq_now() + lease, id)
 return 1

@@ -1,6 +1,6 @@
 -- history — a queue's jobs completed and dead-lettered per minute over its last `minutes`
 -- minutes (the current one included), read from the minute counts the counting verbs keep
--- (_lib.lua emq_count: the field m<minute> of each event's metrics hash, about a day of them).
+-- (lib/events.lua emq_count: the field m<minute> of each event's metrics hash, about a day of them).
 -- Reads only.
 --
 -- KEYS[1] emq:{q}:metrics:completed (hash: field m<minute>, minute = Unix ms / 60000)

@@ -5,7 +5,7 @@
 -- rest, so the next life's first enqueue owes its registration again. The first call marks
 -- the queue (`obliterating`) so enqueues and claims are refused meanwhile. Active jobs refuse it
 -- unless forced (then their lane slots are freed as they go, keeping the slot invariant).
--- Reads first (_lib.lua): the held jobs' rows and groups, the heads of the other sets, then (budget
+-- Reads first (lib/keys.lua): the held jobs' rows and groups, the heads of the other sets, then (budget
 -- left) a page of the groups hash and the heads of its lanes, every row they hold and every key the
 -- last call deletes (EXISTS; the schedules' among them), then the writes. Every call tells the
 -- queue's waiters to look at their jobs again (`*` on emq:{q}:finished): it reads no row, so it

@@ -16,7 +16,7 @@
 -- A schedule left with fewer than 16 slots is named in the reply for a refill (the consumer
 -- computes more: refill_schedule); one with no future slot decides nothing and waits a second for
 -- its refill. No schedule fires while the queue is being obliterated.
--- Reads first (_lib.lua): the due ids, the next job due after them, the due schedules, their
+-- Reads first (lib/keys.lua): the due ids, the next job due after them, the due schedules, their
 -- state, templates and last jobs, the ids their slots take, the rows, the groups and the flat set
 -- they join, then the writes.
 --
@@ -141,7 +141,7 @@ if next_at then
   if next_ms < 0 then next_ms = 0 end
 end
 if #due == 0 and #plans == 0 then return {0, next_ms, 0} end
--- rows by pcall: a key of another type at a row's key is buried (its defect read here), never raised
+-- rows by emq_row_read: a key of another type at a row's key is buried (its defect read here)
 local rows, lanes, order, flat, buried = {}, {}, {}, nil, false
 local function joins(g)
   if not g then
@@ -155,10 +155,8 @@ end
 for _, j in ipairs(fired) do joins(j.t.g) end
 for i, id in ipairs(due) do
   local jk = base .. 'job:' .. id
-  local row = redis.pcall('HMGET', jk, 'state', 'group', 'waited', 'priority')
-  if emq_foreign(row) then
-    local defect, data = emq_foreign_read(base, id)
-    row = { foreign = defect, data = data }
+  local row = emq_row_read(base, id, 'state', 'group', 'waited', 'priority')
+  if row.foreign then
     buried = true
   else
     -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)

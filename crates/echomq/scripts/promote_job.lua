@@ -8,7 +8,7 @@
 --
 -- Replies: 1 = promoted, 0 = not scheduled, -1 = gone.
 -- Wakes: one when the job is claimable now.
--- Reads first (_lib.lua): the row, its group or the flat set, then the writes.
+-- Reads first (lib/keys.lua): the row, its group or the flat set, then the writes.
 local jk = KEYS[1]
 local base, id = ARGV[1], ARGV[2]
 local r = redis.call('HMGET', jk, 'state', 'group', 'priority')

@@ -1,4 +1,4 @@
--- rate_limits — a queue's rate limits (emq_rate_read in _lib.lua) and their state, as the claim
+-- rate_limits — a queue's rate limits (emq_rate_read in lib/rate.lua) and their state, as the claim
 -- reads them. Reads only; O(the groups hash) to find the groups' own limits.
 --
 -- KEYS[1] emq:{q}:groups      (hash)

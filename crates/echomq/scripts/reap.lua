@@ -11,7 +11,7 @@
 -- job's id published, a lane job's slot freed).
 -- A missing row is dropped from `active`; a row not in state active goes dead naming the defect, as
 -- does a key of another type at the row's key (its slot, if any, stays: its group is unknown).
--- Reads first (_lib.lua): the lapsed ids, their rows, their groups and the flat set, then the writes.
+-- Reads first (lib/keys.lua): the lapsed ids, their rows, their groups and the flat set, then the writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:pending     (zset, score = rank; recovered jobs 0)
@@ -34,13 +34,11 @@ end
 local now = emq_now()
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
 if #lapsed == 0 then return 0 end
--- rows by pcall: a key of another type at a row's key is buried (its defect read here), never raised
+-- rows by emq_row_read: a key of another type at a row's key is buried (its defect read here)
 local rows, lanes, flat, buried = {}, {}, nil, false
 for i, id in ipairs(lapsed) do
-  local row = redis.pcall('HMGET', base .. 'job:' .. id, 'state', 'group', 'waited', 'stalled', 'free')
-  if emq_foreign(row) then
-    local defect, data = emq_foreign_read(base, id)
-    row = { foreign = defect, data = data }
+  local row = emq_row_read(base, id, 'state', 'group', 'waited', 'stalled', 'free')
+  if row.foreign then
     buried = true
   else
     local state, g = row[1], row[2]

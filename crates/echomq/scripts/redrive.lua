@@ -14,7 +14,7 @@
 -- Replies: 'one': 1 = redriven, 0 = not dead, -1 = gone.
 --          'all': {redriven, dead members looked at} (0 looked at = no dead job left).
 -- Wakes: one per job made claimable (at most 16).
--- Reads first (_lib.lua): the dead ids, their rows, the groups and the flat set they join, then the
+-- Reads first (lib/keys.lua): the dead ids, their rows, the groups and the flat set they join, then the
 -- writes.
 local base, mode, extra = ARGV[1], ARGV[2], tonumber(ARGV[4])
 if not extra or extra < 1 then return emq_bad_args('redrive', 'extra') end

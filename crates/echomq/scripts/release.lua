@@ -4,7 +4,7 @@
 -- attempts — the fencing token — stay, so the released holder's late settle is refused as stale.
 -- Delay 0: ready at once at the front of its set (flat: pending at score 0, where recovered jobs
 -- go; a lane job: its lane's head); else scheduled until now + delay. A lane job frees its slot
--- with the ring step. A wake per job made claimable. Reads first (_lib.lua).
+-- with the ring step. A wake per job made claimable. Reads first (lib/keys.lua).
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
 -- KEYS[2] emq:{q}:job:<id>    (hash, the row)

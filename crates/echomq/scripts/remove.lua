@@ -1,7 +1,7 @@
 -- remove — an operator deletes a job wherever it is (a waited job's id published: its waiter
 -- learns it is gone). An active job only with force (then its lane
 -- slot is freed and the ring step runs, keeping the slot invariant).
--- Reads first (_lib.lua): the row and, for a forced lane job, its group; then the writes: first the
+-- Reads first (lib/keys.lua): the row and, for a forced lane job, its group; then the writes: first the
 -- membership the job leaves (its key the only one not reached before), then the row.
 --
 -- KEYS[1] emq:{q}:job:<id>    (hash, the row)

@@ -5,7 +5,7 @@
 -- stale members (a lane an operator emptied) sit among the first 16; a wake is a hint, so then a
 -- consumer finds the rest at its next beat.
 -- Resuming a queue that is not paused makes nothing claimable: no wake.
--- Reads first (_lib.lua): the ring's head, the flat set and its groups, then the writes.
+-- Reads first (lib/keys.lua): the ring's head, the flat set and its groups, then the writes.
 --
 -- KEYS[1] emq:{q}:paused      (string)
 -- KEYS[2] emq:{q}:pending     (zset)

@@ -3,7 +3,7 @@
 -- slots that passed while it was paused are neither fired nor counted missed; the next beat finds
 -- it with no slot and asks for a refill, which lists the slots after now (those still within the
 -- grace fire on time).
--- Reads first (_lib.lua): the schedule's last decided slot, whether the queue is paused, then the
+-- Reads first (lib/keys.lua): the schedule's last decided slot, whether the queue is paused, then the
 -- writes (the counter's INCR first).
 --
 -- KEYS[1] emq:{q}:schedule:<name> (hash)

@@ -2,7 +2,7 @@
 -- (attempts - free) reach its budget (its own max_attempts, else ARGV[5]) the job goes dead (metrics
 -- failed); else it waits in `scheduled` until now + delay (delay 0: ready at once: pending or its
 -- lane at a fresh rank of its priority), with the error as last_error (metrics retried). A lane job
--- frees its slot either way; a waited job's id is published when it goes dead. Reads first (_lib.lua): the row, its group or the flat set, then the
+-- frees its slot either way; a waited job's id is published when it goes dead. Reads first (lib/keys.lua): the row, its group or the flat set, then the
 -- writes.
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)

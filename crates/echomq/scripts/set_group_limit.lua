@@ -3,7 +3,7 @@
 -- wake per job the new slots let be claimed (also when the group was already on the ring with a
 -- slot free); a raised default reaches a group at its next settle.
 -- A lowered limit never preempts: claims stop until the group's active count is below it.
--- Reads first (_lib.lua): the group's fields and lane, then the writes.
+-- Reads first (lib/keys.lua): the group's fields and lane, then the writes.
 --
 -- KEYS[1] emq:{q}:groups      (hash)
 -- ARGV[1] the queue base emq:{q}:

@@ -1,5 +1,5 @@
 -- set_priority_aging — how long a lower priority waits behind a higher one, read by every script
--- that makes a job ready (emq_order_read in _lib.lua): a job of priority p goes before every
+-- that makes a job ready (emq_order_read in lib/rank.lua): a job of priority p goes before every
 -- priority-0 job made ready more than p × aging after it; 0 = strict (no job runs while a more
 -- urgent one waits). Ranks already given keep their place: the new aging ranks the jobs made
 -- ready from now on. One write.

@@ -1,4 +1,4 @@
--- set_rate_limit — a rate limit (emq_rate_read in _lib.lua), kept in the groups hash: the queue's
+-- set_rate_limit — a rate limit (emq_rate_read in lib/rate.lua), kept in the groups hash: the queue's
 -- own `rate` (every start), the groups' default `rate:~` (each group without its own, each its own
 -- budget) or a group's own `rate:<g>`; '' removes it. A change starts the limit afresh: the queue's
 -- TAT `tat`, the group's in `tats` (the default's: every group's) is dropped, so its budget is full.
@@ -6,7 +6,7 @@
 -- back on the ring's tail, their r: flags kept (a group with an own limit the default does not
 -- govern is throttled again at its next pop), with a wake per group, at most 16 — as the queue's
 -- change wakes the consumers sleeping until its next admission.
--- Reads first (_lib.lua): the ring's length, the throttled groups, then the writes.
+-- Reads first (lib/keys.lua): the ring's length, the throttled groups, then the writes.
 --
 -- KEYS[1] emq:{q}:groups      (hash)
 -- KEYS[2] emq:{q}:throttled   (zset)

@@ -1,5 +1,5 @@
 -- set_retention — what a queue keeps of its finished jobs, read by every script that finishes one
--- (emq_retention_of in _lib.lua): the newest `keep` rows (0 = none: a row is deleted as it
+-- (emq_retention_of in lib/retention.lua): the newest `keep` rows (0 = none: a row is deleted as it
 -- finishes), each for about `age` ms, an output up to `cap` bytes. One write.
 --
 -- KEYS[1] emq:{q}:retention   (hash: keep, age, cap)

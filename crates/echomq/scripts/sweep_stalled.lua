@@ -23,167 +23,410 @@
 -- ARGV[3] limit (>= 1)
 --
 -- Replies: {recovered ids, dead ids}; error EMQARGS.
-local active, pending, dead = KEYS[1], KEYS[2], KEYS[3]
-local p = ARGV[1]
-local maxst, lim = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not maxst or maxst < 1 or not lim or lim < 1 then
-  return redis.error_reply('EMQARGS sweep_stalled: max_stalled and limit must be >= 1')
-end
-local groups = p .. 'groups'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local exp = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim)
+--
+-- Generated from scripts/src/sweep_stalled.lua and the library (scripts/lib/): edit those, then
+-- run EMQ_REGENERATE=1 cargo test -p echomq --lib scripts
 
--- The reads. rows[i]: {state, group, stalled} (state false: a missing row, dropped), or for a key
--- of another type {foreign = its defect, data = a string's bytes}; lanes[g]: g's active count, ring
--- flag, limit and lane length, kept up to date by the writes below.
--- the length of a lane (a sorted set, recovered jobs at rank 0, the front). One an earlier
--- version wrote as a list is turned into the sorted set first, its order kept (ranks 1, 2, …):
--- the one write before the reads end, which leaves the same jobs waiting in the same order.
-local function lane_len(lane)
+-- the store's clock, in ms
+local function emq_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- reaches keys the script writes without reading them (suffixes of the queue base), before its
+-- first write: EXISTS of at most 1000 keys at a time, refused whole when any of them is not served
+-- here
+local function emq_touch(base, suffixes)
+  for i = 1, #suffixes, 1000 do
+    local keys = {}
+    for j = i, math.min(i + 999, #suffixes) do keys[#keys + 1] = base .. suffixes[j] end
+    redis.call('EXISTS', unpack(keys))
+  end
+end
+
+-- ZADD/ZREM/RPUSH/HSET/HDEL (on `key`) or DEL/EXISTS (key = nil) with many arguments, unpacked in
+-- chunks of at most 1000 (an even size, so pairs never split)
+local function emq_bulk(cmd, key, args)
+  for i = 1, #args, 1000 do
+    local j = i + 999
+    if j > #args then j = #args end
+    if key then
+      redis.call(cmd, key, unpack(args, i, j))
+    else
+      redis.call(cmd, unpack(args, i, j))
+    end
+  end
+end
+
+-- whether the queue is paused: a paused queue makes nothing claimable, so its scripts push no wake
+-- (resume pushes them)
+local function emq_paused_read(base)
+  return redis.call('EXISTS', base .. 'paused') == 1
+end
+
+-- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16; none
+-- while paused (`paused` as emq_paused_read read it before the first write; `wake` reached then)
+local function emq_wake(base, n, paused)
+  if n <= 0 or paused then return end
+  if n > 16 then n = 16 end
+  local tokens = {}
+  for i = 1, n do tokens[i] = '1' end
+  if redis.call('RPUSH', base .. 'wake', unpack(tokens)) > 16 then
+    redis.call('LTRIM', base .. 'wake', '-16', '-1')
+  end
+end
+-- the length of g's lane (a sorted set ranked as `pending` is: emq_rank). A lane an earlier
+-- version wrote as a list (FIFO, no priorities) is turned into that sorted set here, its order
+-- kept: its jobs ranked 1, 2, … — after recovered jobs (0) and before every job ranked since
+-- (emq_rank's ranks are far larger). The conversion is the one write a script may make before its
+-- reads end: it leaves the same jobs waiting in the same order, so a script refused after it
+-- still leaves a sound queue, and later calls find the lane converted.
+local function emq_lane_len(base, g)
+  local lane = base .. 'lane:' .. g
   local n = redis.pcall('ZCARD', lane)
   if type(n) == 'number' then return n end
   if string.sub(n['err'], 1, 9) ~= 'WRONGTYPE' then error(n) end
   local ids = redis.call('LRANGE', lane, 0, -1)
+  local ranked = {}
+  for i, id in ipairs(ids) do
+    ranked[2 * i - 1] = i
+    ranked[2 * i] = id
+  end
   redis.call('DEL', lane)
-  for i, id in ipairs(ids) do redis.call('ZADD', lane, i, id) end
+  emq_bulk('ZADD', lane, ranked)
   return #ids
 end
 
-local rows, lanes = {}, {}
-local flat_ringed = nil -- the flat set's ring flag, read when a flat job may recover
--- the count of the lanes' jobs (the groups hash's lane_jobs), when the queue keeps one: a lane job
--- recovered joins it
-local lane_count = nil
-local dies, recovers, lane_jobs = false, false, false
+-- the count of the jobs waiting in the queue's lanes (the field lane_jobs of the groups hash, so
+-- that counts reads them in O(1) where summing the lanes is O(groups)) for a script that moves
+-- jobs into or out of lanes, read before its first write: `field` is the field as the script read
+-- it. A queue keeps the count from its first lane job on; for one that keeps none yet (written by
+-- an earlier version, or never given a lane job) the lanes are summed here over the groups hash
+-- (the groups with a non-empty lane are those with an a: or r: field), by reads alone.
+-- Returns {n = the count before the script's writes, kept = whether the queue keeps it}.
+local function emq_lane_jobs_of(base, field)
+  if field then return { n = tonumber(field) or 0, kept = true } end
+  local total, seen, cursor = 0, {}, '0'
+  repeat
+    local scan = redis.call('HSCAN', base .. 'groups', cursor, 'COUNT', 1000)
+    cursor = scan[1]
+    for i = 1, #scan[2], 2 do
+      local kind, g = string.sub(scan[2][i], 1, 2), string.sub(scan[2][i], 3)
+      if (kind == 'a:' or kind == 'r:') and g ~= '~' and not seen[g] then
+        seen[g] = true
+        total = total + emq_lane_len(base, g)
+      end
+    end
+  until cursor == '0'
+  return { n = total, kept = false }
+end
+-- `n` jobs of priority p at `rank` tallied in t: +1 joining (`clock` its rank's clock part, the
+-- time it was made ready), -1 leaving (no clock); the field of the last call is kept, as a
+-- batch's ranks share one
+local function emq_tally(t, rank, p, n, clock)
+  if rank < 256000 then return end
+  local sec = math.floor(rank / 256000)
+  local f
+  if sec == t.sec and p == t.p then
+    f = t.f
+  else
+    f = string.format('%s:%s', p, sec)
+    t.sec, t.p, t.f = sec, p, f
+  end
+  local had = t.n[f]
+  if had then
+    t.n[f] = had + n
+  else
+    t.n[f] = n
+    t.fields[#t.fields + 1] = f
+  end
+  if clock and not t.ms[f] then t.ms[f] = 1767225600000 + math.floor(clock / 256) end
+end
+
+-- the rank (score in `pending` or a lane; the least is claimed first) of a job of priority p (0
+-- the most urgent .. 9) made ready now: its clock part is the store's time in 1/256 ms since
+-- 2026-01-01, or one past the last rank's when that is later, so ranks never repeat and jobs of
+-- one priority keep their order (FIFO); a priority p adds p × aging (in the same unit), so a job
+-- of priority p goes before every priority-0 job made ready more than p × aging after it; under
+-- strict aging (0) it adds p × 9e14, past every clock part, so a lower priority never runs while
+-- a higher one waits. Every rank stays below 2^53 (exact in a Lua number and a Redis score).
+-- Recovered jobs take rank 0, ahead of all.
+local function emq_rank(o, p)
+  local c = o.clock + 1
+  if c < o.tick then c = o.tick end
+  o.clock = c
+  o.moved = true
+  local rank = c
+  if p > 0 then
+    if o.aging == 0 then rank = c + p * 900000000000000 else rank = c + p * o.aging * 256 end
+  end
+  emq_tally(o.tally, rank, p, 1, c)
+  return rank
+end
+
+-- emq_lane_jobs_of for a script that moves jobs into lanes, of the groups it read (`lanes`, by
+-- emq_lane_read): summed at most once per script, the first group read with it sharing it
+local function emq_lane_jobs_for(lanes, base, field)
+  for _, o in pairs(lanes) do
+    if o.lj then return o.lj end
+  end
+  return emq_lane_jobs_of(base, field)
+end
+
+-- `n` jobs joined (n > 0) or left (n < 0) the lanes (lj: emq_lane_jobs_of's): the count moved,
+-- written first from lj's sum when the queue kept none (HSETNX: of several such writes in one
+-- script, each from the same sum taken before the writes, the first starts the count). No lj (a
+-- group read without `adding`) moves nothing: never a count started from nothing.
+local function emq_lane_jobs_add(base, lj, n)
+  if n == 0 or not lj then return end
+  if not lj.kept then
+    redis.call('HSETNX', base .. 'groups', 'lane_jobs', lj.n)
+    lj.kept = true
+  end
+  redis.call('HINCRBY', base .. 'groups', 'lane_jobs', n)
+end
+
+-- what a lane job of g leaving `active`, or ready jobs joining g's lane, need of g, read once per
+-- script before its first write (lanes[g] keeps it, and the writes keep it up to date): its active
+-- count a:<g>, whether it is on the ring (r:<g>), its limit (its own, else the queue default l:~,
+-- else 1) and its lane's length; for a script `adding` jobs to lanes, the count of every lane's
+-- jobs too (lj: emq_lane_jobs_for), which a script that only takes lane jobs out of `active`
+-- never needs
+local function emq_lane_read(lanes, base, g, adding)
+  local s = lanes[g]
+  if not s then
+    local f = redis.call('HMGET', base .. 'groups', 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~', 'lane_jobs')
+    s = {
+      a = tonumber(f[1]) or 0,
+      ringed = f[2] and true or false,
+      limit = tonumber(f[3]) or tonumber(f[4]) or 1,
+      len = emq_lane_len(base, g),
+      field = f[5],
+    }
+    lanes[g] = s
+  end
+  if adding and not s.lj then s.lj = emq_lane_jobs_for(lanes, base, s.field) end
+  return s
+end
+
+-- whether group g (s: its state from emq_lane_read) belongs back on the ring: off it, with a ready
+-- job and a free slot
+local function emq_lane_eligible(s)
+  return not (s.ringed or s.a >= s.limit or s.len == 0)
+end
+
+-- the ring step for g (s from emq_lane_read): g pushed at the ring's tail and its r: flag set when
+-- eligible. O(1), never scans the ring. Returns 1 when pushed.
+local function emq_lane_ring(base, g, s)
+  if not emq_lane_eligible(s) then return 0 end
+  redis.call('RPUSH', base .. 'ring', g)
+  redis.call('HSET', base .. 'groups', 'r:' .. g, '1')
+  s.ringed = true
+  return 1
+end
+
+-- a lane job of g left `active` (s: g's state from emq_lane_read): the slot invariant (a:<g> less
+-- one, deleted at 0), then the ring step for g. Returns 1 when it put g back on the ring: a job
+-- made claimable. A caller that puts the job back on g's lane does so first (emq_lane_front).
+local function emq_lane_leave(base, g, s)
+  s.a = s.a - 1
+  if s.a <= 0 then
+    s.a = 0
+    redis.call('HDEL', base .. 'groups', 'a:' .. g)
+  else
+    redis.call('HSET', base .. 'groups', 'a:' .. g, s.a)
+  end
+  return emq_lane_ring(base, g, s)
+end
+
+-- a job back at the front of g's lane (s: g's state from emq_lane_read), its row pending
+local function emq_lane_front(base, g, s, id)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  redis.call('ZADD', base .. 'lane:' .. g, 0, id)
+  s.len = s.len + 1
+  emq_lane_jobs_add(base, s.lj, 1)
+end
+
+-- what the flat set's ring step needs, read before the first write: whether '~' is on the ring
+-- and how many jobs pending holds
+local function emq_flat_read(base)
+  return {
+    ringed = redis.call('HEXISTS', base .. 'groups', 'r:~') == 1,
+    len = redis.call('ZCARD', base .. 'pending'),
+  }
+end
+
+-- a flat job back in pending at `score` (0 = the front, where recovered jobs go), its row pending
+-- (s from emq_flat_read; emq_flat_step follows)
+local function emq_flat_ready(base, s, id, score)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  redis.call('ZADD', base .. 'pending', score, id)
+  s.len = s.len + 1
+end
+
+-- the flat set's ring step (s from emq_flat_read): '~' pushed at the ring's tail when off it and
+-- pending holds a job
+local function emq_flat_step(base, s)
+  if s.ringed or s.len == 0 then return end
+  redis.call('RPUSH', base .. 'ring', '~')
+  redis.call('HSET', base .. 'groups', 'r:~', '1')
+  s.ringed = true
+end
+
+-- whether a reply of redis.pcall reading a row (a table: the row's fields, or an error's `err`) is
+-- Redis's refusal of a key of another type (any other error is raised again: nothing is written
+-- before a row is read)
+local function emq_foreign(reply)
+  local err = reply.err
+  if not err then return false end
+  if string.sub(err, 1, 9) == 'WRONGTYPE' then return true end
+  error(reply)
+end
+
+-- a job key holding no hash (a key of another type: only by hand), met by a verb that never fails
+-- its batch or beat on a bad row: the defect naming its type, and a string's bytes (kept as the
+-- dead row's data; nothing of another type fits in a row)
+local function emq_foreign_read(base, id)
+  local jk = base .. 'job:' .. id
+  local kind = redis.call('TYPE', jk)['ok']
+  local data = nil
+  if kind == 'string' then data = redis.call('GET', jk) end
+  return 'malformed row: a ' .. kind .. ', not a hash', data
+end
+
+-- a job to the morgue, scored with the store's time of death
+local function emq_bury(base, id, now, err)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'dead', 'last_error', err)
+  redis.call('ZADD', base .. 'dead', now, id)
+end
+
+-- a row's fields `...` (HMGET by pcall, before the first write), or, for a key of another type at
+-- the row's key, {foreign = its defect, data = a string's bytes} (emq_foreign_read), which a verb
+-- that never fails its batch on a bad row buries (emq_bury_foreign); any other error is raised
+local function emq_row_read(base, id, ...)
+  local row = redis.pcall('HMGET', base .. 'job:' .. id, ...)
+  if emq_foreign(row) then
+    local defect, data = emq_foreign_read(base, id)
+    return { foreign = defect, data = data }
+  end
+  return row
+end
+
+-- such a key (emq_foreign_read) becomes a dead row naming the defect, and the id goes to the
+-- morgue. A lane job's group is unknown then: its slot stays.
+local function emq_bury_foreign(base, id, now, defect, data)
+  local jk = base .. 'job:' .. id
+  redis.call('DEL', jk)
+  if data then redis.call('HSET', jk, 'data', data) end
+  emq_bury(base, id, now, defect)
+end
+-- a job a caller waits on (its row's `waited` mark, set by mark_waited) has finished — completed,
+-- cancelled or dead: its id published on emq:{q}:finished. Only a marked row costs this command.
+local function emq_notify(base, waited, id)
+  if waited then redis.call('PUBLISH', base .. 'finished', id) end
+end
+
+-- a counter of emq:{q}:metrics:<event>; for `completed` and `failed` also this minute's count,
+-- the field m<minute> (minute = now ms / 60000) of the same hash, one command per call however
+-- many jobs it counts: the first count of a minute also deletes the field of a day before, so
+-- the hash keeps about a day of minutes (the history verb reads them)
+local function emq_count(base, event, n, now)
+  if n <= 0 then return end
+  local key = base .. 'metrics:' .. event
+  redis.call('HINCRBY', key, 'count', n)
+  if event == 'completed' or event == 'failed' then
+    local minute = math.floor(now / 60000)
+    if redis.call('HINCRBY', key, 'm' .. minute, n) == n then
+      redis.call('HDEL', key, 'm' .. (minute - 1440))
+    end
+  end
+end
+
+local active = KEYS[1]
+local base = ARGV[1]
+local maxst, lim = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not maxst or maxst < 1 or not lim or lim < 1 then
+  return redis.error_reply('EMQARGS sweep_stalled: max_stalled and limit must be >= 1')
+end
+local now = emq_now()
+local exp = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim)
+
+-- The reads. rows[i]: {state, group, stalled, waited} (state nil: a missing row, dropped), or for
+-- a key of another type {foreign = its defect, data = a string's bytes} (emq_row_read); lanes[g]
+-- (emq_lane_read) and flat (emq_flat_read, read when a flat job may recover), kept up to date by
+-- the writes below.
+local rows, lanes, flat = {}, {}, nil
+local dies, recovers, laned = false, false, false
 for i, id in ipairs(exp) do
-  local jk = p .. 'job:' .. id
-  -- by pcall: a key of another type at a row's key (only by hand) is buried below
-  local row = redis.pcall('HMGET', jk, 'state', 'group', 'stalled', 'waited')
-  if row['err'] then
-    if string.sub(row['err'], 1, 9) ~= 'WRONGTYPE' then return row end
-    local kind = redis.call('TYPE', jk)['ok']
-    row = { foreign = 'malformed row: a ' .. kind .. ', not a hash' }
-    if kind == 'string' then row.data = redis.call('GET', jk) end
+  local row = emq_row_read(base, id, 'state', 'group', 'stalled', 'waited')
+  if row.foreign then
     dies = true
   elseif row[1] then
     local g = row[2]
     if (tonumber(row[3]) or 0) + 1 >= maxst then dies = true else recovers = true end
     if g then
-      if not lane_jobs then lane_count = redis.call('HGET', groups, 'lane_jobs') end
-      lane_jobs = true
-      if not lanes[g] then
-        local f = redis.call('HMGET', groups, 'a:' .. g, 'r:' .. g, 'l:' .. g, 'l:~')
-        lanes[g] = {
-          a = tonumber(f[1]) or 0,
-          ringed = f[2] and true or false,
-          limit = tonumber(f[3]) or tonumber(f[4]) or 1,
-          len = lane_len(p .. 'lane:' .. g),
-        }
-      end
-    elseif flat_ringed == nil then
-      flat_ringed = redis.call('HEXISTS', groups, 'r:~') == 1
+      emq_lane_read(lanes, base, g, true)
+      laned = true
+    elseif not flat then
+      flat = emq_flat_read(base)
     end
   end
   rows[i] = row
 end
-local paused = redis.call('EXISTS', p .. 'paused') == 1
+local paused = emq_paused_read(base)
 -- the keys only written below
 local touch = {}
 if dies then
-  touch[#touch + 1] = dead
-  touch[#touch + 1] = p .. 'metrics:failed'
+  touch[#touch + 1] = 'dead'
+  touch[#touch + 1] = 'metrics:failed'
 end
 if recovers then
-  touch[#touch + 1] = pending
-  touch[#touch + 1] = p .. 'metrics:stalled'
+  touch[#touch + 1] = 'pending'
+  touch[#touch + 1] = 'metrics:stalled'
 end
-if recovers or lane_jobs then
-  touch[#touch + 1] = p .. 'ring'
-  touch[#touch + 1] = p .. 'wake'
+if recovers or laned then
+  touch[#touch + 1] = 'ring'
+  touch[#touch + 1] = 'wake'
 end
-if #touch > 0 then redis.call('EXISTS', unpack(touch)) end
+emq_touch(base, touch)
 
 -- The writes, walked backwards; the reply lists are put back in lapse order below
 local recovered, buried = {}, {}
-local flat = false
+local flat_back = false
 local freed = 0 -- groups a dead-lettered lane job put back on the ring: each made a job claimable
 for i = #exp, 1, -1 do
   local id = exp[i]
   redis.call('ZREM', active, id)
-  local jk = p .. 'job:' .. id
   local row = rows[i]
   if row.foreign then
-    -- a dead row naming the defect, a string's bytes kept as its data; its group, and so its
-    -- slot, unknown
-    redis.call('DEL', jk)
-    if row.data then
-      redis.call('HSET', jk, 'data', row.data, 'state', 'dead', 'last_error', row.foreign)
-    else
-      redis.call('HSET', jk, 'state', 'dead', 'last_error', row.foreign)
-    end
-    redis.call('ZADD', dead, now, id)
-    table.insert(buried, id)
+    emq_bury_foreign(base, id, now, row.foreign, row.data)
+    buried[#buried + 1] = id
   elseif row[1] then
     local g = row[2]
-    local s = g and lanes[g]
-    if s then -- the slot invariant: the lane job leaves active, its group's slot frees
-      s.a = s.a - 1
-      if s.a <= 0 then
-        s.a = 0
-        redis.call('HDEL', groups, 'a:' .. g)
-      else
-        redis.call('HSET', groups, 'a:' .. g, s.a)
-      end
-    end
     local stalls = (tonumber(row[3]) or 0) + 1
+    redis.call('HSET', base .. 'job:' .. id, 'stalled', stalls)
     if stalls >= maxst then
-      redis.call('HSET', jk, 'stalled', stalls, 'state', 'dead', 'last_error', 'stalled')
-      redis.call('ZADD', dead, now, id)
-      table.insert(buried, id)
-      if row[4] then redis.call('PUBLISH', p .. 'finished', id) end
+      emq_bury(base, id, now, 'stalled')
+      buried[#buried + 1] = id
+      emq_notify(base, row[4], id)
+      -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
+      if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
     else
-      redis.call('HSET', jk, 'stalled', stalls, 'state', 'pending')
-      if s then
-        redis.call('ZADD', p .. 'lane:' .. g, 0, id)
-        s.len = s.len + 1
-        if lane_count then redis.call('HINCRBY', groups, 'lane_jobs', 1) end
+      if g then
+        emq_lane_front(base, g, lanes[g], id)
+        emq_lane_leave(base, g, lanes[g])
       else
-        redis.call('ZADD', pending, 0, id)
-        flat = true
+        emq_flat_ready(base, flat, id, 0)
+        flat_back = true
       end
-      table.insert(recovered, id)
-    end
-    -- the ring step for g (eligible: off the ring, a ready job and a free slot)
-    if s and not s.ringed and s.len > 0 and s.a < s.limit then
-      redis.call('RPUSH', p .. 'ring', g)
-      redis.call('HSET', groups, 'r:' .. g, 1)
-      s.ringed = true
-      if stalls >= maxst then freed = freed + 1 end
+      recovered[#recovered + 1] = id
     end
   end
 end
-if flat and not flat_ringed then -- the ring step for the flat set
-  redis.call('RPUSH', p .. 'ring', '~')
-  redis.call('HSET', groups, 'r:~', 1)
-end
-if #buried > 0 then
-  redis.call('HINCRBY', p .. 'metrics:failed', 'count', #buried)
-  -- this minute's count in the history, as every counting script keeps it (_lib.lua emq_count)
-  local minute = math.floor(now / 60000)
-  if redis.call('HINCRBY', p .. 'metrics:failed', 'm' .. minute, #buried) == #buried then
-    redis.call('HDEL', p .. 'metrics:failed', 'm' .. (minute - 1440))
-  end
-end
-if #recovered > 0 then redis.call('HINCRBY', p .. 'metrics:stalled', 'count', #recovered) end
-local wakes = #recovered + freed
--- one wake per job made claimable, at most 16; none while paused (resume pushes them)
-if wakes > 0 and not paused then
-  local tokens = {}
-  for i = 1, math.min(wakes, 16) do tokens[i] = '1' end
-  redis.call('RPUSH', p .. 'wake', unpack(tokens))
-  redis.call('LTRIM', p .. 'wake', -16, -1)
-end
+if flat_back then emq_flat_step(base, flat) end
+emq_count(base, 'failed', #buried, now)
+emq_count(base, 'stalled', #recovered, now)
+emq_wake(base, #recovered + freed, paused)
 local function reversed(list)
   local out = {}
   for i = #list, 1, -1 do out[#out + 1] = list[i] end

@@ -3,7 +3,7 @@
 -- slot's id or another trigger's (a value whose id a caller gave a job of its own is passed over,
 -- the next 16 at most). It becomes the schedule's last job (the overlap policy waits
 -- for it); the slots and counts are untouched.
--- Reads first (_lib.lua): the mark, the template, the id counter, the set the job joins and the
+-- Reads first (lib/keys.lua): the mark, the template, the id counter, the set the job joins and the
 -- ranking, then the writes (the counter's INCR first).
 --
 -- KEYS[1] emq:{q}:schedule:<name> (hash)

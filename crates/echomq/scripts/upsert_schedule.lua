@@ -6,7 +6,7 @@
 -- version comes from the queue's id counter, so it rises across a remove and a new upsert of the
 -- name too: a refill computed from an earlier definition is refused. The counts, the last fire and
 -- whether it is paused are kept. A new queue's registration is owed as an enqueue's is.
--- Reads first (_lib.lua): the mark, the schedule's last decided slot and pause, the registration,
+-- Reads first (lib/keys.lua): the mark, the schedule's last decided slot and pause, the registration,
 -- whether the queue is paused, then the writes (the counter's INCR first).
 --
 -- KEYS[1] emq:{q}:schedule:<name> (hash)

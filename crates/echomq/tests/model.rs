@@ -513,7 +513,7 @@ impl Model {
         }
     }
 
-    // --- the helpers of _lib.lua ---
+    // --- the helpers of scripts/lib ---
 
     fn row(&mut self, id: &str) -> &mut Row {
         self.rows.get_mut(id).expect("model: a row the step needs")

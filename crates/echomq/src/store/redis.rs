@@ -40,7 +40,7 @@ mod url;
 mod wait;
 
 use crate::store::scripts::Scripts;
-pub use crate::store::scripts::VERBS;
+pub use crate::store::scripts::{script_body, VERBS};
 use topology::{Cluster, Node, Topology};
 
 /// How long a connect may take before the store is declared unreachable.

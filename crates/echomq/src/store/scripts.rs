@@ -1,7 +1,17 @@
 //! The Lua scripts, one per verb (`scripts/<verb>.lua`), loaded by SHA. Every script but the
-//! self-contained `extend_lock` and `sweep_stalled` gets the helpers of `scripts/_lib.lua` it uses
-//! prepended — only those (and what they use in turn): each `local function` builds its closure on
-//! every call, so a script must carry no helper it never calls (see `docs/performance.md`).
+//! self-contained `extend_lock` and `sweep_stalled` gets the library's helpers it uses prepended —
+//! only those (and what they use in turn): each `local function` builds its closure on every call,
+//! so a script must carry no helper it never calls (see `docs/performance.md`).
+//!
+//! The library is the files of `scripts/lib/`, one concern each ([`LIB`], in a fixed order): each
+//! opens with a header comment (up to its first blank line) stating what it holds, then its
+//! helpers, each a `local function emq_…` with the comment above it. A helper calls only helpers
+//! declared before it, in its own file or an earlier one (Lua resolves a `local` where it is
+//! declared), so the helpers sent keep the library's order.
+//!
+//! `extend_lock.lua` and `sweep_stalled.lua` are run by a raw `EVAL` of the file too, so each file
+//! holds the helpers it uses itself: it is generated from its template (`scripts/src/<verb>.lua`)
+//! and the library, and a unit test fails while the file differs from its generation.
 
 /// One verb's script: its name, the body sent with `SCRIPT LOAD` and that body's SHA-1, in two
 /// flavours: for a standalone server, and for a Redis Cluster, where the script publishes to shard
@@ -42,22 +52,62 @@ const READS: &[&str] = &[
 const PUBLISH: &str = "redis.call('PUBLISH',";
 const SPUBLISH: &str = "redis.call('SPUBLISH',";
 
-const LIB: &str = include_str!("../../scripts/_lib.lua");
+/// The library's files, in the order their helpers are declared and sent.
+const LIB: [(&str, &str); 18] = [
+    ("clock", include_str!("../../scripts/lib/clock.lua")),
+    ("args", include_str!("../../scripts/lib/args.lua")),
+    ("keys", include_str!("../../scripts/lib/keys.lua")),
+    ("rate", include_str!("../../scripts/lib/rate.lua")),
+    ("wake", include_str!("../../scripts/lib/wake.lua")),
+    ("migrations", include_str!("../../scripts/lib/migrations.lua")),
+    ("rank", include_str!("../../scripts/lib/rank.lua")),
+    ("ring", include_str!("../../scripts/lib/ring.lua")),
+    ("fence", include_str!("../../scripts/lib/fence.lua")),
+    ("rows", include_str!("../../scripts/lib/rows.lua")),
+    ("events", include_str!("../../scripts/lib/events.lua")),
+    ("retention", include_str!("../../scripts/lib/retention.lua")),
+    ("settle", include_str!("../../scripts/lib/settle.lua")),
+    ("waiting", include_str!("../../scripts/lib/waiting.lua")),
+    ("dedup", include_str!("../../scripts/lib/dedup.lua")),
+    ("new_jobs", include_str!("../../scripts/lib/new_jobs.lua")),
+    ("purge", include_str!("../../scripts/lib/purge.lua")),
+    ("schedules", include_str!("../../scripts/lib/schedules.lua")),
+];
 
-/// The library cut into its helpers: (name, text with its leading comment), in file order.
+/// A library file's header: its leading comment, up to and with its first blank line.
+fn header(file: &str) -> &str {
+    let mut end = 0;
+    for line in file.split_inclusive('\n') {
+        end += line.len();
+        if line.trim().is_empty() {
+            break;
+        }
+    }
+    &file[..end]
+}
+
+/// The library cut into its helpers: (name, text with its leading comment), in library order.
 fn helpers() -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
-    let mut start = 0;
+    for (_, file) in LIB {
+        cut(file, header(file).len(), &mut out);
+    }
+    out
+}
+
+/// The helpers of one library file from `from` on (past its header), appended to `out`.
+fn cut(file: &'static str, from: usize, out: &mut Vec<(&'static str, &'static str)>) {
+    let mut start = from;
     let mut name = "";
     let mut comment_start = None;
-    let mut offset = 0;
-    for line in LIB.split_inclusive('\n') {
+    let mut offset = from;
+    for line in file[from..].split_inclusive('\n') {
         if line.starts_with("--") {
             comment_start.get_or_insert(offset);
         } else if let Some(rest) = line.strip_prefix("local function ") {
             let begin = comment_start.unwrap_or(offset);
             if !name.is_empty() {
-                out.push((name, &LIB[start..begin]));
+                out.push((name, &file[start..begin]));
             }
             start = begin;
             name = rest.split('(').next().unwrap_or("").trim();
@@ -68,9 +118,25 @@ fn helpers() -> Vec<(&'static str, &'static str)> {
         offset += line.len();
     }
     if !name.is_empty() {
-        out.push((name, &LIB[start..]));
+        out.push((name, &file[start..]));
     }
-    out
+}
+
+/// How to write the self-contained scripts again from their templates and the library.
+#[cfg(test)]
+const REGENERATE: &str = "EMQ_REGENERATE=1 cargo test -p echomq --lib scripts";
+
+/// A self-contained script's file (`scripts/<name>.lua`) from its template (`scripts/src/<name>.lua`:
+/// its header comment, a blank line, its body): the header, how the file is made, the library's
+/// helpers the body uses, then the body.
+#[cfg(test)]
+fn generate(name: &str, template: &str) -> String {
+    let (head, body) = template.split_once("\n\n").unwrap_or(("", template));
+    format!(
+        "{head}\n--\n-- Generated from scripts/src/{name}.lua and the library (scripts/lib/): edit those, then\n\
+         -- run {REGENERATE}\n\n{}\n{body}",
+        needed(body)
+    )
 }
 
 /// The `emq_…` names a piece of Lua mentions.
@@ -143,6 +209,18 @@ impl Script {
             &self.sha
         }
     }
+}
+
+/// The body the store loads for `verb` on a standalone server (its script and the library's
+/// helpers it uses): for the tests and tools that run a script by a raw `EVAL`.
+#[cfg(feature = "redis")]
+#[doc(hidden)]
+pub fn script_body(verb: &str) -> Option<String> {
+    Scripts::load()
+        .all()
+        .into_iter()
+        .find(|s| s.name == verb)
+        .map(|s| s.body(false).to_string())
 }
 
 macro_rules! scripts {
@@ -225,19 +303,90 @@ scripts! {
     queues: true,
 }
 
+/// The names a script gives a list's positions: the line after the comment naming `list` (a Rust
+/// constant) declares `local A, B, … = 1, 2, …`; the names lowercased, in order (none when the
+/// values are not 1, 2, … in order).
+#[cfg(test)]
+pub(crate) fn lua_positions(script: &str, list: &str) -> Vec<String> {
+    let mut lines = script
+        .lines()
+        .skip_while(|l| !(l.trim_start().starts_with("--") && l.contains(list)));
+    let decl = lines
+        .find(|l| l.trim_start().starts_with("local "))
+        .and_then(|l| l.trim_start().strip_prefix("local "))
+        .and_then(|l| l.split_once('='));
+    let Some((names, values)) = decl else {
+        return Vec::new();
+    };
+    let names: Vec<String> = names.split(',').map(|n| n.trim().to_lowercase()).collect();
+    let values: Vec<&str> = values.split(',').map(str::trim).collect();
+    let in_order = values.len() == names.len() && values.iter().enumerate().all(|(i, v)| *v == (i + 1).to_string());
+    if in_order {
+        names
+    } else {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_library_splits_into_every_helper() {
+        for (name, file) in LIB {
+            let head = header(file);
+            assert!(
+                head.starts_with(&format!("-- lib/{name}.lua — ")) && !head.contains("local function"),
+                "lib/{name}.lua opens with a header comment naming it, then a blank line"
+            );
+            let mut mine = Vec::new();
+            cut(file, head.len(), &mut mine);
+            let declared = file.lines().filter(|l| l.starts_with("local function ")).count();
+            assert_eq!(mine.len(), declared, "lib/{name}.lua");
+            assert_eq!(
+                mine.iter().map(|(_, t)| t.len()).sum::<usize>() + head.len(),
+                file.len(),
+                "lib/{name}.lua: nothing but its header and its helpers"
+            );
+        }
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/lib");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        on_disk.sort();
+        let mut listed: Vec<String> = LIB.iter().map(|(n, _)| format!("{n}.lua")).collect();
+        listed.sort();
+        assert_eq!(on_disk, listed, "every file of scripts/lib is in LIB, and only those");
         let names: Vec<&str> = helpers().iter().map(|(n, _)| *n).collect();
-        let declared = LIB.lines().filter(|l| l.starts_with("local function ")).count();
-        assert_eq!(names.len(), declared);
-        assert_eq!(
-            helpers().iter().map(|(_, t)| t.len()).sum::<usize>() + LIB.find("--").unwrap_or(0),
-            LIB.len()
-        );
+        let unique: std::collections::HashSet<&&str> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "a helper declared twice");
+    }
+
+    #[test]
+    fn a_helper_calls_only_helpers_declared_before_it() {
+        let all = helpers();
+        let known: std::collections::HashSet<&str> = all.iter().map(|(n, _)| *n).collect();
+        let mut before = std::collections::HashSet::new();
+        for (name, text) in &all {
+            // the code alone: a comment may name a helper declared later
+            let code: String = text
+                .lines()
+                .map(|l| l.split("--").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for used in mentions(&code) {
+                assert!(
+                    used == *name || !known.contains(used) || before.contains(used),
+                    "{name} calls {used}, declared after it: move it to an earlier file or earlier in its file"
+                );
+            }
+            before.insert(*name);
+        }
     }
 
     #[test]
@@ -294,13 +443,47 @@ mod tests {
     }
 
     #[test]
+    fn the_self_contained_scripts_are_generated_from_their_templates() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts");
+        for (name, template) in [
+            ("sweep_stalled", include_str!("../../scripts/src/sweep_stalled.lua")),
+            ("extend_lock", include_str!("../../scripts/src/extend_lock.lua")),
+        ] {
+            let made = generate(name, template);
+            let path = format!("{dir}/{name}.lua");
+            if std::env::var_os("EMQ_REGENERATE").is_some() {
+                std::fs::write(&path, &made).unwrap_or_else(|e| panic!("write {path}: {e}"));
+                continue;
+            }
+            let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                made == on_disk,
+                "scripts/{name}.lua is not what scripts/src/{name}.lua and the library generate: \
+                 edit those (never the file), then run {REGENERATE}"
+            );
+            // self-contained: every helper it calls is declared in it
+            let declared: Vec<&str> = on_disk
+                .lines()
+                .filter_map(|l| l.strip_prefix("local function "))
+                .map(|l| l.split('(').next().unwrap_or(""))
+                .collect();
+            for used in mentions(template.split_once("\n\n").map_or(template, |(_, b)| b)) {
+                assert!(
+                    declared.contains(&used),
+                    "scripts/{name}.lua calls {used} without declaring it"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_helper_has_a_caller() {
         let scripts = Scripts::load();
         for (name, _) in helpers() {
             let head = format!("local function {name}(");
             assert!(
                 scripts.all().iter().any(|s| s.body(false).contains(&head)),
-                "_lib.lua's {name} is prepended to no script: remove it"
+                "the library's {name} is prepended to no script: remove it"
             );
         }
     }

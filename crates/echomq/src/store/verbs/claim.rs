@@ -73,18 +73,70 @@ pub(crate) fn claim_call<'a>(
     }
 }
 
+/// A job's elements in the claim's reply, in order: the script names the same positions
+/// (`claim.lua`; a test holds the two equal). The reply ends with two more elements, the wait and
+/// whose limit it is.
+pub(crate) const CLAIM_REPLY_FIELDS: [&str; 9] = [
+    "id",
+    "payload",
+    "token",
+    "attempt",
+    "group",
+    "kind",
+    "max_attempts",
+    "retry",
+    "wait",
+];
+
+/// The elements of one job in the claim's reply.
+const PER_JOB: usize = CLAIM_REPLY_FIELDS.len();
+
+/// The elements after the jobs: the wait, and whether it is the queue's limit.
+const TAIL: usize = 2;
+
+/// The position of `name` in [`CLAIM_REPLY_FIELDS`] (past its end when absent: then indexing a
+/// job's elements with it fails the build).
+const fn at(name: &str) -> usize {
+    let mut i = 0;
+    while i < PER_JOB {
+        let field = CLAIM_REPLY_FIELDS[i].as_bytes();
+        let wanted = name.as_bytes();
+        if field.len() == wanted.len() {
+            let mut j = 0;
+            while j < field.len() && field[j] == wanted[j] {
+                j += 1;
+            }
+            if j == field.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    PER_JOB
+}
+
+const ID: usize = at("id");
+const PAYLOAD: usize = at("payload");
+const TOKEN: usize = at("token");
+const ATTEMPT: usize = at("attempt");
+const GROUP: usize = at("group");
+const KIND: usize = at("kind");
+const MAX_ATTEMPTS: usize = at("max_attempts");
+const RETRY: usize = at("retry");
+const WAIT: usize = at("wait");
+
 /// Appends the claimed jobs of one claim reply to `out` and takes its wait; returns how many jobs.
-/// The reply (claim.lua's header): (id, payload, token, attempt, group, kind, max_attempts, retry,
-/// wait) per job, group '' for a flat job, kind '' for a raw one, retry '' for a job without a retry
-/// policy of its own, wait the ms it waited ready ('' when its rank tells none); then the µs until a rate limit admits a start again (0: none held work back)
-/// and whether that limit is the queue's (1/0).
+/// The reply (claim.lua's header): [`CLAIM_REPLY_FIELDS`] per job — group '' for a flat job, kind
+/// '' for a raw one, retry '' for a job without a retry policy of its own, wait the ms it waited
+/// ready ('' when its rank tells none); then the µs until a rate limit admits a start again (0:
+/// none held work back) and whether that limit is the queue's (1/0).
 pub(crate) fn parse_claimed(v: Reply, out: &mut Claimed) -> Result<usize> {
     let verb = "claim";
     let mut items = reply::array(verb, v)?;
-    if items.len() % 9 != 2 {
+    if items.len() % PER_JOB != TAIL {
         return Err(Error::Protocol {
             verb,
-            reply: format!("{} elements: not nine per job and the wait", items.len()),
+            reply: format!("{} elements: not {PER_JOB} per job and {TAIL} after them", items.len()),
         });
     }
     let count = |v: &Reply| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
@@ -92,52 +144,82 @@ pub(crate) fn parse_claimed(v: Reply, out: &mut Claimed) -> Result<usize> {
     let wait = items.pop().map(|w| count(&w)).transpose()?.unwrap_or(0);
     out.wait = (wait > 0).then(|| Duration::from_micros(wait));
     out.queue_limited = queue_limited && wait > 0;
-    let got = items.len() / 9;
+    let got = items.len() / PER_JOB;
     let out = &mut out.jobs;
     let mut it = items.into_iter();
-    while let (
-        Some(id),
-        Some(payload),
-        Some(token),
-        Some(attempt),
-        Some(group),
-        Some(kind),
-        Some(max),
-        Some(retry),
-        Some(waited),
-    ) = (
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-        it.next(),
-    ) {
-        let wait = match &waited {
+    for _ in 0..got {
+        let mut job: [Reply; PER_JOB] = std::array::from_fn(|_| it.next().unwrap_or(Reply::Nil));
+        let mut take = |i: usize| std::mem::replace(&mut job[i], Reply::Nil);
+        let wait = match take(WAIT) {
             Reply::Bulk(b) if b.is_empty() => None,
-            w => Some(Duration::from_millis(count(w)?)),
+            w => Some(Duration::from_millis(count(&w)?)),
         };
-        let group = reply::string(verb, group)?;
-        let kind = reply::string(verb, kind)?;
-        let id = JobId::from_store(reply::string(verb, id)?);
-        let retry = crate::retry::stored(&id, &reply::string(verb, retry)?);
+        let group = reply::string(verb, take(GROUP))?;
+        let kind = reply::string(verb, take(KIND))?;
+        let id = JobId::from_store(reply::string(verb, take(ID))?);
+        let retry = crate::retry::stored(&id, &reply::string(verb, take(RETRY))?);
         out.push(ClaimedJob {
             id,
-            payload: reply::bytes(verb, payload)?,
-            token: count(&token)?,
-            attempts: count(&attempt)?,
+            payload: reply::bytes(verb, take(PAYLOAD))?,
+            token: count(&take(TOKEN))?,
+            attempts: count(&take(ATTEMPT))?,
             // a ring member that is no valid name (the keyspace edited by hand) is the handler's
             // information only, as on the embedded store: it must not fail the batch, whose jobs
             // are leased already and would wait out their leases (the settles read the row's group)
             group: (!group.is_empty()).then(|| GroupName::new(group).ok()).flatten(),
             kind: (!kind.is_empty()).then_some(kind),
-            max_attempts: count(&max)?,
+            max_attempts: count(&take(MAX_ATTEMPTS))?,
             retry,
             wait,
         });
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_names_the_reply_fields_as_the_verb_reads_them() {
+        let lua = include_str!("../../../scripts/claim.lua");
+        let named = crate::store::scripts::lua_positions(lua, "CLAIM_REPLY_FIELDS");
+        assert_eq!(named, CLAIM_REPLY_FIELDS, "claim.lua's positions");
+        let read = [ID, PAYLOAD, TOKEN, ATTEMPT, GROUP, KIND, MAX_ATTEMPTS, RETRY, WAIT];
+        let mut sorted = read;
+        sorted.sort_unstable();
+        assert_eq!(sorted, std::array::from_fn(|i| i), "each field read once");
+    }
+
+    #[test]
+    fn a_reply_is_read_by_the_named_positions() {
+        let job = |id: &str| {
+            vec![
+                Reply::Bulk(id.as_bytes().to_vec()),
+                Reply::Bulk(b"data".to_vec()),
+                Reply::Int(3),
+                Reply::Int(2),
+                Reply::Bulk(b"g".to_vec()),
+                Reply::Bulk(b"k".to_vec()),
+                Reply::Int(5),
+                Reply::Bulk(Vec::new()),
+                Reply::Int(7),
+            ]
+        };
+        let mut items = job("a");
+        items.extend(job("b"));
+        items.extend([Reply::Int(0), Reply::Int(0)]);
+        let mut out = Claimed::default();
+        assert_eq!(parse_claimed(Reply::Array(items), &mut out).unwrap(), 2);
+        let a = &out.jobs[0];
+        assert_eq!((a.id.as_str(), a.payload.as_slice()), ("a", &b"data"[..]));
+        assert_eq!((a.token, a.attempts, a.max_attempts), (3, 2, 5));
+        assert_eq!(a.group.as_ref().map(|g| g.as_str()), Some("g"));
+        assert_eq!(a.kind.as_deref(), Some("k"));
+        assert_eq!(a.wait, Some(Duration::from_millis(7)));
+        assert_eq!(out.jobs[1].id.as_str(), "b");
+        assert!(out.wait.is_none());
+        let short = Reply::Array(vec![Reply::Int(0)]);
+        assert!(parse_claimed(short, &mut Claimed::default()).is_err());
+    }
 }

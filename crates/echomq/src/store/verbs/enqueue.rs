@@ -14,6 +14,19 @@ use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName, QUEUES_KEY};
 use crate::store::scripts::Script;
 use crate::store::{check_jobs, Enqueued};
 
+/// A job's arguments in the enqueue's (and genqueue's) full layout, in order: the script names the
+/// same positions (`emq_new_jobs` in `scripts/lib/new_jobs.lua`; a test holds the two equal).
+pub(crate) const ENQUEUE_JOB_FIELDS: [&str; 8] = [
+    "id",
+    "delay_ms",
+    "max_attempts",
+    "kind",
+    "priority",
+    "retry",
+    "dedup",
+    "payload",
+];
+
 pub(crate) async fn enqueue(
     store: &(impl Engine + ?Sized),
     queue: &QueueName,
@@ -52,7 +65,7 @@ pub(crate) async fn new_jobs(
     let mut calls = Vec::new();
     let mut batches = Vec::new();
     for batch in crate::store::bounded(jobs, |j| j.payload.len()) {
-        let mut args = Vec::with_capacity(3 + 8 * batch.len());
+        let mut args = Vec::with_capacity(3 + ENQUEUE_JOB_FIELDS.len() * batch.len());
         args.push(k.base().as_bytes().to_vec());
         if let Some(g) = group {
             args.push(g.as_str().as_bytes().to_vec());
@@ -69,26 +82,11 @@ pub(crate) async fn new_jobs(
                 && j.delay.is_none_or(|d| d.as_millis() == 0)
         });
         for job in batch {
-            if !plain {
-                args.push(
-                    job.id
-                        .as_ref()
-                        .map(|i| i.as_str().as_bytes().to_vec())
-                        .unwrap_or_default(),
-                );
-                args.push(num(job.delay.map(|d| d.as_millis()).unwrap_or(0)));
-                args.push(job.max_attempts.map(num).unwrap_or_default());
-                args.push(job.kind.as_deref().unwrap_or_default().as_bytes().to_vec());
-                args.push(job.priority.filter(|p| *p > 0).map(num).unwrap_or_default());
-                args.push(
-                    job.retry
-                        .as_ref()
-                        .map(|r| r.to_string().into_bytes())
-                        .unwrap_or_default(),
-                );
-                args.push(job.dedup.as_ref().map(|d| d.arg().into_bytes()).unwrap_or_default());
+            if plain {
+                args.push(job.payload.clone());
+            } else {
+                args.extend(ENQUEUE_JOB_FIELDS.map(|field| job_field(job, field)));
             }
-            args.push(job.payload.clone());
         }
         calls.push(Call {
             script,
@@ -134,6 +132,29 @@ pub(crate) async fn new_jobs(
         }),
         Some(e) => Err(e),
         None => Ok(out),
+    }
+}
+
+/// A job's argument `field` (one of [`ENQUEUE_JOB_FIELDS`]) in the full layout: '' for none.
+fn job_field(job: &NewJob, field: &str) -> Vec<u8> {
+    match field {
+        "id" => job
+            .id
+            .as_ref()
+            .map(|i| i.as_str().as_bytes().to_vec())
+            .unwrap_or_default(),
+        "delay_ms" => num(job.delay.map(|d| d.as_millis()).unwrap_or(0)),
+        "max_attempts" => job.max_attempts.map(num).unwrap_or_default(),
+        "kind" => job.kind.as_deref().unwrap_or_default().as_bytes().to_vec(),
+        "priority" => job.priority.filter(|p| *p > 0).map(num).unwrap_or_default(),
+        "retry" => job
+            .retry
+            .as_ref()
+            .map(|r| r.to_string().into_bytes())
+            .unwrap_or_default(),
+        "dedup" => job.dedup.as_ref().map(|d| d.arg().into_bytes()).unwrap_or_default(),
+        "payload" => job.payload.clone(),
+        _ => Vec::new(),
     }
 }
 
@@ -208,5 +229,30 @@ pub(crate) async fn register(store: &(impl Engine + ?Sized), queue: &QueueName, 
     let marked = store.commands("enqueue", &key, marks).await;
     if let Some(e) = marked.map_or_else(Some, |r| r.into_iter().find_map(Result::err)) {
         tracing::warn!(queue = %queue, error = %e, "marking the queue's registration paid failed; its next enqueue registers it again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_names_the_job_fields_as_the_verb_sends_them() {
+        let lua = include_str!("../../../scripts/lib/new_jobs.lua");
+        let named = crate::store::scripts::lua_positions(lua, "ENQUEUE_JOB_FIELDS");
+        assert_eq!(named, ENQUEUE_JOB_FIELDS, "emq_new_jobs's positions");
+        // every field is sent: a job with every option set sends no field empty
+        let key = crate::keyspace::DedupKey::new("key").unwrap();
+        let job = NewJob::new(b"p".to_vec())
+            .with_id(JobId::new("j").unwrap())
+            .with_delay(std::time::Duration::from_millis(5))
+            .with_max_attempts(3)
+            .with_kind("k")
+            .with_priority(2)
+            .with_retry(crate::RetryPolicy::default())
+            .with_dedup(crate::dedup::Dedup::new(key, crate::dedup::DedupMode::UntilFinished).unwrap());
+        for field in ENQUEUE_JOB_FIELDS {
+            assert!(!job_field(&job, field).is_empty(), "{field} is not sent");
+        }
     }
 }

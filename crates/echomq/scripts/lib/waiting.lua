@@ -1,0 +1,35 @@
+-- lib/waiting.lua — A waiting job (pending or scheduled) taken out of where it waits: where it
+-- waits read before the first write, then its removal with the lanes' count and the pending tally
+-- kept.
+
+-- where a waiting job (pending or scheduled) waits, read before the first write: w.key, the key
+-- (a suffix of the queue base; a lane by emq_lane_len, which converts one an earlier version
+-- wrote) for emq_touch and emq_unwait; for a lane, w.lj, the count of the lanes' jobs
+-- (emq_lane_jobs_of); for a pending job, w.left, the pending tally of its leaving (its rank and
+-- priority read, the tally's keys reached)
+local function emq_waits_in_read(base, state, g, id)
+  if state == 'scheduled' then return { key = 'scheduled' } end
+  local w = { key = 'pending' }
+  if g then
+    emq_lane_len(base, g)
+    w.key = 'lane:' .. g
+    w.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs'))
+  end
+  local rank = tonumber(redis.call('ZSCORE', base .. w.key, id))
+  if rank then
+    local p = tonumber(redis.call('HGET', base .. 'job:' .. id, 'priority')) or 0
+    w.left = emq_tally_new()
+    emq_tally(w.left, rank, p, -1)
+    emq_touch(base, emq_tally_touch({}))
+  end
+  return w
+end
+
+-- a waiting job taken out of where it waits (w: emq_waits_in_read's); false when the row says it
+-- waits but it is not there
+local function emq_unwait(base, id, w)
+  local gone = redis.call('ZREM', base .. w.key, id) == 1
+  if gone and w.lj then emq_lane_jobs_add(base, w.lj, -1) end
+  if gone and w.left then emq_tally_write(base, w.left) end
+  return gone
+end
