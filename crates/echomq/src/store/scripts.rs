@@ -139,13 +139,18 @@ fn generate(name: &str, template: &str) -> String {
     )
 }
 
-/// The `emq_…` names a piece of Lua mentions.
+/// The `emq_…` names a piece of Lua's code mentions — not its comments (a helper's comment naming
+/// another helper must not send that one too: each helper sent builds its closure on every call).
+/// No script's string holds `--`, so a line's code ends at its first `--`.
 fn mentions(text: &str) -> impl Iterator<Item = &str> {
-    text.match_indices("emq_").map(move |(i, _)| {
-        let end = text[i..]
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .map_or(text.len(), |e| i + e);
-        &text[i..end]
+    text.lines().flat_map(|line| {
+        let code = line.split("--").next().unwrap_or("");
+        code.match_indices("emq_").map(move |(i, _)| {
+            let end = code[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(code.len(), |e| i + e);
+            &code[i..end]
+        })
     })
 }
 
