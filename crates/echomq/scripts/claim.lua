@@ -159,83 +159,72 @@ local deadline = string.format('%d', now + lease)
 local token_texts = {}
 local got, bytes, failed, cancelled = 0, 0, 0, 0
 
--- one job taken from a member (g: its group, nil for the flat set) at its rank: read its row and
--- decide. True when handed out.
-local function judge(id, g, rank)
-  rank = tonumber(rank) or 0
-  if met[id] then
-    emq_tally(left, rank, met[id], -1)
-    return false
-  end
-  met[id] = 0
-  local jk = jobs .. id
-  local all = redis.pcall('HGETALL', jk)
+-- Read a taken job's row: its fields by name ({foreign = its defect, data} for a key of another
+-- type, nil for a missing row).
+local function read_row(id)
+  local all = redis.pcall('HGETALL', jobs .. id)
   if emq_foreign(all) then
-    emq_tally(left, rank, 0, -1)
     local defect, data = emq_foreign_read(base, id)
-    settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = '0', foreign = true, data = data }
-    failed = failed + 1
-    return false
+    return { foreign = defect, data = data }
   end
-  if #all == 0 then -- a missing row: dropped
-    emq_tally(left, rank, 0, -1)
-    return false
-  end
-  local data, state, attempts, free, maxattempts, cancel, kind, waited, retry, prio
+  if #all == 0 then return nil end
+  local r = {}
   for i = 1, #all, 2 do
     local k = all[i]
-    if k == 'data' then data = all[i + 1]
-    elseif k == 'state' then state = all[i + 1]
-    elseif k == 'attempts' then attempts = all[i + 1]
-    elseif k == 'free' then free = all[i + 1]
-    elseif k == 'max_attempts' then maxattempts = all[i + 1]
-    elseif k == 'cancel' then cancel = all[i + 1]
-    elseif k == 'kind' then kind = all[i + 1]
-    elseif k == 'waited' then waited = all[i + 1]
-    elseif k == 'retry' then retry = all[i + 1]
-    elseif k == 'priority' then prio = all[i + 1]
+    if k == 'data' then r.data = all[i + 1]
+    elseif k == 'state' then r.state = all[i + 1]
+    elseif k == 'attempts' then r.attempts = all[i + 1]
+    elseif k == 'free' then r.free = all[i + 1]
+    elseif k == 'max_attempts' then r.max_attempts = all[i + 1]
+    elseif k == 'cancel' then r.cancel = all[i + 1]
+    elseif k == 'kind' then r.kind = all[i + 1]
+    elseif k == 'waited' then r.waited = all[i + 1]
+    elseif k == 'retry' then r.retry = all[i + 1]
+    elseif k == 'priority' then r.priority = all[i + 1]
     end
   end
-  local p = 0
-  if prio then p = tonumber(prio) or 0 end
-  met[id] = p
-  emq_tally(left, rank, p, -1)
-  -- an absent count is its default (a job never claimed has none): 0 attempts, 0 free, ARGV[4]
+  return r
+end
+
+-- Judge a sound row's counts: an absent count is its default (a job never claimed has none: 0
+-- attempts, 0 free, ARGV[4]). Returns its defect (nil when sound: 'lease expired on the last
+-- attempt' at its budget), the attempts it has used as its record states them (a malformed count
+-- as it stands), and its attempts, free and budget.
+local function judge_row(r)
   local att, fr, maxa = 0, 0, maxdef
-  if attempts then att = tonumber(attempts) end
-  if free then fr = tonumber(free) end
-  if maxattempts then maxa = tonumber(maxattempts) end
+  if r.attempts then att = tonumber(r.attempts) end
+  if r.free then fr = tonumber(r.free) end
+  if r.max_attempts then maxa = tonumber(r.max_attempts) end
   local defect = nil
-  if not data then defect = 'malformed row: no data'
-  elseif state ~= 'pending' then defect = 'malformed row: state ' .. tostring(state) .. ' in a ready set'
-  elseif attempts and not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. attempts
-  elseif free and (not emq_whole(fr, 0) or fr > att) then defect = 'malformed row: free ' .. free
-  elseif maxattempts and not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. maxattempts
+  if not r.data then defect = 'malformed row: no data'
+  elseif r.state ~= 'pending' then defect = emq_misplaced(r.state, 'a ready set')
+  elseif r.attempts and not emq_whole(att, 0) then defect = 'malformed row: attempts ' .. r.attempts
+  elseif r.free and (not emq_whole(fr, 0) or fr > att) then defect = 'malformed row: free ' .. r.free
+  elseif r.max_attempts and not emq_whole(maxa, 1) then defect = 'malformed row: max_attempts ' .. r.max_attempts
   end
-  -- the attempts it has used, as its record states them (a malformed count as it stands)
-  local used = attempts or '0'
+  local used = r.attempts or '0'
   if not defect then used = att - fr end
-  if not defect and cancel then
-    settled[#settled + 1] = { id = id, kind = 'cancelled', reason = cancel, attempt = used, waited = waited }
-    cancelled = cancelled + 1
-    return false
-  end
-  if not defect and att - fr >= maxa then defect = 'lease expired on the last attempt' end
-  if defect then
-    settled[#settled + 1] = { id = id, kind = 'dead', reason = defect, attempt = used, waited = waited }
-    failed = failed + 1
-    return false
-  end
+  return defect, used, att, fr, maxa
+end
+
+-- Set a job aside instead of handing it out: settled below as dead or cancelled.
+local function set_aside(j)
+  settled[#settled + 1] = j
+  if j.kind == 'cancelled' then cancelled = cancelled + 1 else failed = failed + 1 end
+end
+
+-- Hand a job out: its nine reply fields, its lease and its new token (attempts + 1).
+local function hand_out(id, g, rank, p, r, att, fr, maxa)
   local token = att + 1
-  bytes = bytes + #data
+  bytes = bytes + #r.data
   out[nout + ID] = id
-  out[nout + PAYLOAD] = data
+  out[nout + PAYLOAD] = r.data
   out[nout + TOKEN] = token
   out[nout + ATTEMPT] = token - fr
   out[nout + GROUP] = g or ''
-  out[nout + KIND] = kind or ''
+  out[nout + KIND] = r.kind or ''
   out[nout + MAX_ATTEMPTS] = maxa
-  out[nout + RETRY] = retry or ''
+  out[nout + RETRY] = r.retry or ''
   if p > 0 and not aging then aging = tonumber(call('HGET', base .. 'order', 'aging')) or 60000 end
   local ready, wait = emq_rank_ready(rank, p, aging), ''
   if ready then
@@ -253,8 +242,45 @@ local function judge(id, g, rank)
     text = string.format('%d', token)
     token_texts[token] = text
   end
-  tokens[2 * k - 1] = jk
+  tokens[2 * k - 1] = jobs .. id
   tokens[2 * k] = text
+end
+
+-- Take one job from a member (g: its group, nil for the flat set) at its rank: read its row, judge
+-- it, and hand it out or set it aside (a missing row is dropped). It leaves the pending tally
+-- either way. True when handed out.
+local function take(id, g, rank)
+  rank = tonumber(rank) or 0
+  if met[id] then
+    emq_tally(left, rank, met[id], -1)
+    return false
+  end
+  met[id] = 0
+  local r = read_row(id)
+  if not r then
+    emq_tally(left, rank, 0, -1)
+    return false
+  end
+  if r.foreign then
+    emq_tally(left, rank, 0, -1)
+    set_aside({ id = id, kind = 'dead', reason = r.foreign, attempt = '0', foreign = true, data = r.data })
+    return false
+  end
+  local p = 0
+  if r.priority then p = tonumber(r.priority) or 0 end
+  met[id] = p
+  emq_tally(left, rank, p, -1)
+  local defect, used, att, fr, maxa = judge_row(r)
+  if not defect and r.cancel then
+    set_aside({ id = id, kind = 'cancelled', reason = r.cancel, attempt = used, waited = r.waited })
+    return false
+  end
+  if not defect and att - fr >= maxa then defect = 'lease expired on the last attempt' end
+  if defect then
+    set_aside({ id = id, kind = 'dead', reason = defect, attempt = used, waited = r.waited })
+    return false
+  end
+  hand_out(id, g, rank, p, r, att, fr, maxa)
   return true
 end
 
@@ -265,6 +291,21 @@ local budget = n + ring_len + #due + 1000
 local dropped, held = {}, {}
 -- whether the queue's limit stopped the walk
 local stopped = false
+-- Push a member back at the ring's tail while it is still eligible; a group its rate limit no
+-- longer admits is held in `throttled` instead; any other member leaves the ring (its r: flag
+-- cleared).
+local function push_back(s, m)
+  if s.taken < s.size and (not s.group or s.a < s.limit) then
+    if s.group and not emq_rate_admits(s.rate, now_us) then
+      held[#held + 1] = { m, emq_rate_next(s.rate) }
+    else
+      back[#back + 1] = m
+    end
+  else
+    dropped[#dropped + 1] = 'r:' .. m
+  end
+end
+
 while got < n and bytes < maxbytes and budget > 0 do
   if not emq_rate_admits(qrate, now_us) then
     stopped = true
@@ -281,29 +322,21 @@ while got < n and bytes < maxbytes and budget > 0 do
     while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
       used = used + 1
       local id, rank = next_id(s, n - got)
-      if judge(id, nil, rank) then
+      if take(id, nil, rank) then
         got = got + 1
         emq_rate_take(qrate)
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
     local id, rank = next_id(s, n - got)
-    if judge(id, m, rank) then
+    if take(id, m, rank) then
       got = got + 1
       s.a = s.a + 1
       emq_rate_take(s.rate)
       emq_rate_take(qrate)
     end
   end
-  if s.taken < s.size and (not s.group or s.a < s.limit) then
-    if s.group and not emq_rate_admits(s.rate, now_us) then
-      held[#held + 1] = { m, emq_rate_next(s.rate) }
-    else
-      back[#back + 1] = m
-    end
-  else
-    dropped[#dropped + 1] = 'r:' .. m
-  end
+  push_back(s, m)
 end
 -- the wait: the queue's next admission while it admits none, else the earliest group's in
 -- throttled once this claim's moves are written (the first not taken due, or one throttled here)

@@ -213,7 +213,7 @@ for i, id in ipairs(due) do
     if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
     moved = moved + 1
   elseif state then
-    emq_bury(base, id, now, 'malformed row: state ' .. state .. (row[3] and '' or ', no data') .. ' in scheduled')
+    emq_bury(base, id, now, emq_misplaced(state, 'scheduled', not row[3]))
     emq_notify(base, row[4], id)
     failed = failed + 1
   end

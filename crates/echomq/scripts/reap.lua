@@ -91,7 +91,7 @@ for i = #lapsed, 1, -1 do
     end
     back = back + 1
   elseif state then
-    emq_bury(base, id, now, 'malformed row: state ' .. state .. ' in active')
+    emq_bury(base, id, now, emq_misplaced(state, 'active'))
     emq_notify(base, row[3], id)
     -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
     if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end

@@ -22,6 +22,12 @@ local function emq_foreign_read(base, id)
   return 'malformed row: a ' .. kind .. ', not a hash', data
 end
 
+-- the defect of a row met in a set its state does not belong to (`where`: the set, as the defect
+-- names it; `no_data`: the row has no data either)
+local function emq_misplaced(state, where, no_data)
+  return 'malformed row: state ' .. tostring(state) .. (no_data and ', no data' or '') .. ' in ' .. where
+end
+
 -- a job to the morgue, scored with the store's time of death
 local function emq_bury(base, id, now, err)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'dead', 'last_error', err)
