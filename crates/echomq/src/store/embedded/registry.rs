@@ -6,7 +6,7 @@
 
 use rusqlite::Connection;
 
-use super::{open_error, BUSY_TIMEOUT};
+use super::open_error;
 use crate::error::Result;
 
 /// The registry file of the store at `path`.
@@ -18,8 +18,9 @@ pub(crate) fn path_of(store_path: &str) -> String {
 /// nothing but entries every live consumer writes again within a beat, so commits are not synced.
 pub(crate) fn open(store_path: &str) -> Result<Connection> {
     let path = path_of(store_path);
-    let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| open_error(&path, e))?;
+    let mut conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
+    conn.busy_handler(Some(super::busy_wait))
+        .map_err(|e| open_error(&path, e))?;
     super::until_not_busy(|| conn.pragma_update(None, "journal_mode", "WAL")).map_err(|e| open_error(&path, e))?;
     conn.pragma_update(None, "synchronous", "OFF")
         .map_err(|e| open_error(&path, e))?;
