@@ -44,7 +44,7 @@ fn max_window(times: &[u64], period: u64) -> usize {
 }
 
 async fn three_consumers_keep_to_a_queue_limit_and_reach_its_rate(ctx: &Ctx) {
-    let limit: RateLimit = "200/1s".parse().unwrap();
+    let limit: RateLimit = "100/1s".parse().unwrap();
     ctx.store
         .set_rate_limit(&ctx.q, &RateTarget::Queue, Some(limit))
         .await
@@ -68,19 +68,20 @@ async fn three_consumers_keep_to_a_queue_limit_and_reach_its_rate(ctx: &Ctx) {
     let mut times: Vec<u64> = starts.lock().unwrap().iter().map(|s| s.0).collect();
     times.sort_unstable();
     assert!(
-        max_window(&times, 1000) <= 201,
+        max_window(&times, 1000) <= 101,
         "a second held {} starts",
         max_window(&times, 1000)
     );
     // the steady part, half a second in from either end, near the limit: consumers that slept on
     // the wake list instead, in its 100 ms steps, would start one job a step each (a burst of 1),
     // about 30/s for three. The bound leaves room for a loaded machine (with two busy loops beside
-    // eight tests at once these consumers reached 147–168/s on Redis; the embedded store's engine
-    // in a debug build, beside the rest of the suite, 111/s).
+    // eight tests at once these consumers reached 147–168/s of 200/s on Redis; the embedded store's
+    // engine in a debug build, beside seven other tests on two cores, 80–111/s of 200/s: hence a
+    // limit of 100/s).
     let (first, last) = (times[0], times[times.len() - 1]);
     let steady = times.iter().filter(|&&t| t >= first + 500 && t < last - 500).count();
     let rate = steady as f64 * 1000.0 / (last - first - 1000) as f64;
-    assert!(rate >= 90.0, "{rate:.1} starts/s under a limit of 200/s");
+    assert!(rate >= 60.0, "{rate:.1} starts/s under a limit of 100/s");
 }
 
 async fn a_limited_group_keeps_to_its_limit_while_the_others_run_on(ctx: &Ctx) {
@@ -98,7 +99,7 @@ async fn a_limited_group_keeps_to_its_limit_while_the_others_run_on(ctx: &Ctx) {
     ctx.store.genqueue(&ctx.q, &slow, &jobs(100)).await.unwrap();
     for g in 0..5 {
         let g = GroupName::new(format!("g{g}")).unwrap();
-        ctx.store.genqueue(&ctx.q, &g, &jobs(100)).await.unwrap();
+        ctx.store.genqueue(&ctx.q, &g, &jobs(40)).await.unwrap();
     }
     let starts: Starts = Arc::default();
     let opts = fast().with_concurrency(10).with_lease(LEASE);
@@ -113,8 +114,8 @@ async fn a_limited_group_keeps_to_its_limit_while_the_others_run_on(ctx: &Ctx) {
     let s = &starts;
     wait_until(
         Duration::from_secs(60),
-        "the unlimited groups' 500 jobs ran",
-        move || async move { s.lock().unwrap().iter().filter(|(_, g)| g != "slow").count() == 500 },
+        "the unlimited groups' 200 jobs ran",
+        move || async move { s.lock().unwrap().iter().filter(|(_, g)| g != "slow").count() == 200 },
     )
     .await;
     let took = began.elapsed();
@@ -132,7 +133,7 @@ async fn a_limited_group_keeps_to_its_limit_while_the_others_run_on(ctx: &Ctx) {
         // an interval less the 10 ms a claim may come early, on a clock of whole ms
         assert!(pair[1] - pair[0] >= 89, "starts of the limited group: {slow_times:?}");
     }
-    // the others did not wait behind it: their 500 jobs took far less than its 100 would (10 s)
+    // the others did not wait behind it: their 200 jobs took far less than its 100 would (10 s)
     assert!(took < Duration::from_secs(8), "the unlimited groups took {took:?}");
     assert!(
         slow_times.len() < 100,
