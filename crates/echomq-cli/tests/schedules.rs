@@ -209,8 +209,12 @@ fn every_worker_down_for_10_s_misses_slots_by_each_schedules_policy(b: &Backend)
     };
     let w = work(b, &q, &file);
     wait_until(WITHIN, "3 slots of each schedule ran", || fired(3));
+    let down = Instant::now();
     w.stop();
     let before = runs(&file);
+    // what was missed before the outage: the slots due before the first worker was up (a slow
+    // start under load), counted when it fired its first; no worker moves these counts now
+    let missed_before = listed(b, &q);
     std::thread::sleep(Duration::from_secs(10));
     let w = work(b, &q, &file);
     let after = |ran: &BTreeMap<String, Vec<u32>>| {
@@ -219,38 +223,39 @@ fn every_worker_down_for_10_s_misses_slots_by_each_schedules_policy(b: &Backend)
             .all(|p| slots(ran, p).len() >= slots(&before, p).len() + 3)
     };
     wait_until(WITHIN, "3 more slots of each schedule ran", || after(&runs(&file)));
+    // no more slots can have been missed than whole seconds passed since the stop
+    let most = down.elapsed().as_secs() + 1;
     w.stop();
     let ran = runs(&file);
     one_job_per_slot(&ran);
     let info = listed(b, &q);
     for policy in ["skip", "once", "all"] {
         let s = slots(&ran, policy);
-        let (first, last) = (s[0], s[s.len() - 1]);
-        let missing = ((last - first) / 1000 + 1) as u64 - s.len() as u64;
-        let missed = info[policy]["missed"].as_u64().unwrap();
+        // the outage: from the last slot run before the stop to the last run after it
         let gap = slots(&before, policy).last().copied().unwrap();
+        let late: Vec<i64> = s.iter().filter(|x| **x > gap).copied().collect();
+        let last = late[late.len() - 1];
+        let missing = ((last - gap) / 1000) as u64 - late.len() as u64;
+        let counted = |v: &BTreeMap<String, serde_json::Value>| v[policy]["missed"].as_u64().unwrap();
+        let missed = counted(&info) - counted(&missed_before);
         match policy {
             // nothing for the past: every slot missed has no job
             "skip" => assert_eq!(missed, missing, "skip: {s:?} {}", info[policy]),
             // one catch-up job: every slot missed but that one has no job
             "once" => {
                 assert_eq!(missed, missing + 1, "once: {s:?} {}", info[policy]);
-                let late = s.iter().filter(|x| **x > gap).copied().collect::<Vec<_>>();
                 assert!(late.len() >= 3, "{late:?}");
             }
             // each missed slot: no gap at all
-            _ => {
-                assert_eq!(missing, 0, "all: every slot has a job: {s:?}");
-                assert!((8..=12).contains(&missed), "all: about 10 missed: {}", info[policy]);
-            }
+            _ => assert_eq!(missing, 0, "all: every slot has a job: {s:?}"),
         }
-        if policy != "all" {
-            assert!(
-                (8..=12).contains(&missed),
-                "{policy}: about 10 missed: {}",
-                info[policy]
-            );
-        }
+        // 10 s down with a grace of 500 ms: at least the 8 slots wholly inside the outage
+        assert!(
+            (8..=most).contains(&missed),
+            "{policy}: about 10 missed (at most {most}): {} then {}",
+            missed_before[policy],
+            info[policy]
+        );
     }
 }
 
