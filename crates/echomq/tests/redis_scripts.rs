@@ -786,11 +786,13 @@ async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
 /// verb's reload and its resend, and every call still answers as on a server that keeps its
 /// scripts — single calls, extend_lock (which reads its own error reply), an enqueue's pipeline
 /// with its registration, complete_many's, and the round's three scripts. The verbs keep going
-/// until the flusher has flushed often enough to be sure it overlapped them. A flush every 5 ms:
+/// until the flusher has flushed often enough to be sure it overlapped them. A flush every 25 ms:
 /// a call is sent at most 5 times, so a flush in each of its sends needs flushes as fast as its
 /// round trips. A round trip carrying three scripts' bodies, each with the shared library, takes
-/// over a millisecond with eight tests running at once: a flush every millisecond failed this
-/// case in two of three runs.
+/// over a millisecond with eight tests running at once, and past 5 ms at times on a loaded CI
+/// machine: a flush every millisecond failed this case in two of three runs, every 5 ms once in
+/// a CI run. (Losing the scripts on every send is `connection.rs`'s own case, on a server that
+/// answers `NOSCRIPT` on cue.)
 async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
     use echomq::store::{Extended, Retried, Settled};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -804,14 +806,14 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
             while !stop.load(Ordering::Relaxed) {
                 let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut conn).await.unwrap();
                 flushes.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(Duration::from_millis(25)).await;
             }
         }
     });
     let settle = SettleOptions::default();
     let g = group("g");
     let mut rounds = 0u64;
-    while rounds < 20 || flushes.load(Ordering::Relaxed) < 100 {
+    while rounds < 20 || flushes.load(Ordering::Relaxed) < 40 {
         assert!(rounds < 10_000, "the flusher flushed only {flushes:?} times");
         let at = format!("round {rounds}");
         let flat = ctx.store.enqueue(&ctx.q, &jobs(2)).await.expect(&at);
