@@ -310,11 +310,7 @@ async fn faults_and_evidence(
     store
         .set_retention(
             &queue,
-            &Retention {
-                keep,
-                max_age: Duration::from_secs(7 * 86_400),
-                ..Retention::default()
-            },
+            &Retention::default().keep(keep).max_age(Duration::from_secs(7 * 86_400)),
         )
         .await?;
     let ids = enqueue(&*store, &queue, args.jobs).await?;

@@ -34,11 +34,10 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let mut r = store.retention(&queue).await?;
     let change = args.off || args.keep.is_some() || args.max_age.is_some() || args.max_output.is_some();
     if change {
-        r = Retention {
-            keep: if args.off { 0 } else { args.keep.unwrap_or(r.keep) },
-            max_age: args.max_age.unwrap_or(r.max_age),
-            max_output: args.max_output.unwrap_or(r.max_output),
-        };
+        r = Retention::default()
+            .keep(if args.off { 0 } else { args.keep.unwrap_or(r.keep) })
+            .max_age(args.max_age.unwrap_or(r.max_age))
+            .max_output(args.max_output.unwrap_or(r.max_output));
         store.set_retention(&queue, &r).await?;
         eprintln!("queue {queue}: retention set");
     }

@@ -197,14 +197,10 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     }
     let conflict = |msg: &str| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, msg).exit();
     let recovery = match (args.recovery, args.max_stalled, args.max_redeliveries) {
-        (RecoveryArg::Stalled, n, None) => Recovery::Stalled(StalledPolicy {
-            max_stalled: n.unwrap_or(StalledPolicy::default().max_stalled),
-            ..StalledPolicy::default()
-        }),
-        (RecoveryArg::Reap, None, Some(n)) => Recovery::Redeliver(RedeliveryPolicy {
-            max_redeliveries: n,
-            ..RedeliveryPolicy::default()
-        }),
+        (RecoveryArg::Stalled, n, None) => {
+            Recovery::Stalled(StalledPolicy::default().max_stalled(n.unwrap_or(StalledPolicy::default().max_stalled)))
+        }
+        (RecoveryArg::Reap, None, Some(n)) => Recovery::Redeliver(RedeliveryPolicy::default().max_redeliveries(n)),
         (_, Some(_), _) => conflict("--max-stalled needs --recovery stalled\n"),
         (_, _, Some(_)) => conflict("--max-redeliveries needs --recovery reap\n"),
         (RecoveryArg::Reap, None, None) => Recovery::Reap,

@@ -204,12 +204,20 @@ fn every_page_and_action_works_and_bad_input_is_refused(b: &Backend) {
     l.rt.block_on(async {
         let claimed = l
             .store
-            .claim(&qn, 10, Duration::from_secs(30), 3, SettleOptions::default())
+            .claim(
+                &qn,
+                echomq::store::ClaimRequest::new(10, Duration::from_secs(30)).max_attempts(3),
+            )
             .await
             .unwrap();
         let doomed = claimed.iter().find(|j| j.id.as_str() == "doomed").unwrap();
         l.store
-            .discard(&qn, &doomed.id, doomed.token, "broken", SettleOptions::default())
+            .discard(
+                &qn,
+                &doomed.id,
+                doomed.token,
+                &echomq::store::DiscardRequest::new("broken"),
+            )
             .await
             .unwrap();
         for j in claimed.iter().filter(|j| j.id.as_str() != "doomed") {
@@ -989,19 +997,26 @@ fn claim_and_settle(l: &common::Lib, qn: &echomq::QueueName, n: u32, id: &str, r
     l.rt.block_on(async {
         let claimed = l
             .store
-            .claim(qn, n, Duration::from_secs(30), 3, SettleOptions::default())
+            .claim(
+                qn,
+                echomq::store::ClaimRequest::new(n, Duration::from_secs(30)).max_attempts(3),
+            )
             .await
             .unwrap();
         let j = claimed.iter().find(|j| j.id.as_str() == id).expect("the job claimed");
         match reason {
             Some(r) => l
                 .store
-                .discard(qn, &j.id, j.token, r, SettleOptions::default())
+                .discard(qn, &j.id, j.token, &echomq::store::DiscardRequest::new(r))
                 .await
                 .map(drop),
             None => l
                 .store
-                .complete(qn, &j.id, j.token, None, SettleOptions::default())
+                .complete(
+                    qn,
+                    &echomq::store::Completion::new(j.id.clone(), j.token),
+                    SettleOptions::default(),
+                )
                 .await
                 .map(drop),
         }

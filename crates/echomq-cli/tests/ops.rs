@@ -38,9 +38,6 @@ fn lines(o: &Output) -> Vec<String> {
     stdout(o).lines().map(str::to_string).collect()
 }
 
-/// The settles of these tests: the queue's default retention keeps the finished rows.
-const RETAIN: SettleOptions = SettleOptions { record: false };
-
 impl Lib {
     fn enqueue(&self, q: &str, job: NewJob) -> String {
         let replies = self.rt.block_on(self.store.enqueue(&qn(q), &[job])).unwrap();
@@ -55,7 +52,10 @@ impl Lib {
 
     fn claim(&self, q: &str, n: u32, lease: Duration) -> Vec<ClaimedJob> {
         self.rt
-            .block_on(self.store.claim(&qn(q), n, lease, 25, SettleOptions::default()))
+            .block_on(
+                self.store
+                    .claim(&qn(q), echomq::store::ClaimRequest::new(n, lease).max_attempts(25)),
+            )
             .unwrap()
             .jobs
     }
@@ -69,7 +69,11 @@ impl Lib {
     /// Completes a claimed job, keeping its row.
     fn complete(&self, q: &str, job: &ClaimedJob, output: Option<&[u8]>) {
         self.rt
-            .block_on(self.store.complete(&qn(q), &job.id, job.attempts, output, RETAIN))
+            .block_on(self.store.complete(
+                &qn(q),
+                &echomq::store::Completion::new(job.id.clone(), job.attempts).output(output),
+                SettleOptions::default(),
+            ))
             .unwrap();
     }
 
@@ -77,17 +81,22 @@ impl Lib {
     fn kill_next(&self, q: &str, error: &str) -> String {
         let job = self.claim_one(q, Duration::from_secs(60));
         self.rt
-            .block_on(
-                self.store
-                    .discard(&qn(q), &job.id, job.attempts, error, SettleOptions::default()),
-            )
+            .block_on(self.store.discard(
+                &qn(q),
+                &job.id,
+                job.attempts,
+                &echomq::store::DiscardRequest::new(error),
+            ))
             .unwrap();
         job.id.to_string()
     }
 
     fn cancel_retained(&self, q: &str, id: &str) {
         self.rt
-            .block_on(self.store.cancel(&qn(q), &jid(id), Some("no longer needed"), RETAIN))
+            .block_on(
+                self.store
+                    .cancel(&qn(q), &jid(id), Some("no longer needed"), SettleOptions::default()),
+            )
             .unwrap();
     }
 }
@@ -333,9 +342,7 @@ fn list_shows_retained_completed_and_cancelled_rows_only() {
     set(echomq::Retention::off());
     l.rt.block_on(l.store.complete(
         &qn(&q),
-        &unretained.id,
-        unretained.attempts,
-        None,
+        &echomq::store::Completion::new(unretained.id.clone(), unretained.attempts),
         SettleOptions::default(),
     ))
     .unwrap();

@@ -138,19 +138,15 @@ async fn claim_complete_many(store: &Arc<RedisStore>, q: &QueueName, n: usize, w
         let (store, q, done) = (store.clone(), q.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             while done.load(std::sync::atomic::Ordering::Relaxed) < n {
-                let jobs = store.claim(&q, 100, LEASE, 3, SettleOptions::default()).await.unwrap();
+                let jobs = store
+                    .claim(&q, echomq::store::ClaimRequest::new(100, LEASE).max_attempts(3))
+                    .await
+                    .unwrap();
                 if jobs.is_empty() {
                     tokio::task::yield_now().await;
                     continue;
                 }
-                let batch: Vec<Completion> = jobs
-                    .into_iter()
-                    .map(|j| Completion {
-                        id: j.id,
-                        token: j.attempts,
-                        output: None,
-                    })
-                    .collect();
+                let batch: Vec<Completion> = jobs.into_iter().map(|j| Completion::new(j.id, j.attempts)).collect();
                 let k = batch.len();
                 store.complete_many(&q, &batch, SettleOptions::default()).await.unwrap();
                 done.fetch_add(k, std::sync::atomic::Ordering::Relaxed);
@@ -166,10 +162,17 @@ async fn claim_complete_many(store: &Arc<RedisStore>, q: &QueueName, n: usize, w
 async fn claim_complete_single(store: &Arc<RedisStore>, q: &QueueName, n: usize) {
     let mut done = 0;
     while done < n {
-        let jobs = store.claim(q, 100, LEASE, 3, SettleOptions::default()).await.unwrap();
-        let settles = jobs
+        let jobs = store
+            .claim(q, echomq::store::ClaimRequest::new(100, LEASE).max_attempts(3))
+            .await
+            .unwrap();
+        let completions: Vec<_> = jobs
             .iter()
-            .map(|j| store.complete(q, &j.id, j.attempts, None, SettleOptions::default()));
+            .map(|j| echomq::store::Completion::new(j.id.clone(), j.attempts))
+            .collect();
+        let settles = completions
+            .iter()
+            .map(|c| store.complete(q, c, SettleOptions::default()));
         done += futures::future::join_all(settles).await.len();
     }
 }

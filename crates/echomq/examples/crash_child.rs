@@ -69,7 +69,12 @@ async fn settle(store: Arc<EmbeddedStore>, queue: QueueName) -> echomq::Result<(
     let none = SettleOptions::default();
     for round in 0u64.. {
         let claimed = store
-            .claim(&queue, 1 + (round % 40) as u32, Duration::from_secs(3600), 3, none)
+            .claim(
+                &queue,
+                echomq::store::ClaimRequest::new(1 + (round % 40) as u32, Duration::from_secs(3600))
+                    .max_attempts(3)
+                    .settle(none),
+            )
             .await?;
         OUTSTANDING.fetch_sub(claimed.len() as i64, Ordering::Relaxed);
         if claimed.is_empty() {
@@ -82,7 +87,15 @@ async fn settle(store: Arc<EmbeddedStore>, queue: QueueName) -> echomq::Result<(
             // one by one
             0 => {
                 for job in &claimed {
-                    if store.complete(&queue, &job.id, job.attempts, None, none).await? == Settled::Ok {
+                    if store
+                        .complete(
+                            &queue,
+                            &echomq::store::Completion::new(job.id.clone(), job.attempts),
+                            none,
+                        )
+                        .await?
+                        == Settled::Ok
+                    {
                         report(&[('S', &job.id)]);
                     }
                 }
@@ -91,11 +104,7 @@ async fn settle(store: Arc<EmbeddedStore>, queue: QueueName) -> echomq::Result<(
             1 => {
                 let batch: Vec<Completion> = claimed
                     .iter()
-                    .map(|j| Completion {
-                        id: j.id.clone(),
-                        token: j.attempts,
-                        output: Some(b"out".to_vec()),
-                    })
+                    .map(|j| Completion::new(j.id.clone(), j.attempts).output(Some(b"out".to_vec())))
                     .collect();
                 let replies = store.complete_many(&queue, &batch, none).await?;
                 let lines: Vec<_> = claimed
@@ -109,7 +118,16 @@ async fn settle(store: Arc<EmbeddedStore>, queue: QueueName) -> echomq::Result<(
             // dead-lettered
             _ => {
                 for job in &claimed {
-                    if store.discard(&queue, &job.id, job.attempts, "discarded", none).await? == Discarded::Dead {
+                    if store
+                        .discard(
+                            &queue,
+                            &job.id,
+                            job.attempts,
+                            &echomq::store::DiscardRequest::new("discarded").settle(none),
+                        )
+                        .await?
+                        == Discarded::Dead
+                    {
                         report(&[('D', &job.id)]);
                     }
                 }

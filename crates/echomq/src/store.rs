@@ -137,9 +137,23 @@ pub enum Extended {
 /// What a settle does besides the move: completion records. (What it keeps of a finished job is
 /// the queue's [`Retention`], a setting in the store.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct SettleOptions {
     /// Write a completion record to `emq:{q}:completions` inside the settling script.
     pub record: bool,
+}
+
+impl SettleOptions {
+    /// No completion records: the default, as a constant.
+    pub const fn new() -> Self {
+        SettleOptions { record: false }
+    }
+
+    /// Whether each settle writes a completion record (off by default).
+    pub const fn record(mut self, record: bool) -> Self {
+        self.record = record;
+        self
+    }
 }
 
 /// What a queue keeps of its finished jobs — completed and cancelled; dead jobs stay in the morgue,
@@ -149,6 +163,7 @@ pub struct SettleOptions {
 /// state, attempts, kind, group, times, its output (or cancel reason) and no payload; a queue that
 /// never set one keeps [`Retention::default`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Retention {
     /// The newest rows kept of each finished state — this many completed and this many cancelled;
     /// 0 keeps none (a row is deleted as its job finishes).
@@ -173,6 +188,24 @@ impl Default for Retention {
 }
 
 impl Retention {
+    /// The newest rows kept of each finished state (0: none).
+    pub fn keep(mut self, keep: u32) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// How long a finished row is kept.
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
+    }
+
+    /// The longest output kept, in bytes.
+    pub fn max_output(mut self, max_output: u32) -> Self {
+        self.max_output = max_output;
+        self
+    }
+
     /// Keeps nothing: every finished row is deleted as its job finishes (what a benchmark or a
     /// queue whose results nobody reads wants). `JobHandle::wait` still learns when a job ends,
     /// but with no row to read its outcome from it answers `Outcome::Expired`.
@@ -200,8 +233,10 @@ pub enum Waited {
     },
 }
 
-/// One entry of a complete_many batch.
+/// A completion ([`Store::complete`], one entry of [`Store::complete_many`]): the job, its
+/// holder's attempts token, and the handler's output if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Completion {
     /// The job.
     pub id: JobId,
@@ -209,6 +244,23 @@ pub struct Completion {
     pub token: u64,
     /// The handler's output, if any.
     pub output: Option<Vec<u8>>,
+}
+
+impl Completion {
+    /// The completion of the attempt `token` of job `id`, with no output.
+    pub fn new(id: JobId, token: u64) -> Self {
+        Completion {
+            id,
+            token,
+            output: None,
+        }
+    }
+
+    /// The handler's output, kept with the job (`None`: none).
+    pub fn output(mut self, output: Option<impl Into<Vec<u8>>>) -> Self {
+        self.output = output.map(Into::into);
+        self
+    }
 }
 
 /// The reply of promote.
@@ -407,6 +459,7 @@ pub enum LimitTarget {
 
 /// What a recovery sweep is allowed to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StalledPolicy {
     /// Dead-letter a job on its `max_stalled`-th stall (1 = the first, the default).
     pub max_stalled: u32,
@@ -423,11 +476,26 @@ impl Default for StalledPolicy {
     }
 }
 
+impl StalledPolicy {
+    /// Dead-letter a job on its `max_stalled`-th stall (at least 1).
+    pub fn max_stalled(mut self, max_stalled: u32) -> Self {
+        self.max_stalled = max_stalled;
+        self
+    }
+
+    /// At most this many lapsed leases per sweep.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
 /// Reap with a budget of its own for lapsed leases ([`Recovery::Redeliver`]): a lapsed lease gives
 /// back the attempt its claim took, so only handler failures spend `max_attempts`, and is counted
 /// on the job's row (`stalled`, as [`JobRow::stalled`] reads it); the lapse past `max_redeliveries`
 /// is dead, `last_error` "lease lapsed N times: its worker died or stalled each time".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RedeliveryPolicy {
     /// Lapsed leases a job is redelivered after (at least 1; [`MAX_REDELIVERIES_DEFAULT`]): the
     /// next lapse is dead. A job that kills its worker every time still ends.
@@ -442,6 +510,20 @@ impl Default for RedeliveryPolicy {
             max_redeliveries: MAX_REDELIVERIES_DEFAULT,
             limit: REAP_LIMIT,
         }
+    }
+}
+
+impl RedeliveryPolicy {
+    /// Lapsed leases a job is redelivered after (at least 1): the next lapse is dead.
+    pub fn max_redeliveries(mut self, max_redeliveries: u32) -> Self {
+        self.max_redeliveries = max_redeliveries;
+        self
+    }
+
+    /// At most this many lapsed leases per reap.
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
     }
 }
 
@@ -471,8 +553,9 @@ pub enum Recovery {
     Redeliver(RedeliveryPolicy),
 }
 
-/// The claim of a beat's round: `n` jobs (0 = none) under `lease`.
+/// A claim ([`Store::claim`], a round's last leg): `n` jobs (0 = none in a round) under `lease`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimRequest {
     /// Jobs wanted; 0 sends no claim.
     pub n: u32,
@@ -482,6 +565,129 @@ pub struct ClaimRequest {
     pub max_attempts: u32,
     /// Retention and records for claim-time cancellations.
     pub settle: SettleOptions,
+}
+
+impl ClaimRequest {
+    /// Up to `n` jobs, each leased for `lease`, under the consumer's default budget
+    /// ([`crate::consumer::MAX_ATTEMPTS_DEFAULT`]) and the default settle options.
+    pub fn new(n: u32, lease: Duration) -> Self {
+        ClaimRequest {
+            n,
+            lease,
+            max_attempts: crate::consumer::MAX_ATTEMPTS_DEFAULT,
+            settle: SettleOptions::default(),
+        }
+    }
+
+    /// The attempt budget of a job without its own (at least 1).
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Retention and records for the jobs the claim finds cancelled.
+    pub fn settle(mut self, settle: SettleOptions) -> Self {
+        self.settle = settle;
+        self
+    }
+}
+
+/// A beat's round ([`Store::recover_promote_claim`]): its recovery leg, its promote (at most
+/// `pump` due jobs; a schedule slot more than `grace` late missed) and its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RoundRequest {
+    /// The recovery leg.
+    pub recovery: Recovery,
+    /// The most due jobs the promote moves.
+    pub pump: u32,
+    /// How late a schedule slot may fire (a schedule's own grace wins).
+    pub grace: Duration,
+    /// The claim (`n` 0: none).
+    pub claim: ClaimRequest,
+}
+
+impl RoundRequest {
+    /// A round of `recovery` and `claim`, promoting as a consumer does by default
+    /// ([`crate::consumer::PUMP_BATCH_DEFAULT`] jobs, slots missed past
+    /// [`crate::schedule::GRACE_MIN`]).
+    pub fn new(recovery: Recovery, claim: ClaimRequest) -> Self {
+        RoundRequest {
+            recovery,
+            pump: crate::consumer::PUMP_BATCH_DEFAULT,
+            grace: crate::schedule::GRACE_MIN,
+            claim,
+        }
+    }
+
+    /// The most due jobs the promote moves.
+    pub fn pump(mut self, pump: u32) -> Self {
+        self.pump = pump;
+        self
+    }
+
+    /// How late a schedule slot may fire.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+}
+
+/// What a discard asks ([`Store::discard`]): the failure kept as the job's `last_error`, and
+/// what its death keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscardRequest {
+    /// The failure, kept as the job's `last_error`.
+    pub error: String,
+    /// Retention and records of the dead job.
+    pub settle: SettleOptions,
+}
+
+impl DiscardRequest {
+    /// A discard for `error`, under the default settle options.
+    pub fn new(error: impl Into<String>) -> Self {
+        DiscardRequest {
+            error: error.into(),
+            settle: SettleOptions::default(),
+        }
+    }
+
+    /// What the death keeps (retention and records).
+    pub fn settle(mut self, settle: SettleOptions) -> Self {
+        self.settle = settle;
+        self
+    }
+}
+
+/// What the end of a cancelled job asks ([`Store::complete_cancelled`]): the reason kept as its
+/// `last_error`, if any, and what the cancelled job keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CancelledRequest {
+    /// Why it was cancelled, if said.
+    pub reason: Option<String>,
+    /// Retention and records of the cancelled job.
+    pub settle: SettleOptions,
+}
+
+impl CancelledRequest {
+    /// No reason, the default settle options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Why it was cancelled (`None`: not said).
+    pub fn reason(mut self, reason: Option<impl Into<String>>) -> Self {
+        self.reason = reason.map(Into::into);
+        self
+    }
+
+    /// What the cancelled job keeps (retention and records).
+    pub fn settle(mut self, settle: SettleOptions) -> Self {
+        self.settle = settle;
+        self
+    }
 }
 
 /// The reply of a claim: the jobs handed out, in claim order, and — when a rate limit held work
@@ -630,30 +836,16 @@ pub trait Store: Send + Sync {
     /// genqueue: new jobs of `group` → its lane (or `scheduled` when delayed); the ring step.
     async fn genqueue(&self, queue: &QueueName, group: &GroupName, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 
-    /// claim: up to `n` jobs off the ring under a lease of `lease`. Jobs at their attempt budget
-    /// (`max_attempts` is the default for rows without their own) go dead instead; rows carrying a
-    /// cancel go to cancelled (under `settle`); malformed rows go dead. A paused queue gives none.
+    /// claim: up to the request's `n` jobs off the ring under its `lease`. Jobs at their attempt
+    /// budget (its `max_attempts` is the default for rows without their own) go dead instead; rows
+    /// carrying a cancel go to cancelled (under its `settle`); malformed rows go dead. A paused queue gives none.
     /// Rate limits hold starts back ([`Store::set_rate_limit`]); the reply says how long until they
     /// admit one again.
-    async fn claim(
-        &self,
-        queue: &QueueName,
-        n: u32,
-        lease: Duration,
-        max_attempts: u32,
-        settle: SettleOptions,
-    ) -> Result<Claimed>;
+    async fn claim(&self, queue: &QueueName, request: ClaimRequest) -> Result<Claimed>;
 
     /// complete: fenced by `token`; the row is kept under the queue's [`Retention`] (or deleted);
     /// a lane's slot is freed.
-    async fn complete(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        output: Option<&[u8]>,
-        settle: SettleOptions,
-    ) -> Result<Settled>;
+    async fn complete(&self, queue: &QueueName, job: &Completion, settle: SettleOptions) -> Result<Settled>;
 
     /// complete_many: complete for a batch in one step, one reply per entry.
     async fn complete_many(
@@ -669,8 +861,7 @@ pub trait Store: Send + Sync {
         queue: &QueueName,
         id: &JobId,
         token: u64,
-        reason: Option<&str>,
-        settle: SettleOptions,
+        request: &CancelledRequest,
     ) -> Result<Settled>;
 
     /// retry: fenced; at its budget (its own `max_attempts`, else the request's) → dead; else
@@ -684,15 +875,8 @@ pub trait Store: Send + Sync {
     /// its set; else scheduled `delay` from now. Call it only once the job's handler is gone.
     async fn release(&self, queue: &QueueName, id: &JobId, token: u64, delay: Duration) -> Result<Settled>;
 
-    /// discard: fenced; dead now with `error` as `last_error`.
-    async fn discard(
-        &self,
-        queue: &QueueName,
-        id: &JobId,
-        token: u64,
-        error: &str,
-        settle: SettleOptions,
-    ) -> Result<Discarded>;
+    /// discard: fenced; dead now with the request's `error` as `last_error`.
+    async fn discard(&self, queue: &QueueName, id: &JobId, token: u64, request: &DiscardRequest) -> Result<Discarded>;
 
     /// reap: up to `limit` lapsed leases back to ready (the front). `max_redeliveries` `None`: each
     /// has used the attempt its claim took (claim buries a job with no attempt left: "lease expired
@@ -855,17 +1039,16 @@ pub trait Store: Send + Sync {
     async fn queues(&self) -> Result<Vec<QueueName>>;
 
     /// One beat's round: recovery, promote (at most `pump` jobs, schedule slots missed past
-    /// `grace`) and a claim, in one round trip
+    /// `grace`) and a claim, as [`RoundRequest`] says, in one round trip
     /// where the store can (Redis: one pipeline). `Err` only when the store could not be reached at
     /// all; each leg's own reply or error is in the [`Round`].
-    async fn recover_promote_claim(
-        &self,
-        queue: &QueueName,
-        recovery: Recovery,
-        pump: u32,
-        grace: Duration,
-        claim: ClaimRequest,
-    ) -> Result<Round> {
+    async fn recover_promote_claim(&self, queue: &QueueName, round: &RoundRequest) -> Result<Round> {
+        let RoundRequest {
+            recovery,
+            pump,
+            grace,
+            claim,
+        } = *round;
         let recovered = match recovery {
             Recovery::Off => Ok(()),
             Recovery::Reap => self.reap(queue, REAP_LIMIT, None).await.map(drop),
@@ -876,8 +1059,7 @@ pub trait Store: Send + Sync {
         let claimed = if claim.n == 0 {
             Ok(Claimed::default())
         } else {
-            self.claim(queue, claim.n, claim.lease, claim.max_attempts, claim.settle)
-                .await
+            self.claim(queue, claim).await
         };
         for leg in [
             recovered.as_ref().err(),
@@ -917,8 +1099,7 @@ pub trait Store: Send + Sync {
         let claimed = if claim.n == 0 {
             Ok(Claimed::default())
         } else {
-            self.claim(queue, claim.n, claim.lease, claim.max_attempts, claim.settle)
-                .await
+            self.claim(queue, claim).await
         };
         Ok(CompletedThenClaimed { completed, claimed })
     }

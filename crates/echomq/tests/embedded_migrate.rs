@@ -510,13 +510,23 @@ async fn a_schema_9_file_is_carried_into_the_engine_keyspace_with_everything_in_
     );
 
     // the active job's token still fences it
-    let rec = SettleOptions { record: true };
+    let rec = SettleOptions::default().record(true);
     assert_eq!(
-        store.complete(&q, &id("run"), 2, None, rec).await.unwrap(),
+        store
+            .complete(&q, &echomq::store::Completion::new(id("run"), 2), rec)
+            .await
+            .unwrap(),
         Settled::Stale
     );
     assert_eq!(
-        store.complete(&q, &id("run"), 1, Some(b"ran"), rec).await.unwrap(),
+        store
+            .complete(
+                &q,
+                &echomq::store::Completion::new(id("run"), 1).output(Some(b"ran")),
+                rec
+            )
+            .await
+            .unwrap(),
         Settled::Ok
     );
     let run = job("run").await;
@@ -528,12 +538,27 @@ async fn a_schema_9_file_is_carried_into_the_engine_keyspace_with_everything_in_
     // the waiting jobs claimed by priority and round the ring, as the native store claimed them
     let mut order = Vec::new();
     loop {
-        let claimed = store.claim(&q, 1, Duration::from_secs(60), 5, rec).await.unwrap();
+        let claimed = store
+            .claim(
+                &q,
+                echomq::store::ClaimRequest::new(1, Duration::from_secs(60))
+                    .max_attempts(5)
+                    .settle(rec),
+            )
+            .await
+            .unwrap();
         let Some(j) = claimed.first() else { break };
         assert_eq!(j.token, 1, "{}: its first claim", j.id);
         order.push(j.id.to_string());
         assert_eq!(
-            store.complete(&q, &j.id, j.token, Some(b"ok"), rec).await.unwrap(),
+            store
+                .complete(
+                    &q,
+                    &echomq::store::Completion::new(j.id.clone(), j.token).output(Some(b"ok")),
+                    rec
+                )
+                .await
+                .unwrap(),
             Settled::Ok
         );
         assert!(order.len() <= 5, "claimed again: {order:?}");
@@ -554,10 +579,26 @@ async fn a_schema_9_file_is_carried_into_the_engine_keyspace_with_everything_in_
     );
 
     // the paused queue gives nothing until resumed
-    let none = store.claim(&p, 5, Duration::from_secs(60), 5, rec).await.unwrap();
+    let none = store
+        .claim(
+            &p,
+            echomq::store::ClaimRequest::new(5, Duration::from_secs(60))
+                .max_attempts(5)
+                .settle(rec),
+        )
+        .await
+        .unwrap();
     assert!(none.is_empty());
     store.resume(&p).await.unwrap();
-    let claimed = store.claim(&p, 5, Duration::from_secs(60), 5, rec).await.unwrap();
+    let claimed = store
+        .claim(
+            &p,
+            echomq::store::ClaimRequest::new(5, Duration::from_secs(60))
+                .max_attempts(5)
+                .settle(rec),
+        )
+        .await
+        .unwrap();
     assert_eq!(claimed.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(), ["p1"]);
     drop(store);
 

@@ -1439,7 +1439,15 @@ async fn run_handed(store: &dyn Store, q: &QueueName, step: &Step, serves_offers
     if !serves_offers {
         let e = enqueued(Box::pin(run_step(store, q, enqueue, false)).await?);
         let jobs = if *woke {
-            store.claim(q, *n, lease, HANDED_MAX_ATTEMPTS, so).await?.jobs
+            store
+                .claim(
+                    q,
+                    echomq::store::ClaimRequest::new(*n, lease)
+                        .max_attempts(HANDED_MAX_ATTEMPTS)
+                        .settle(so),
+                )
+                .await?
+                .jobs
         } else {
             Vec::new()
         };
@@ -1450,12 +1458,9 @@ async fn run_handed(store: &dyn Store, q: &QueueName, step: &Step, serves_offers
     let handoff: echomq::store::Handoff = Box::new(move |jobs| {
         let _ = tx.send(jobs);
     });
-    let offer = echomq::store::ClaimRequest {
-        n: *n,
-        lease,
-        max_attempts: HANDED_MAX_ATTEMPTS,
-        settle: so,
-    };
+    let offer = echomq::store::ClaimRequest::new(*n, lease)
+        .max_attempts(HANDED_MAX_ATTEMPTS)
+        .settle(so);
     let park = store.park_with_handoff(q, Duration::from_secs(30), offer, handoff);
     tokio::pin!(park);
     assert!(
@@ -1484,24 +1489,36 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
             ..
         } => {
             let jobs = store
-                .claim(q, *n, Duration::from_millis(*lease_ms), *max_attempts, so)
+                .claim(
+                    q,
+                    echomq::store::ClaimRequest::new(*n, Duration::from_millis(*lease_ms))
+                        .max_attempts(*max_attempts)
+                        .settle(so),
+                )
                 .await?
                 .jobs;
             Reply::Claimed(claim_reply(jobs))
         }
-        Step::Complete(id, token) => Reply::Settled(store.complete(q, &jid(id), *token, None, so).await?),
-        Step::CompleteCancelled(id, token) => {
-            Reply::Settled(store.complete_cancelled(q, &jid(id), *token, Some("stop"), so).await?)
-        }
+        Step::Complete(id, token) => Reply::Settled(
+            store
+                .complete(q, &echomq::store::Completion::new(jid(id), *token), so)
+                .await?,
+        ),
+        Step::CompleteCancelled(id, token) => Reply::Settled(
+            store
+                .complete_cancelled(
+                    q,
+                    &jid(id),
+                    *token,
+                    &echomq::store::CancelledRequest::new().reason(Some("stop")).settle(so),
+                )
+                .await?,
+        ),
         Step::UpdateData(id, token, payload) => Reply::Settled(store.update_data(q, &jid(id), *token, payload).await?),
         Step::CompleteMany(entries) => {
             let batch: Vec<Completion> = entries
                 .iter()
-                .map(|(id, token)| Completion {
-                    id: jid(id),
-                    token: *token,
-                    output: None,
-                })
+                .map(|(id, token)| Completion::new(jid(id), *token))
                 .collect();
             Reply::SettledMany(store.complete_many(q, &batch, so).await?)
         }
@@ -1523,7 +1540,16 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
                 )
                 .await?,
         ),
-        Step::Discard(id, token) => Reply::Discarded(store.discard(q, &jid(id), *token, DISCARD_ERROR, so).await?),
+        Step::Discard(id, token) => Reply::Discarded(
+            store
+                .discard(
+                    q,
+                    &jid(id),
+                    *token,
+                    &echomq::store::DiscardRequest::new(DISCARD_ERROR).settle(so),
+                )
+                .await?,
+        ),
         Step::Release(id, token, delay_ms) => Reply::Settled(
             store
                 .release(q, &jid(id), *token, Duration::from_millis(*delay_ms))
@@ -1532,13 +1558,7 @@ async fn run_step(store: &dyn Store, q: &QueueName, step: &Step, serves_offers: 
         Step::Reap(limit, budget) => Reply::Reaped(store.reap(q, *limit, *budget).await?),
         Step::Sweep(max_stalled, limit) => {
             let swept = store
-                .sweep_stalled(
-                    q,
-                    StalledPolicy {
-                        max_stalled: *max_stalled,
-                        limit: *limit,
-                    },
-                )
+                .sweep_stalled(q, StalledPolicy::default().max_stalled(*max_stalled).limit(*limit))
                 .await?;
             let ids = |v: Vec<JobId>| v.into_iter().map(|i| i.to_string()).collect();
             Reply::Swept(ids(swept.recovered), ids(swept.dead))

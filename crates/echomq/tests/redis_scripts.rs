@@ -146,7 +146,7 @@ async fn add(ctx: &Ctx, payload: &str) -> JobId {
 
 async fn claim(ctx: &Ctx, n: u32, lease: Duration) -> Vec<ClaimedJob> {
     ctx.store
-        .claim(&ctx.q, n, lease, BUDGET, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(n, lease).max_attempts(BUDGET))
         .await
         .unwrap()
         .jobs
@@ -163,14 +163,7 @@ async fn claim_id(ctx: &Ctx, id: &JobId, lease: Duration) -> ClaimedJob {
 
 /// Each claimed job completed by its holder, with no output.
 fn completions(claimed: &[ClaimedJob]) -> Vec<Completion> {
-    claimed
-        .iter()
-        .map(|c| Completion {
-            id: c.id.clone(),
-            token: c.token,
-            output: None,
-        })
-        .collect()
+    claimed.iter().map(|c| Completion::new(c.id.clone(), c.token)).collect()
 }
 
 fn ids(claimed: &[ClaimedJob]) -> Vec<JobId> {
@@ -751,20 +744,14 @@ async fn every_verb_reloads_its_script_after_a_script_flush(ctx: &Ctx) {
     assert_eq!(ids(&one), [id("1")]);
     // a pipeline of three scripts: recover, promote and claim in one round
     flush().await;
-    let request = echomq::store::ClaimRequest {
-        n: 1,
-        lease: LEASE,
-        max_attempts: BUDGET,
-        settle: SettleOptions::default(),
-    };
+    let request = echomq::store::ClaimRequest::new(1, LEASE).max_attempts(BUDGET);
     let round = ctx
         .store
         .recover_promote_claim(
             &ctx.q,
-            echomq::consumer::Recovery::Reap,
-            10,
-            echomq::schedule::GRACE_MIN,
-            request,
+            &echomq::store::RoundRequest::new(echomq::consumer::Recovery::Reap, request)
+                .pump(10)
+                .grace(echomq::schedule::GRACE_MIN),
         )
         .await
         .unwrap();
@@ -828,7 +815,14 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
             .update_data(&ctx.q, &one.id, one.attempts, b"checkpoint")
             .await;
         assert_eq!(updated.expect(&at), Settled::Ok, "{at}");
-        let done = ctx.store.complete(&ctx.q, &one.id, one.attempts, None, settle).await;
+        let done = ctx
+            .store
+            .complete(
+                &ctx.q,
+                &echomq::store::Completion::new(one.id.clone(), one.attempts),
+                settle,
+            )
+            .await;
         assert_eq!(done.expect(&at), Settled::Ok, "{at}");
         let retried = ctx
             .store
@@ -848,20 +842,16 @@ async fn every_verb_call_succeeds_through_a_storm_of_script_flushes(ctx: &Ctx) {
             .complete_many(&ctx.q, &completions(std::slice::from_ref(three)), settle)
             .await;
         assert_eq!(done.expect(&at), [Settled::Ok], "{at}");
-        let request = echomq::store::ClaimRequest {
-            n: 1,
-            lease: LEASE,
-            max_attempts: BUDGET,
-            settle,
-        };
+        let request = echomq::store::ClaimRequest::new(1, LEASE)
+            .max_attempts(BUDGET)
+            .settle(settle);
         let round = ctx
             .store
             .recover_promote_claim(
                 &ctx.q,
-                echomq::consumer::Recovery::Reap,
-                10,
-                echomq::schedule::GRACE_MIN,
-                request,
+                &echomq::store::RoundRequest::new(echomq::consumer::Recovery::Reap, request)
+                    .pump(10)
+                    .grace(echomq::schedule::GRACE_MIN),
             )
             .await
             .expect(&at);
@@ -960,10 +950,7 @@ async fn claim_and_complete_many_that_fail_write_nothing(ctx: &Ctx) {
 
 /// The queue keeps its newest `n` finished rows.
 async fn keep(ctx: &Ctx, n: u32) {
-    let retention = echomq::Retention {
-        keep: n,
-        ..echomq::Retention::default()
-    };
+    let retention = echomq::Retention::default().keep(n);
     ctx.store.set_retention(&ctx.q, &retention).await.unwrap();
 }
 
@@ -1161,13 +1148,7 @@ async fn reap_sweep_and_promote_bury_a_key_of_another_type(ctx: &Ctx) {
     lapse(ctx, &id("2")).await;
     let swept = ctx
         .store
-        .sweep_stalled(
-            &ctx.q,
-            echomq::store::StalledPolicy {
-                max_stalled: 3,
-                limit: 10,
-            },
-        )
+        .sweep_stalled(&ctx.q, echomq::store::StalledPolicy::default().max_stalled(3).limit(10))
         .await
         .unwrap();
     assert_eq!((swept.recovered, swept.dead), (vec![id("2")], vec![id("3")]));
@@ -1303,16 +1284,45 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     let g = group("g");
     // a dead job, for redrive
     admin.enqueue(&q, &jobs(1)).await.unwrap();
-    let doomed = admin.claim(&q, 1, LEASE, BUDGET, plain).await.unwrap();
+    let doomed = admin
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(1, LEASE)
+                .max_attempts(BUDGET)
+                .settle(plain),
+        )
+        .await
+        .unwrap();
     admin
-        .discard(&q, &doomed[0].id, doomed[0].token, "x", plain)
+        .discard(
+            &q,
+            &doomed[0].id,
+            doomed[0].token,
+            &echomq::store::DiscardRequest::new("x").settle(plain),
+        )
         .await
         .unwrap();
     admin.enqueue(&q, &jobs(4)).await.unwrap();
     admin.genqueue(&q, &g, &jobs(2)).await.unwrap();
-    let held = admin.claim(&q, 3, LEASE, BUDGET, plain).await.unwrap();
+    let held = admin
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(3, LEASE)
+                .max_attempts(BUDGET)
+                .settle(plain),
+        )
+        .await
+        .unwrap();
     assert_eq!(held.len(), 3);
-    let lapsing = admin.claim(&q, 1, SHORT, BUDGET, plain).await.unwrap();
+    let lapsing = admin
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(1, SHORT)
+                .max_attempts(BUDGET)
+                .settle(plain),
+        )
+        .await
+        .unwrap();
     assert_eq!(lapsing.len(), 1);
     let delayed: Vec<NewJob> = jobs(2).into_iter().map(|j| j.with_delay(SHORT)).collect();
     let delayed = admin.enqueue(&q, &delayed).await.unwrap();
@@ -1352,7 +1362,12 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     refused(
         "claim",
         limited
-            .claim(&q, 10, LEASE, BUDGET, plain)
+            .claim(
+                &q,
+                echomq::store::ClaimRequest::new(10, LEASE)
+                    .max_attempts(BUDGET)
+                    .settle(plain),
+            )
             .await
             .map(|v| format!("{v:?}")),
     );
@@ -1366,7 +1381,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     refused(
         "complete",
         limited
-            .complete(&q, &c.id, c.token, None, plain)
+            .complete(&q, &echomq::store::Completion::new(c.id.clone(), c.token), plain)
             .await
             .map(|v| format!("{v:?}")),
     );
@@ -1388,7 +1403,12 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     refused(
         "discard",
         limited
-            .discard(&q, &c.id, c.token, "x", plain)
+            .discard(
+                &q,
+                &c.id,
+                c.token,
+                &echomq::store::DiscardRequest::new("x").settle(plain),
+            )
             .await
             .map(|v| format!("{v:?}")),
     );
@@ -1403,13 +1423,7 @@ async fn redis_store_every_verb_refused_a_row_fails_before_it_writes() {
     refused(
         "sweep_stalled",
         limited
-            .sweep_stalled(
-                &q,
-                StalledPolicy {
-                    max_stalled: 1,
-                    limit: 100,
-                },
-            )
+            .sweep_stalled(&q, StalledPolicy::default().max_stalled(1).limit(100))
             .await
             .map(|v| format!("{v:?}")),
     );

@@ -160,13 +160,20 @@ async fn the_store_and_a_consumer_work_over_tls_and_an_untrusted_server_is_refus
     let ids = store.enqueue(&q, &[NewJob::new("a"), NewJob::new("b")]).await.unwrap();
     assert_eq!(ids.len(), 2);
     let claimed = store
-        .claim(&q, 1, Duration::from_secs(30), 3, SettleOptions::default())
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(1, Duration::from_secs(30)).max_attempts(3),
+        )
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].payload, b"a");
     let settled = store
-        .complete(&q, &claimed[0].id, claimed[0].attempts, None, SettleOptions::default())
+        .complete(
+            &q,
+            &echomq::store::Completion::new(claimed[0].id.clone(), claimed[0].attempts),
+            SettleOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(settled, Settled::Ok);

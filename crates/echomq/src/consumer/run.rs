@@ -16,7 +16,7 @@ use super::settle::Finished;
 use super::{lock, JobContext, Shared, Verdict};
 use crate::error::Error;
 use crate::job::ClaimedJob;
-use crate::store::{ClaimRequest, Claimed, BATCH_MAX};
+use crate::store::{ClaimRequest, Claimed, RoundRequest, BATCH_MAX};
 
 /// Starts claimed jobs, each on a task of its own. Cloned into every offer a park makes (a store
 /// that serves the offer starts its jobs right after the commit, on the thread that committed: no
@@ -177,14 +177,11 @@ impl Beat {
         // the claim before parking: any free slot, not only a batch of them
         let want = self.slots.available_permits().min(BATCH_MAX);
         let registration = self.registration_due();
+        let request = RoundRequest::new(opts.recovery, self.claim(want))
+            .pump(opts.pump_batch)
+            .grace(opts.schedule_grace());
         let (round, beat_ms) = tokio::join!(
-            self.shared.store.recover_promote_claim(
-                &self.shared.queue,
-                opts.recovery,
-                opts.pump_batch,
-                opts.schedule_grace(),
-                self.claim(want),
-            ),
+            self.shared.store.recover_promote_claim(&self.shared.queue, &request),
             async {
                 let entry = registration.as_ref()?;
                 shared
@@ -309,7 +306,12 @@ impl Beat {
             match self
                 .shared
                 .store
-                .claim(&self.shared.queue, req.n, req.lease, req.max_attempts, req.settle)
+                .claim(
+                    &self.shared.queue,
+                    crate::store::ClaimRequest::new(req.n, req.lease)
+                        .max_attempts(req.max_attempts)
+                        .settle(req.settle),
+                )
                 .await
             {
                 Ok(claimed) => {

@@ -19,8 +19,8 @@ use super::{Shared, Verdict};
 use crate::error::Result;
 use crate::job::ClaimedJob;
 use crate::keyspace::JobId;
+use crate::store::{CancelledRequest, DiscardRequest, RetryRequest, SettleOptions};
 use crate::store::{Claimed, Completion, Settled, BATCH_MAX, DURATION_MAX_MS};
-use crate::store::{RetryRequest, SettleOptions};
 
 /// A job whose handler returned.
 #[derive(Debug)]
@@ -120,7 +120,7 @@ async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) ->
             return Vec::new();
         }
         let c = shared.claim_request(want);
-        return claimed(store.claim(q, c.n, c.lease, c.max_attempts, c.settle).await);
+        return claimed(store.claim(q, c).await);
     }
     let jobs = completions(done);
     let settle = shared.opts.settle_options();
@@ -231,7 +231,14 @@ async fn complete_alone(shared: &Shared, f: &Finished) -> Result<Settled> {
         Verdict::DoneWith(o) => Some(o.as_slice()),
         _ => None,
     };
-    match store.complete(q, &f.id, f.token, output, opts.settle_options()).await {
+    match store
+        .complete(
+            q,
+            &Completion::new(f.id.clone(), f.token).output(output),
+            opts.settle_options(),
+        )
+        .await
+    {
         // refusals that would repeat on every try; any other error is left to the lease
         Err(e @ (crate::Error::PayloadTooLarge { .. } | crate::Error::InvalidOption { .. })) => {
             tracing::warn!(queue = %q, id = %f.id, token = f.token, error = %e, "completion refused; failing the attempt");
@@ -265,7 +272,12 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
     Ok(match &f.verdict {
         Verdict::Cancel(reason) => {
             store
-                .complete_cancelled(q, &f.id, f.token, Some(reason), settle)
+                .complete_cancelled(
+                    q,
+                    &f.id,
+                    f.token,
+                    &CancelledRequest::new().reason(Some(reason)).settle(settle),
+                )
                 .await?
         }
         Verdict::Error(e) => {
@@ -299,7 +311,10 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
             let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));
             store.release(q, &f.id, f.token, delay).await?
         }
-        Verdict::Discard(reason) => match store.discard(q, &f.id, f.token, reason, settle).await? {
+        Verdict::Discard(reason) => match store
+            .discard(q, &f.id, f.token, &DiscardRequest::new(reason).settle(settle))
+            .await?
+        {
             Discarded::Dead => {
                 tracing::error!(queue = %q, id = %f.id, %reason, "job dead: discarded");
                 Settled::Ok
@@ -307,7 +322,11 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
             Discarded::Stale => Settled::Stale,
             Discarded::Gone => Settled::Gone,
         },
-        Verdict::Done | Verdict::DoneWith(_) => store.complete(q, &f.id, f.token, None, settle).await?,
+        Verdict::Done | Verdict::DoneWith(_) => {
+            store
+                .complete(q, &Completion::new(f.id.clone(), f.token), settle)
+                .await?
+        }
     })
 }
 

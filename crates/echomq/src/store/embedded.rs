@@ -1006,13 +1006,20 @@ mod tests {
         let ids = store.enqueue(&q, &[NewJob::new("a"), NewJob::new("b")]).await.unwrap();
         assert_eq!(ids.iter().map(|e| e.id().to_string()).collect::<Vec<_>>(), ["1", "2"]);
         let jobs = store
-            .claim(&q, 5, Duration::from_secs(5), 3, SettleOptions::default())
+            .claim(
+                &q,
+                crate::store::ClaimRequest::new(5, Duration::from_secs(5)).max_attempts(3),
+            )
             .await
             .unwrap();
         assert_eq!(jobs.len(), 2);
         assert_eq!(jobs[0].payload, b"a");
         let r = store
-            .complete(&q, &jobs[0].id, jobs[0].token, None, SettleOptions::default())
+            .complete(
+                &q,
+                &crate::store::Completion::new(jobs[0].id.clone(), jobs[0].token),
+                SettleOptions::default(),
+            )
             .await
             .unwrap();
         assert_eq!(r, Settled::Ok);
@@ -1130,7 +1137,10 @@ mod tests {
         let q = QueueName::new("q").unwrap();
         store.enqueue(&q, &[NewJob::new("a")]).await.unwrap();
         let claimed = store
-            .claim(&q, 1, Duration::from_secs(30), 3, SettleOptions::default())
+            .claim(
+                &q,
+                crate::store::ClaimRequest::new(1, Duration::from_secs(30)).max_attempts(3),
+            )
             .await
             .unwrap();
         let mut here = store.cancel_requests(&q).await.unwrap();
@@ -1170,7 +1180,10 @@ mod tests {
         let q = QueueName::new("q").unwrap();
         let ids = store.enqueue(&q, &vec![NewJob::new("a"); 1005]).await.unwrap();
         store
-            .claim(&q, 1005, Duration::from_secs(30), 3, SettleOptions::default())
+            .claim(
+                &q,
+                crate::store::ClaimRequest::new(1005, Duration::from_secs(30)).max_attempts(3),
+            )
             .await
             .unwrap();
         for e in &ids {

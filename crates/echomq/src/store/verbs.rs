@@ -75,9 +75,10 @@ pub(crate) mod prelude {
     pub(crate) use crate::registry::ConsumerEntry;
     pub(crate) use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
     pub(crate) use crate::store::{
-        Cancelled, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, Discarded, Enqueued, Extended,
-        GroupsPage, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob, Recovery, Redriven, Removed,
-        Retention, Retried, RetryRequest, Round, SettleOptions, Settled, StalledPolicy, Store, Swept, Waited,
+        Cancelled, CancelledRequest, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, DiscardRequest,
+        Discarded, Enqueued, Extended, GroupsPage, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob,
+        Redriven, Removed, Retention, Retried, RetryRequest, Round, RoundRequest, SettleOptions, Settled,
+        StalledPolicy, Store, Swept, Waited,
     };
     pub(crate) use std::time::Duration;
 }
@@ -105,28 +106,15 @@ macro_rules! script_store {
                             .await
                     }
 
-                    async fn claim(
-                        &self,
-                        queue: &QueueName,
-                        n: u32,
-                        lease: Duration,
-                        max_attempts: u32,
-                        settle: SettleOptions,
-                    ) -> Result<Claimed> {
+                    async fn claim(&self, queue: &QueueName, request: ClaimRequest) -> Result<Claimed> {
+                        let ClaimRequest { n, lease, max_attempts, settle } = request;
                         claim::claim(self, queue, n, lease, max_attempts, settle)
                             .instrument($crate::store::verbs::span(self, "claim", Some(queue), n as usize))
                             .await
                     }
 
-                    async fn complete(
-                        &self,
-                        queue: &QueueName,
-                        id: &JobId,
-                        token: u64,
-                        output: Option<&[u8]>,
-                        settle: SettleOptions,
-                    ) -> Result<Settled> {
-                        complete::complete(self, queue, id, token, output, settle)
+                    async fn complete(&self, queue: &QueueName, job: &Completion, settle: SettleOptions) -> Result<Settled> {
+                        complete::complete(self, queue, &job.id, job.token, job.output.as_deref(), settle)
                             .instrument($crate::store::verbs::span(self, "complete", Some(queue), 1))
                             .await
                     }
@@ -147,10 +135,9 @@ macro_rules! script_store {
                         queue: &QueueName,
                         id: &JobId,
                         token: u64,
-                        reason: Option<&str>,
-                        settle: SettleOptions,
+                        request: &CancelledRequest,
                     ) -> Result<Settled> {
-                        complete_cancelled::complete_cancelled(self, queue, id, token, reason, settle)
+                        complete_cancelled::complete_cancelled(self, queue, id, token, request.reason.as_deref(), request.settle)
                             .instrument($crate::store::verbs::span(self, "complete_cancelled", Some(queue), 1))
                             .await
                     }
@@ -167,15 +154,8 @@ macro_rules! script_store {
                             .await
                     }
 
-                    async fn discard(
-                        &self,
-                        queue: &QueueName,
-                        id: &JobId,
-                        token: u64,
-                        error: &str,
-                        settle: SettleOptions,
-                    ) -> Result<Discarded> {
-                        discard::discard(self, queue, id, token, error, settle)
+                    async fn discard(&self, queue: &QueueName, id: &JobId, token: u64, request: &DiscardRequest) -> Result<Discarded> {
+                        discard::discard(self, queue, id, token, &request.error, request.settle)
                             .instrument($crate::store::verbs::span(self, "discard", Some(queue), 1))
                             .await
                     }
@@ -240,16 +220,9 @@ macro_rules! script_store {
                             .await
                     }
 
-                    async fn recover_promote_claim(
-                        &self,
-                        queue: &QueueName,
-                        recovery: Recovery,
-                        pump: u32,
-                        grace: Duration,
-                        claim: ClaimRequest,
-                    ) -> Result<Round> {
-                        round::recover_promote_claim(self, queue, recovery, pump, grace, claim)
-                            .instrument($crate::store::verbs::span(self, "recover_promote_claim", Some(queue), claim.n as usize))
+                    async fn recover_promote_claim(&self, queue: &QueueName, request: &RoundRequest) -> Result<Round> {
+                        round::recover_promote_claim(self, queue, request)
+                            .instrument($crate::store::verbs::span(self, "recover_promote_claim", Some(queue), request.claim.n as usize))
                             .await
                     }
 

@@ -16,7 +16,7 @@ use crate::harness::{assert_slot_invariant, Ctx};
 
 const LEASE: Duration = Duration::from_secs(30);
 const MAX: u32 = 3;
-const PLAIN: SettleOptions = SettleOptions { record: false };
+const PLAIN: SettleOptions = SettleOptions::new();
 
 pub(crate) fn jobs(n: usize) -> Vec<NewJob> {
     (0..n).map(|i| NewJob::new(format!("{{\"n\":{i}}}"))).collect()
@@ -39,7 +39,16 @@ fn strs(ids: &[JobId]) -> Vec<&str> {
 }
 
 async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
-    ctx.store.claim(&ctx.q, n, LEASE, MAX, PLAIN).await.unwrap().jobs
+    ctx.store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(n, LEASE)
+                .max_attempts(MAX)
+                .settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .jobs
 }
 
 async fn list(ctx: &Ctx, state: JobState) -> Vec<JobId> {
@@ -91,10 +100,11 @@ async fn lapse_and_reap(ctx: &Ctx, n: u64) {
 
 /// Makes every given job dead: claimed ones are discarded.
 async fn discard_all(ctx: &Ctx, claimed: &[ClaimedJob]) {
+    let request = echomq::store::DiscardRequest::new("x").settle(PLAIN);
     let replies = futures::future::join_all(
         claimed
             .iter()
-            .map(|c| ctx.store.discard(&ctx.q, &c.id, c.token, "x", PLAIN)),
+            .map(|c| ctx.store.discard(&ctx.q, &c.id, c.token, &request)),
     )
     .await;
     for r in replies {
@@ -132,7 +142,10 @@ pub async fn drain_drops_pending_lane_and_scheduled_jobs_but_not_active_or_dead(
     }
     assert_slot_invariant(ctx).await;
     for c in &claimed[..2] {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+        let done = ctx
+            .store
+            .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+            .await;
         assert_eq!(done.unwrap(), Settled::Ok);
     }
     assert_slot_invariant(ctx).await;
@@ -225,7 +238,10 @@ pub async fn obliterate_refuses_active_jobs_without_force(ctx: &Ctx) {
     // the queue still works: no obliterating mark was left behind
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     for c in &claimed {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+        let done = ctx
+            .store
+            .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+            .await;
         assert_eq!(done.unwrap(), Settled::Ok);
     }
     assert_slot_invariant(ctx).await;
@@ -239,7 +255,7 @@ pub async fn obliterate_refuses_active_jobs_without_force(ctx: &Ctx) {
 pub async fn obliterate_with_force_deletes_every_key_of_the_queue(ctx: &Ctx) {
     ctx.keep(10).await;
     let g = group("g");
-    let record = SettleOptions { record: true };
+    let record = SettleOptions::default().record(true);
     ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap(); // 1 2 3
     ctx.store.genqueue(&ctx.q, &g, &jobs(2)).await.unwrap(); // 4 5
     let later = [NewJob::new("later").with_delay(Duration::from_secs(60))];
@@ -247,7 +263,14 @@ pub async fn obliterate_with_force_deletes_every_key_of_the_queue(ctx: &Ctx) {
     let claimed = claim(ctx, 3).await;
     assert_eq!(ids(&claimed), ["1", "4", "2"]);
     let c = &claimed[0];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.token, Some(b"out"), record).await;
+    let done = ctx
+        .store
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(c.id.clone(), c.token).output(Some(b"out")),
+            record,
+        )
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     discard_all(ctx, &claimed[2..]).await;
     ctx.store
@@ -272,7 +295,10 @@ pub async fn obliterate_with_force_deletes_every_key_of_the_queue(ctx: &Ctx) {
     );
     assert!(!ctx.store.queues().await.unwrap().contains(&ctx.q));
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap(), Counts::default());
-    let settle = ctx.store.complete(&ctx.q, &id("4"), 1, None, PLAIN).await;
+    let settle = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(id("4").clone(), 1), PLAIN)
+        .await;
     assert_eq!(
         settle.unwrap(),
         Settled::Gone,
@@ -481,7 +507,15 @@ pub async fn get_returns_a_dead_row_with_its_time_of_death(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
     let t0 = store_now(ctx).await;
-    let dead = ctx.store.discard(&ctx.q, &c.id, c.token, "bad input", PLAIN).await;
+    let dead = ctx
+        .store
+        .discard(
+            &ctx.q,
+            &c.id,
+            c.token,
+            &echomq::store::DiscardRequest::new("bad input").settle(PLAIN),
+        )
+        .await;
     assert_eq!(dead.unwrap(), Discarded::Dead);
     let t1 = store_now(ctx).await;
     let job = ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap();
@@ -497,7 +531,14 @@ pub async fn get_returns_a_retained_row_with_its_output(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
     let t0 = store_now(ctx).await;
-    let done = ctx.store.complete(&ctx.q, &c.id, c.token, Some(b"result"), PLAIN).await;
+    let done = ctx
+        .store
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(c.id.clone(), c.token).output(Some(b"result")),
+            PLAIN,
+        )
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     let t1 = store_now(ctx).await;
     let job = ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap();
@@ -511,13 +552,15 @@ pub async fn get_returns_a_retained_row_with_its_output(ctx: &Ctx) {
 pub async fn get_shows_the_stall_count(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     ctx.store
-        .claim(&ctx.q, 1, Duration::from_millis(1), MAX, PLAIN)
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, Duration::from_millis(1))
+                .max_attempts(MAX)
+                .settle(PLAIN),
+        )
         .await
         .unwrap();
-    let policy = StalledPolicy {
-        max_stalled: 3,
-        limit: 10,
-    };
+    let policy = StalledPolicy::default().max_stalled(3).limit(10);
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let swept = ctx.store.sweep_stalled(&ctx.q, policy).await.unwrap();
@@ -609,7 +652,10 @@ pub async fn remove_deletes_a_retained_row(ctx: &Ctx) {
     ctx.keep(10).await;
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
     let c = &claim(ctx, 1).await[0];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+    let done = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     assert_eq!(ctx.store.remove(&ctx.q, &c.id, false).await.unwrap(), Removed::Removed);
     assert!(ctx.store.get(&ctx.q, &c.id).await.unwrap().is_none());
@@ -628,7 +674,10 @@ pub async fn remove_of_an_active_job_without_force_is_refused(ctx: &Ctx) {
     assert_eq!(sizes(ctx).await, (0, 0, 2, 0));
     assert_slot_invariant(ctx).await;
     for c in &claimed {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+        let done = ctx
+            .store
+            .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+            .await;
         assert_eq!(done.unwrap(), Settled::Ok, "the holder still holds it");
     }
 }
@@ -654,7 +703,11 @@ pub async fn remove_of_an_active_job_with_force_frees_its_slot(ctx: &Ctx) {
     );
     let settle = ctx
         .store
-        .complete(&ctx.q, &id("1"), claimed[0].token, None, PLAIN)
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(id("1").clone(), claimed[0].token),
+            PLAIN,
+        )
         .await;
     assert_eq!(settle.unwrap(), Settled::Gone);
     assert_eq!(ids(&claim(ctx, 10).await), ["2"], "the group's slot is free again");
@@ -722,7 +775,10 @@ pub async fn redrive_moves_a_dead_job_back_to_pending_with_a_raised_budget(ctx: 
     let again = claim(ctx, 1).await;
     assert_eq!(ids(&again), ["1"]);
     assert_eq!(again[0].attempts, 2);
-    let old = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+    let old = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+        .await;
     assert_eq!(old.unwrap(), Settled::Stale, "the token of the dead attempt is stale");
 }
 
@@ -758,7 +814,10 @@ pub async fn redrive_returns_a_dead_lane_job_to_its_lane(ctx: &Ctx) {
     assert_eq!(ids(&claimed), ["2"], "one at a time: the group's limit holds");
     assert_eq!(claimed[0].group.as_ref(), Some(&g));
     assert_slot_invariant(ctx).await;
-    let done = ctx.store.complete(&ctx.q, &claimed[0].id, 1, None, PLAIN).await;
+    let done = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(claimed[0].id.clone(), 1), PLAIN)
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     let claimed = claim(ctx, 10).await;
     assert_eq!(ids(&claimed), ["1"]);
@@ -974,7 +1033,14 @@ pub async fn cancel_of_an_active_job_requests_it_from_its_consumer(ctx: &Ctx) {
     assert_eq!((counts.active, counts.cancelled), (2, 0));
     let done = ctx
         .store
-        .complete_cancelled(&ctx.q, &claimed[0].id, claimed[0].token, Some("user asked"), PLAIN)
+        .complete_cancelled(
+            &ctx.q,
+            &claimed[0].id,
+            claimed[0].token,
+            &echomq::store::CancelledRequest::new()
+                .reason(Some("user asked"))
+                .settle(PLAIN),
+        )
         .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().cancelled, 1);
@@ -986,7 +1052,10 @@ pub async fn cancel_of_a_finished_job_is_finished(ctx: &Ctx) {
     let claimed = claim(ctx, 2).await;
     discard_all(ctx, &claimed[..1]).await;
     let c = &claimed[1];
-    let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+    let done = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     for i in ["1", "2"] {
         assert_eq!(
@@ -1069,11 +1138,17 @@ pub async fn set_group_limit_raised_makes_more_jobs_claimable_and_wakes(ctx: &Ct
     assert_eq!(ctx.probe.wakes().await, 0, "a lowered limit makes nothing claimable");
     assert_eq!(ctx.probe.slots().await.get("g"), Some(&3), "and preempts nothing");
     for c in ["1", "2"] {
-        let done = ctx.store.complete(&ctx.q, &id(c), 1, None, PLAIN).await;
+        let done = ctx
+            .store
+            .complete(&ctx.q, &echomq::store::Completion::new(id(c).clone(), 1), PLAIN)
+            .await;
         assert_eq!(done.unwrap(), Settled::Ok);
     }
     assert!(claim(ctx, 10).await.is_empty(), "still at the lowered limit");
-    let done = ctx.store.complete(&ctx.q, &id("3"), 1, None, PLAIN).await;
+    let done = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(id("3").clone(), 1), PLAIN)
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     assert_eq!(ids(&claim(ctx, 10).await), ["4"]);
     assert_slot_invariant(ctx).await;
@@ -1114,7 +1189,10 @@ pub async fn counts_report_every_state_and_counter(ctx: &Ctx) {
 
     let claimed = claim(ctx, 4).await;
     assert_eq!(ids(&claimed), ["1", "6", "2", "3"]);
-    let ok = ctx.store.complete(&ctx.q, &id("1"), 1, None, PLAIN).await;
+    let ok = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(id("1").clone(), 1), PLAIN)
+        .await;
     assert_eq!(ok.unwrap(), Settled::Ok);
     let retried = ctx
         .store
@@ -1135,18 +1213,33 @@ pub async fn counts_report_every_state_and_counter(ctx: &Ctx) {
     // job 5 lapses twice: reaped once, swept once
     let short = Duration::from_millis(1);
     assert_eq!(
-        ids(&ctx.store.claim(&ctx.q, 1, short, MAX, PLAIN).await.unwrap()),
+        ids(&ctx
+            .store
+            .claim(
+                &ctx.q,
+                echomq::store::ClaimRequest::new(1, short)
+                    .max_attempts(MAX)
+                    .settle(PLAIN)
+            )
+            .await
+            .unwrap()),
         ["5"]
     );
     lapse_and_reap(ctx, 1).await;
     assert_eq!(
-        ids(&ctx.store.claim(&ctx.q, 1, short, MAX, PLAIN).await.unwrap()),
+        ids(&ctx
+            .store
+            .claim(
+                &ctx.q,
+                echomq::store::ClaimRequest::new(1, short)
+                    .max_attempts(MAX)
+                    .settle(PLAIN)
+            )
+            .await
+            .unwrap()),
         ["5"]
     );
-    let policy = StalledPolicy {
-        max_stalled: 3,
-        limit: 10,
-    };
+    let policy = StalledPolicy::default().max_stalled(3).limit(10);
     let deadline = Instant::now() + Duration::from_secs(2);
     while ctx
         .store
@@ -1288,7 +1381,12 @@ pub async fn list_active_orders_by_lease_deadline(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(3)).await.unwrap();
     for lease in [60, 20, 40] {
         ctx.store
-            .claim(&ctx.q, 1, Duration::from_secs(lease), MAX, PLAIN)
+            .claim(
+                &ctx.q,
+                echomq::store::ClaimRequest::new(1, Duration::from_secs(lease))
+                    .max_attempts(MAX)
+                    .settle(PLAIN),
+            )
             .await
             .unwrap();
     }
@@ -1317,7 +1415,10 @@ pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &
     let claimed = claim(ctx, 3).await; // 1 2 3
                                        // each wait passes the finished row's own score, so the next finish scores later
     for c in [&claimed[1], &claimed[0]] {
-        let done = ctx.store.complete(&ctx.q, &c.id, c.token, None, PLAIN).await;
+        let done = ctx
+            .store
+            .complete(&ctx.q, &echomq::store::Completion::new(c.id.clone(), c.token), PLAIN)
+            .await;
         assert_eq!(done.unwrap(), Settled::Ok);
         after(ctx, ctx.probe.score("completed", &c.id).await.unwrap()).await;
     }

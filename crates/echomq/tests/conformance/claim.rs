@@ -186,7 +186,10 @@ pub async fn claim_under_16_concurrent_claimers_never_exceeds_a_group_limit(ctx:
         claimers.push(tokio::spawn(async move {
             let n = 1 + t % 3;
             while finished.load(Ordering::SeqCst) < TOTAL {
-                let got = store.claim(&q, n, LEASE, MAX, SettleOptions::default()).await.unwrap();
+                let got = store
+                    .claim(&q, echomq::store::ClaimRequest::new(n, LEASE).max_attempts(MAX))
+                    .await
+                    .unwrap();
                 if got.is_empty() {
                     tokio::task::yield_now().await;
                     continue;
@@ -202,7 +205,11 @@ pub async fn claim_under_16_concurrent_claimers_never_exceeds_a_group_limit(ctx:
                     tokio::task::yield_now().await;
                     *running.lock().unwrap().get_mut(&g).unwrap() -= 1;
                     let r = store
-                        .complete(&q, &job.id, job.token, None, SettleOptions::default())
+                        .complete(
+                            &q,
+                            &echomq::store::Completion::new(job.id.clone(), job.token),
+                            SettleOptions::default(),
+                        )
                         .await
                         .unwrap();
                     assert_eq!(r, Settled::Ok, "complete of {}", job.id);
@@ -331,7 +338,7 @@ pub async fn claim_tells_how_long_each_job_waited_ready(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &[NewJob::new("lapsed")]).await.unwrap();
     let held = ctx
         .store
-        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
         .await
         .unwrap()
         .jobs;
@@ -350,7 +357,7 @@ pub async fn claim_raises_attempts_by_one_each_time(ctx: &Ctx) {
     for expected in 1..=3u64 {
         let got = ctx
             .store
-            .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+            .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
             .await
             .unwrap();
         assert_eq!(got.len(), 1, "claim {expected}");
@@ -378,7 +385,7 @@ pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ct
     ctx.store.enqueue(&ctx.q, &named(&["p1", "p2"])).await.unwrap();
     let got = ctx
         .store
-        .claim(&ctx.q, 2, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(2, LEASE).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(of(&got), [("p1".into(), 1, None), ("p2".into(), 1, None)]);
@@ -389,7 +396,7 @@ pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ct
     enqueue_the_example(ctx).await;
     let got = ctx
         .store
-        .claim(&ctx.q, 4, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(4, LEASE).max_attempts(MAX))
         .await
         .unwrap();
     let want: Vec<(String, u64, Option<String>)> =
@@ -411,7 +418,7 @@ pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ct
     ctx.store.enqueue(&ctx.q, &named(&["r"])).await.unwrap();
     let first = ctx
         .store
-        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(of(&first), [("r".into(), 1, None)]);
@@ -419,7 +426,7 @@ pub async fn claim_gives_each_job_of_a_batch_its_own_attempts_and_group(ctx: &Ct
     ctx.store.enqueue(&ctx.q, &named(&["n"])).await.unwrap();
     let mut got = of(&ctx
         .store
-        .claim(&ctx.q, 2, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(2, LEASE).max_attempts(MAX))
         .await
         .unwrap());
     got.sort();
@@ -437,7 +444,7 @@ pub async fn claim_buries_a_job_at_its_own_max_attempts_as_lease_expired(ctx: &C
         .unwrap();
     let got = ctx
         .store
-        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(payloads(&got), ["last"]);
@@ -461,7 +468,7 @@ pub async fn claim_buries_a_lane_job_at_the_default_max_attempts_without_taking_
     let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
     let got = ctx
         .store
-        .claim(&ctx.q, 1, SHORT, 1, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(1))
         .await
         .unwrap();
     assert_eq!(payloads(&got), ["a1"]);
@@ -470,7 +477,7 @@ pub async fn claim_buries_a_lane_job_at_the_default_max_attempts_without_taking_
     // max_attempts 1 from the caller: a1 has used its one attempt; a2 has not.
     let got = ctx
         .store
-        .claim(&ctx.q, 10, LEASE, 1, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(10, LEASE).max_attempts(1))
         .await
         .unwrap();
     assert_eq!(payloads(&got), ["a2"]);
@@ -490,7 +497,7 @@ pub async fn claim_prefers_a_job_s_own_max_attempts_over_the_default(ctx: &Ctx) 
     for expected in 1..=3u64 {
         let got = ctx
             .store
-            .claim(&ctx.q, 1, SHORT, 1, SettleOptions::default())
+            .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(1))
             .await
             .unwrap();
         assert_eq!(got.len(), 1, "its own budget of 3 wins over the default of 1");
@@ -508,12 +515,22 @@ pub async fn claim_writes_a_completion_record_for_a_job_it_buries_when_asked(ctx
         .await
         .unwrap();
     ctx.store
-        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
         .await
         .unwrap();
     reap_after_lapse(ctx, 1).await;
-    let record = SettleOptions { record: true };
-    assert!(ctx.store.claim(&ctx.q, 1, LEASE, MAX, record).await.unwrap().is_empty());
+    let record = SettleOptions::default().record(true);
+    assert!(ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE)
+                .max_attempts(MAX)
+                .settle(record)
+        )
+        .await
+        .unwrap()
+        .is_empty());
     let records = ctx.probe.records().await;
     assert_eq!(records.len(), 1, "one record, written by claim itself");
     let record = &records[0];
@@ -526,7 +543,7 @@ pub async fn claim_cancels_a_row_carrying_a_cancel_instead_of_handing_it_out(ctx
     let ids = ctx.store.enqueue(&ctx.q, &named(&["x", "y"])).await.unwrap();
     let got = ctx
         .store
-        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(payloads(&got), ["x"]);
@@ -558,7 +575,7 @@ pub async fn claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_aske
     let ids = ctx.store.genqueue(&ctx.q, &g, &named(&["a1", "a2"])).await.unwrap();
     let got = ctx
         .store
-        .claim(&ctx.q, 1, SHORT, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1, SHORT).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(payloads(&got), ["a1"]);
@@ -567,8 +584,17 @@ pub async fn claim_cancels_a_lane_row_carrying_a_cancel_and_retains_it_when_aske
         .await
         .unwrap();
     reap_after_lapse(ctx, 1).await;
-    let retain = SettleOptions { record: false };
-    let got = ctx.store.claim(&ctx.q, 10, LEASE, MAX, retain).await.unwrap();
+    let retain = SettleOptions::new();
+    let got = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(10, LEASE)
+                .max_attempts(MAX)
+                .settle(retain),
+        )
+        .await
+        .unwrap();
     assert_eq!(payloads(&got), ["a2"]);
     let row = ctx.store.get(&ctx.q, ids[0].id()).await.unwrap().unwrap();
     assert_eq!(row.state, JobState::Cancelled);
@@ -831,7 +857,7 @@ pub async fn a_paused_queue_gets_no_wake_until_resume(ctx: &Ctx) {
     let short = Duration::from_millis(20);
     let held = ctx
         .store
-        .claim(&ctx.q, 2, short, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(2, short).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(held.len(), 2);
@@ -852,10 +878,7 @@ pub async fn a_paused_queue_gets_no_wake_until_resume(ctx: &Ctx) {
         1
     );
     assert_eq!(ctx.store.reap(&ctx.q, 1, None).await.unwrap(), 1);
-    let policy = echomq::store::StalledPolicy {
-        max_stalled: 5,
-        limit: 100,
-    };
+    let policy = echomq::store::StalledPolicy::default().max_stalled(5).limit(100);
     let swept = ctx.store.sweep_stalled(&ctx.q, policy).await.unwrap();
     assert_eq!(swept.recovered.len(), 1);
     assert_eq!(ctx.probe.wakes().await, 0, "no wake while paused");

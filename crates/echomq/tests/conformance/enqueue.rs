@@ -3,7 +3,7 @@
 use echomq::store::RetryRequest;
 use std::time::Duration;
 
-use echomq::store::{Enqueued, SettleOptions};
+use echomq::store::Enqueued;
 use echomq::{GroupName, JobId, JobState, NewJob};
 
 use crate::harness::Ctx;
@@ -34,7 +34,7 @@ pub async fn enqueue_keeps_fifo_within_one_batch(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1000)).await.unwrap();
     let claimed = ctx
         .store
-        .claim(&ctx.q, 1000, LEASE, 3, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(1000, LEASE).max_attempts(3))
         .await
         .unwrap();
     let order: Vec<&str> = claimed.iter().map(|c| c.id.as_str()).collect();
@@ -117,7 +117,7 @@ pub async fn enqueue_mixed_batch_lands_each_job_in_its_place(ctx: &Ctx) {
     assert!(delayed.run_at.is_some());
     let claimed = ctx
         .store
-        .claim(&ctx.q, 200, LEASE, 3, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(200, LEASE).max_attempts(3))
         .await
         .unwrap();
     let order: Vec<String> = claimed.iter().map(|c| c.id.to_string()).collect();
@@ -168,7 +168,7 @@ pub async fn genqueue_puts_jobs_in_their_lane(ctx: &Ctx) {
     ctx.store.genqueue(&ctx.q, &g, &jobs(2)).await.unwrap();
     let claimed = ctx
         .store
-        .claim(&ctx.q, 10, LEASE, 3, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(10, LEASE).max_attempts(3))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "limit 1 by default: one job of the group at a time");
@@ -215,7 +215,7 @@ pub async fn enqueue_writes_the_kind_and_every_claim_returns_it(ctx: &Ctx) {
         .unwrap();
     let claimed = ctx
         .store
-        .claim(&ctx.q, 10, LEASE, 3, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(10, LEASE).max_attempts(3))
         .await
         .unwrap();
     let mut got: Vec<(Option<&str>, u64)> = claimed.iter().map(|c| (c.kind.as_deref(), c.max_attempts)).collect();
@@ -241,10 +241,7 @@ pub async fn enqueue_writes_the_kind_and_every_claim_returns_it(ctx: &Ctx) {
             &ctx.q,
             &email.id,
             email.token,
-            &RetryRequest::new("boom")
-                .after(Duration::ZERO)
-                .max_attempts(3)
-                .settle(SettleOptions::default()),
+            &RetryRequest::new("boom").after(Duration::ZERO).max_attempts(3),
         )
         .await
         .unwrap();
@@ -254,7 +251,7 @@ pub async fn enqueue_writes_the_kind_and_every_claim_returns_it(ctx: &Ctx) {
         .unwrap();
     let again = ctx
         .store
-        .claim(&ctx.q, 10, LEASE, 3, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(10, LEASE).max_attempts(3))
         .await
         .unwrap();
     let mut kinds: Vec<Option<&str>> = again.iter().map(|c| c.kind.as_deref()).collect();

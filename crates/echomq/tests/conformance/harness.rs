@@ -362,10 +362,7 @@ impl Ctx {
 
     /// The case's queue keeps its newest `keep` finished rows (the default's age and cap).
     pub async fn keep(&self, keep: u32) {
-        let retention = Retention {
-            keep,
-            ..Retention::default()
-        };
+        let retention = Retention::default().keep(keep);
         self.store
             .set_retention(&self.q, &retention)
             .await

@@ -18,11 +18,7 @@ pub async fn history_counts_completed_and_dead_jobs_in_the_minute_they_ran(ctx: 
     // three in one complete_many, one alone, one dead
     let many: Vec<Completion> = held[..3]
         .iter()
-        .map(|j| Completion {
-            id: j.id.clone(),
-            token: j.token,
-            output: None,
-        })
+        .map(|j| Completion::new(j.id.clone(), j.token))
         .collect();
     ctx.store
         .complete_many(&ctx.q, &many, SettleOptions::default())
@@ -30,7 +26,12 @@ pub async fn history_counts_completed_and_dead_jobs_in_the_minute_they_ran(ctx: 
         .unwrap();
     complete(ctx, &held[3]).await;
     ctx.store
-        .discard(&ctx.q, &held[4].id, held[4].token, "broken", SettleOptions::default())
+        .discard(
+            &ctx.q,
+            &held[4].id,
+            held[4].token,
+            &echomq::store::DiscardRequest::new("broken"),
+        )
         .await
         .unwrap();
     let h = ctx.store.history(&ctx.q, 60).await.unwrap();

@@ -15,7 +15,7 @@ use crate::admin::{group, id, job_keys, jobs, sizes};
 use crate::harness::{Ctx, Snapshot};
 
 const LEASE: Duration = Duration::from_secs(30);
-const PLAIN: SettleOptions = SettleOptions { record: false };
+const PLAIN: SettleOptions = SettleOptions::new();
 
 /// Names refused as queue names, group names and job ids alike.
 fn bad_names() -> Vec<String> {
@@ -189,30 +189,50 @@ pub async fn complete_refuses_an_oversized_output(ctx: &Ctx) {
     ctx.keep(10).await;
     let small = small_store(ctx).await;
     small.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = small.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
+    let c = small
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0);
     let before = snapshot(ctx).await;
-    let retain = SettleOptions { record: true };
+    let retain = SettleOptions::default().record(true);
     let err = small
-        .complete(&ctx.q, &c.id, c.token, Some(&[b'o'; 17]), retain)
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(c.id.clone(), c.token).output(Some(&[b'o'; 17])),
+            retain,
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { size: 17, limit: 16 }), "{err:?}");
-    let many = [echomq::store::Completion {
-        id: c.id.clone(),
-        token: c.token,
-        output: Some(vec![b'o'; 17]),
-    }];
+    let many = [echomq::store::Completion::new(c.id.clone(), c.token).output(Some(vec![b'o'; 17]))];
     let err = small.complete_many(&ctx.q, &many, retain).await.unwrap_err();
     assert!(matches!(err, Error::PayloadTooLarge { size: 17, limit: 16 }), "{err:?}");
     assert_eq!(snapshot(ctx).await, before, "nothing written");
-    let done = small.complete(&ctx.q, &c.id, c.token, Some(&[b'o'; 16]), retain).await;
+    let done = small
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(c.id.clone(), c.token).output(Some(&[b'o'; 16])),
+            retain,
+        )
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
 }
 
 pub async fn update_data_refuses_an_oversized_payload(ctx: &Ctx) {
     let small = small_store(ctx).await;
     small.enqueue(&ctx.q, &[NewJob::new("first")]).await.unwrap();
-    let c = small.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
+    let c = small
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0);
     let before = snapshot(ctx).await;
     let err = small
         .update_data(&ctx.q, &c.id, c.token, &[b'p'; 17])
@@ -258,11 +278,34 @@ pub async fn enqueue_refuses_a_zero_wait_for_replicas_and_writes_nothing(ctx: &C
 pub async fn claim_refuses_n_zero_a_zero_lease_and_max_attempts_zero(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     let before = snapshot(ctx).await;
-    let err = ctx.store.claim(&ctx.q, 0, LEASE, 3, PLAIN).await.unwrap_err();
+    let err = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(0, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap_err();
     assert_invalid_option(&err, "n", "0");
-    let err = ctx.store.claim(&ctx.q, 1, Duration::ZERO, 3, PLAIN).await.unwrap_err();
+    let err = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, Duration::ZERO)
+                .max_attempts(3)
+                .settle(PLAIN),
+        )
+        .await
+        .unwrap_err();
     assert_invalid_option(&err, "lease", "0");
-    let err = ctx.store.claim(&ctx.q, 1, LEASE, 0, PLAIN).await.unwrap_err();
+    let err = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(0).settle(PLAIN),
+        )
+        .await
+        .unwrap_err();
     assert_invalid_option(&err, "max_attempts", "0");
     assert_eq!(snapshot(ctx).await, before, "nothing written");
     assert_eq!(ctx.store.get(&ctx.q, &id("1")).await.unwrap().unwrap().attempts, 0);
@@ -270,7 +313,15 @@ pub async fn claim_refuses_n_zero_a_zero_lease_and_max_attempts_zero(ctx: &Ctx) 
 
 pub async fn extend_lock_refuses_a_zero_lease(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx.store.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
+    let c = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0);
     let before = snapshot(ctx).await;
     let err = ctx
         .store
@@ -283,7 +334,15 @@ pub async fn extend_lock_refuses_a_zero_lease(ctx: &Ctx) {
 
 pub async fn retry_refuses_max_attempts_zero(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx.store.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
+    let c = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0);
     let before = snapshot(ctx).await;
     let err = ctx
         .store
@@ -315,7 +374,15 @@ pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx)
         other => panic!("expected InvalidOption, got {other:?}"),
     };
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx.store.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
+    let c = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0);
     let before = snapshot(ctx).await;
     for d in too_long {
         let late = [NewJob::new("a"), NewJob::new("b").with_delay(d)];
@@ -323,7 +390,15 @@ pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx)
         let err = ctx.store.genqueue(&ctx.q, &group("g"), &late).await.unwrap_err();
         assert_eq!(field(err), "delay");
         assert_eq!(
-            field(ctx.store.claim(&ctx.q, 1, d, 3, PLAIN).await.unwrap_err()),
+            field(
+                ctx.store
+                    .claim(
+                        &ctx.q,
+                        echomq::store::ClaimRequest::new(1, d).max_attempts(3).settle(PLAIN)
+                    )
+                    .await
+                    .unwrap_err()
+            ),
             "lease"
         );
         let err = ctx.store.extend_lock(&ctx.q, &c.id, c.token, d).await.unwrap_err();
@@ -395,8 +470,24 @@ pub async fn set_group_limit_refuses_zero(ctx: &Ctx) {
 
 pub async fn redrive_refuses_zero_extra_attempts(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx.store.claim(&ctx.q, 1, LEASE, 3, PLAIN).await.unwrap().remove(0);
-    ctx.store.discard(&ctx.q, &c.id, c.token, "x", PLAIN).await.unwrap();
+    let c = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    ctx.store
+        .discard(
+            &ctx.q,
+            &c.id,
+            c.token,
+            &echomq::store::DiscardRequest::new("x").settle(PLAIN),
+        )
+        .await
+        .unwrap();
     let before = snapshot(ctx).await;
     let err = ctx.store.redrive(&ctx.q, &c.id, 0).await.unwrap_err();
     assert_invalid_option(&err, "extra", "0");
@@ -410,7 +501,12 @@ pub async fn reap_promote_and_sweep_stalled_refuse_zero_limits(ctx: &Ctx) {
     let later = [NewJob::new("later").with_delay(Duration::from_millis(1))];
     ctx.store.enqueue(&ctx.q, &later).await.unwrap();
     ctx.store
-        .claim(&ctx.q, 1, Duration::from_millis(1), 3, PLAIN)
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, Duration::from_millis(1))
+                .max_attempts(3)
+                .settle(PLAIN),
+        )
         .await
         .unwrap();
     let before = snapshot(ctx).await;
@@ -425,16 +521,10 @@ pub async fn reap_promote_and_sweep_stalled_refuse_zero_limits(ctx: &Ctx) {
         "limit",
         "0",
     );
-    let zero_limit = StalledPolicy {
-        max_stalled: 1,
-        limit: 0,
-    };
+    let zero_limit = StalledPolicy::default().max_stalled(1).limit(0);
     let err = ctx.store.sweep_stalled(&ctx.q, zero_limit).await.unwrap_err();
     assert_invalid_option(&err, "limit", "0");
-    let zero_stalls = StalledPolicy {
-        max_stalled: 0,
-        limit: 10,
-    };
+    let zero_stalls = StalledPolicy::default().max_stalled(0).limit(10);
     let err = ctx.store.sweep_stalled(&ctx.q, zero_stalls).await.unwrap_err();
     assert_invalid_option(&err, "max_stalled", "0");
     assert_eq!(snapshot(ctx).await, before, "nothing written");

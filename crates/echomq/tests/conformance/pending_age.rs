@@ -13,7 +13,7 @@ use crate::admin::{after, store_now};
 use crate::harness::Ctx;
 use crate::steps::{claim, group, named, payloads};
 
-const PLAIN: SettleOptions = SettleOptions { record: false };
+const PLAIN: SettleOptions = SettleOptions::new();
 
 async fn age(ctx: &Ctx) -> Option<Duration> {
     ctx.store.counts(&ctx.q).await.unwrap().oldest_pending_age
@@ -82,7 +82,12 @@ pub async fn counts_age_leaves_out_jobs_put_back_at_the_front(ctx: &Ctx) {
     push(ctx, None, &named(&["lapses", "released"])).await;
     let short = ctx
         .store
-        .claim(&ctx.q, 1, Duration::from_millis(1), 3, PLAIN)
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, Duration::from_millis(1))
+                .max_attempts(3)
+                .settle(PLAIN),
+        )
         .await
         .unwrap()
         .jobs;

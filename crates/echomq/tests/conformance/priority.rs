@@ -7,7 +7,7 @@ use echomq::store::RetryRequest;
 use std::time::Duration;
 
 use echomq::job::{PRIORITY_AGING_DEFAULT, PRIORITY_AGING_MAX};
-use echomq::store::{LimitTarget, SettleOptions};
+use echomq::store::LimitTarget;
 use echomq::{Error, NewJob, RetryPolicy};
 
 use crate::harness::{wait_until, Ctx};
@@ -101,10 +101,7 @@ pub async fn retry_with_no_delay_ranks_the_job_by_its_own_priority(ctx: &Ctx) {
             &ctx.q,
             &x.id,
             x.token,
-            &RetryRequest::new("again")
-                .after(Duration::ZERO)
-                .max_attempts(MAX)
-                .settle(SettleOptions::default()),
+            &RetryRequest::new("again").after(Duration::ZERO).max_attempts(MAX),
         )
         .await
         .unwrap();
@@ -137,7 +134,10 @@ pub async fn reap_puts_a_recovered_job_ahead_of_every_priority(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &[job("x9", 9)]).await.unwrap();
     let got = ctx
         .store
-        .claim(&ctx.q, 1, Duration::from_millis(20), MAX, SettleOptions::default())
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, Duration::from_millis(20)).max_attempts(MAX),
+        )
         .await
         .unwrap();
     assert_eq!(payloads(&got), ["x9"]);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use echomq::store::{Claimed, LimitTarget, SettleOptions};
+use echomq::store::{Claimed, LimitTarget};
 use echomq::{JobState, RateLimit, RateTarget};
 
 use crate::harness::Ctx;
@@ -20,7 +20,7 @@ async fn set(ctx: &Ctx, target: RateTarget, l: Option<RateLimit>) {
 
 async fn claim(ctx: &Ctx, n: u32) -> Claimed {
     ctx.store
-        .claim(&ctx.q, n, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(n, LEASE).max_attempts(MAX))
         .await
         .unwrap()
 }

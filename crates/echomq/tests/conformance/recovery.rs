@@ -20,7 +20,7 @@ use crate::settle::{
 };
 
 fn policy(max_stalled: u32, limit: u32) -> StalledPolicy {
-    StalledPolicy { max_stalled, limit }
+    StalledPolicy::default().max_stalled(max_stalled).limit(limit)
 }
 
 async fn sweep(ctx: &Ctx, max_stalled: u32, limit: u32) -> Swept {
@@ -97,12 +97,20 @@ pub async fn every_way_out_of_active_frees_a_job_claimed_again(ctx: &Ctx) {
     assert_eq!(get(ctx, &b).await.state, JobState::Scheduled);
     assert_slot_invariant(ctx).await;
     let (c, t) = claimed_again(ctx, "c", LEASE).await;
-    ctx.store.discard(&ctx.q, &c, t, "gave up", plain()).await.unwrap();
+    ctx.store
+        .discard(
+            &ctx.q,
+            &c,
+            t,
+            &echomq::store::DiscardRequest::new("gave up").settle(plain()),
+        )
+        .await
+        .unwrap();
     assert_slot_invariant(ctx).await;
     let (d, t) = claimed_again(ctx, "d", LEASE).await;
     assert_eq!(
         ctx.store
-            .complete_cancelled(&ctx.q, &d, t, None, plain())
+            .complete_cancelled(&ctx.q, &d, t, &echomq::store::CancelledRequest::new().settle(plain()))
             .await
             .unwrap(),
         Settled::Ok
@@ -206,18 +214,12 @@ pub async fn reap_with_a_redelivery_budget_gives_each_lapse_its_attempt_back(ctx
                 .store
                 .recover_promote_claim(
                     &ctx.q,
-                    Recovery::Redeliver(RedeliveryPolicy {
-                        max_redeliveries: 5,
-                        limit: 100,
-                    }),
-                    10,
-                    echomq::schedule::GRACE_MIN,
-                    ClaimRequest {
-                        n: 0,
-                        lease: LEASE,
-                        max_attempts: BUDGET,
-                        settle: plain(),
-                    },
+                    &echomq::store::RoundRequest::new(
+                        Recovery::Redeliver(RedeliveryPolicy::default().max_redeliveries(5).limit(100)),
+                        ClaimRequest::new(0, LEASE).max_attempts(BUDGET).settle(plain()),
+                    )
+                    .pump(10)
+                    .grace(echomq::schedule::GRACE_MIN),
                 )
                 .await
                 .unwrap();
@@ -658,7 +660,11 @@ pub async fn extend_lock_keeps_an_extended_lease_from_being_reaped(ctx: &Ctx) {
     assert_eq!(ctx.store.reap(&ctx.q, 100, None).await.unwrap(), 0);
     assert_eq!(sweep(ctx, 1, 100).await, Swept::default());
     assert_eq!(get(ctx, &id).await.state, JobState::Active);
-    let s = ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap();
+    let s = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(id.clone(), c.token), plain())
+        .await
+        .unwrap();
     assert_eq!(s, Settled::Ok, "the holder still holds it");
 }
 
@@ -696,10 +702,8 @@ pub async fn extend_lock_refuses_an_id_not_in_active_and_never_re_adds_it(ctx: &
         .store
         .complete(
             &ctx.q,
-            &waiting,
-            done.token,
-            None,
-            echomq::store::SettleOptions { record: false },
+            &echomq::store::Completion::new(waiting.clone(), done.token),
+            echomq::store::SettleOptions::new(),
         )
         .await
         .unwrap();

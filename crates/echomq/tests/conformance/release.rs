@@ -106,7 +106,11 @@ pub async fn release_with_a_delay_schedules_the_job(ctx: &Ctx) {
         assert_eq!((again.attempts, again.token), (1, 2));
         assert_eq!(
             ctx.store
-                .complete(&ctx.q, &id, again.token, None, plain())
+                .complete(
+                    &ctx.q,
+                    &echomq::store::Completion::new(id.clone(), again.token),
+                    plain()
+                )
                 .await
                 .unwrap(),
             Settled::Ok
@@ -128,7 +132,10 @@ pub async fn release_then_the_released_holders_late_settle_is_stale(ctx: &Ctx) {
     let new = claim_id(ctx, &id, LEASE).await;
     let q = &ctx.q;
     assert_eq!(
-        ctx.store.complete(q, &id, old.token, None, plain()).await.unwrap(),
+        ctx.store
+            .complete(q, &echomq::store::Completion::new(id.clone(), old.token), plain())
+            .await
+            .unwrap(),
         Settled::Stale
     );
     assert_eq!(
@@ -156,7 +163,10 @@ pub async fn release_then_the_released_holders_late_settle_is_stale(ctx: &Ctx) {
     );
     assert_eq!(get(ctx, &id).await.payload, b"p", "the stale checkpoint wrote nothing");
     assert_eq!(
-        ctx.store.complete(q, &id, new.token, None, plain()).await.unwrap(),
+        ctx.store
+            .complete(q, &echomq::store::Completion::new(id.clone(), new.token), plain())
+            .await
+            .unwrap(),
         Settled::Ok
     );
     assert_eq!(counts(ctx).await.completed, 1);
@@ -248,7 +258,12 @@ pub async fn release_then_redrive_and_records_count_the_attempts_used(ctx: &Ctx)
     let held = claim_id(ctx, &id, LEASE).await;
     assert_eq!(
         ctx.store
-            .discard(&ctx.q, &id, held.token, "poison", plain())
+            .discard(
+                &ctx.q,
+                &id,
+                held.token,
+                &echomq::store::DiscardRequest::new("poison").settle(plain())
+            )
             .await
             .unwrap(),
         Discarded::Dead
@@ -258,9 +273,12 @@ pub async fn release_then_redrive_and_records_count_the_attempts_used(ctx: &Ctx)
     assert_eq!((row.attempts, row.max_attempts), (1, Some(3)), "1 used + 2 more");
     let held = claim_id(ctx, &id, LEASE).await;
     assert_eq!((held.attempts, held.token), (2, 3));
-    let record = SettleOptions { record: true };
+    let record = SettleOptions::default().record(true);
     assert_eq!(
-        ctx.store.complete(&ctx.q, &id, held.token, None, record).await.unwrap(),
+        ctx.store
+            .complete(&ctx.q, &echomq::store::Completion::new(id.clone(), held.token), record)
+            .await
+            .unwrap(),
         Settled::Ok
     );
     let records = ctx.probe.records().await;
@@ -291,7 +309,11 @@ pub async fn release_count_malformed_on_a_row_buries_it_at_claim(ctx: &Ctx) {
         let err = ctx.probe.row_field(&id, "last_error").await.unwrap_or_default();
         assert!(err.contains("malformed row: free"), "free {bad}: {err:?}");
         ctx.store
-            .complete(&ctx.q, &ok, got[0].token, None, plain())
+            .complete(
+                &ctx.q,
+                &echomq::store::Completion::new(ok.clone(), got[0].token),
+                plain(),
+            )
             .await
             .unwrap();
     }

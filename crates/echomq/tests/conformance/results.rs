@@ -32,7 +32,14 @@ async fn mark(ctx: &Ctx, id: &JobId) -> Waited {
 }
 
 async fn complete(ctx: &Ctx, id: &JobId, token: u64, output: Option<&[u8]>) {
-    let done = ctx.store.complete(&ctx.q, id, token, output, plain()).await;
+    let done = ctx
+        .store
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(id.clone(), token).output(output),
+            plain(),
+        )
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
 }
 
@@ -50,7 +57,17 @@ pub async fn retention_of_a_queue_that_set_none_is_the_default_and_keeps_results
     let id = ctx.store.enqueue(&q, &[NewJob::new("the payload")]).await.unwrap()[0]
         .id()
         .clone();
-    let c = ctx.store.claim(&q, 1, LEASE, BUDGET, plain()).await.unwrap().remove(0);
+    let c = ctx
+        .store
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(1, LEASE)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
+        .await
+        .unwrap()
+        .remove(0);
     let retried = ctx
         .store
         .retry(
@@ -65,8 +82,25 @@ pub async fn retention_of_a_queue_that_set_none_is_the_default_and_keeps_results
         .await
         .unwrap();
     assert_eq!(retried, echomq::store::Retried::Retrying);
-    let c = ctx.store.claim(&q, 1, LEASE, BUDGET, plain()).await.unwrap().remove(0);
-    let done = ctx.store.complete(&q, &id, c.token, Some(b"\"ok\""), plain()).await;
+    let c = ctx
+        .store
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(1, LEASE)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    let done = ctx
+        .store
+        .complete(
+            &q,
+            &echomq::store::Completion::new(id.clone(), c.token).output(Some(b"\"ok\"")),
+            plain(),
+        )
+        .await;
     assert_eq!(done.unwrap(), Settled::Ok);
     let row = ctx
         .store
@@ -85,17 +119,13 @@ pub async fn retention_of_a_queue_that_set_none_is_the_default_and_keeps_results
 
 /// set_retention is read back as set, by every handle on the store, and refuses a zero age.
 pub async fn set_retention_is_read_back_and_refuses_a_zero_age(ctx: &Ctx) {
-    let r = Retention {
-        keep: 7,
-        max_age: Duration::from_secs(90),
-        max_output: 100,
-    };
+    let r = Retention::default()
+        .keep(7)
+        .max_age(Duration::from_secs(90))
+        .max_output(100);
     ctx.store.set_retention(&ctx.q, &r).await.unwrap();
     assert_eq!(ctx.store.retention(&ctx.q).await.unwrap(), r);
-    let zero = Retention {
-        max_age: Duration::ZERO,
-        ..r
-    };
+    let zero = r.max_age(Duration::ZERO);
     let err = ctx.store.set_retention(&ctx.q, &zero).await.unwrap_err();
     assert!(err.to_string().contains("max_age"), "{err}");
     assert_eq!(ctx.store.retention(&ctx.q).await.unwrap(), r, "nothing written");
@@ -104,14 +134,7 @@ pub async fn set_retention_is_read_back_and_refuses_a_zero_age(ctx: &Ctx) {
 /// An output over the retention's cap is not kept: the row keeps its size instead.
 pub async fn set_retention_caps_the_output_kept(ctx: &Ctx) {
     ctx.store
-        .set_retention(
-            &ctx.q,
-            &Retention {
-                keep: 10,
-                max_output: 4,
-                ..Retention::default()
-            },
-        )
+        .set_retention(&ctx.q, &Retention::default().keep(10).max_output(4))
         .await
         .unwrap();
     let small = add(ctx, None, "a").await;
@@ -131,14 +154,7 @@ pub async fn set_retention_caps_the_output_kept(ctx: &Ctx) {
 pub async fn set_retention_trims_rows_past_their_age_or_count(ctx: &Ctx) {
     let age = Duration::from_millis(300);
     ctx.store
-        .set_retention(
-            &ctx.q,
-            &Retention {
-                keep: 2,
-                max_age: age,
-                ..Retention::default()
-            },
-        )
+        .set_retention(&ctx.q, &Retention::default().keep(2).max_age(age))
         .await
         .unwrap();
     let old = add(ctx, None, "old").await;
@@ -225,11 +241,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
 
     let id = marked("many").await;
     let c = claim_id(ctx, &id, LEASE).await;
-    let batch = [Completion {
-        id: id.clone(),
-        token: c.token,
-        output: None,
-    }];
+    let batch = [Completion::new(id.clone(), c.token)];
     assert_eq!(
         ctx.store.complete_many(&ctx.q, &batch, plain()).await.unwrap(),
         [Settled::Ok]
@@ -240,7 +252,14 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let r = ctx
         .store
-        .complete_cancelled(&ctx.q, &id, c.token, Some("stop"), plain())
+        .complete_cancelled(
+            &ctx.q,
+            &id,
+            c.token,
+            &echomq::store::CancelledRequest::new()
+                .reason(Some("stop"))
+                .settle(plain()),
+        )
         .await;
     assert_eq!(r.unwrap(), Settled::Ok);
     assert_eq!(notice(&mut notices, "complete_cancelled").await, Some(id));
@@ -251,7 +270,15 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
 
     let id = marked("discarded").await;
     let c = claim_id(ctx, &id, LEASE).await;
-    ctx.store.discard(&ctx.q, &id, c.token, "bad", plain()).await.unwrap();
+    ctx.store
+        .discard(
+            &ctx.q,
+            &id,
+            c.token,
+            &echomq::store::DiscardRequest::new("bad").settle(plain()),
+        )
+        .await
+        .unwrap();
     assert_eq!(notice(&mut notices, "discard").await, Some(id));
 
     let id = marked("retried").await;
@@ -283,10 +310,28 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     );
     assert_eq!(notice(&mut notices, "claim of a row carrying a cancel").await, Some(id));
     let id = marked("claim-spent").await;
-    ctx.store.claim(&ctx.q, 1, SHORT, 1, plain()).await.unwrap();
+    ctx.store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, SHORT)
+                .max_attempts(1)
+                .settle(plain()),
+        )
+        .await
+        .unwrap();
     tokio::time::sleep(SHORT * 3).await;
     ctx.store.reap(&ctx.q, 10, None).await.unwrap();
-    assert!(ctx.store.claim(&ctx.q, 1, LEASE, 1, plain()).await.unwrap().is_empty());
+    assert!(ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(1, LEASE)
+                .max_attempts(1)
+                .settle(plain())
+        )
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(notice(&mut notices, "claim at the budget").await, Some(id));
 
     let id = marked("stalled").await;
@@ -294,13 +339,7 @@ pub async fn mark_waited_jobs_are_announced_by_every_verb_that_finishes_them(ctx
     tokio::time::sleep(SHORT * 3).await;
     let swept = ctx
         .store
-        .sweep_stalled(
-            &ctx.q,
-            StalledPolicy {
-                max_stalled: 1,
-                limit: 10,
-            },
-        )
+        .sweep_stalled(&ctx.q, StalledPolicy::default().max_stalled(1).limit(10))
         .await
         .unwrap();
     assert_eq!(swept.dead, std::slice::from_ref(&id));

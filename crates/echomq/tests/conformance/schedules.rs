@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use echomq::schedule::{self, JobTemplate, Misfire, Overlap, Refill, Schedule, ScheduleInfo, ScheduleName, Timing};
-use echomq::store::{Promoted, SettleOptions};
+use echomq::store::Promoted;
 use echomq::{Error, GroupName, JobId, JobState};
 
 use crate::harness::Ctx;
@@ -105,7 +105,7 @@ pub async fn upsert_schedule_fires_each_slot_once_as_a_job_named_by_the_slot(ctx
     assert_eq!(after.next_slot, Some(slot + 1000));
     let claimed = ctx
         .store
-        .claim(&ctx.q, 10, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(10, LEASE).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(claimed.jobs.iter().map(|j| j.id.clone()).collect::<Vec<_>>(), [id]);
@@ -329,7 +329,7 @@ pub async fn trigger_schedule_runs_one_job_now_outside_the_slots(ctx: &Ctx) {
     assert_eq!(after.last_job, Some(second));
     let claimed = ctx
         .store
-        .claim(&ctx.q, 10, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(10, LEASE).max_attempts(MAX))
         .await
         .unwrap();
     assert_eq!(claimed.jobs.len(), 2);

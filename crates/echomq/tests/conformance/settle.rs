@@ -27,7 +27,7 @@ pub fn plain() -> SettleOptions {
 }
 
 fn recording() -> SettleOptions {
-    SettleOptions { record: true }
+    SettleOptions::default().record(true)
 }
 
 pub fn group(name: &str) -> GroupName {
@@ -52,7 +52,16 @@ pub async fn add_lane(ctx: &Ctx, group: &GroupName, n: usize) -> Vec<JobId> {
 }
 
 pub async fn claim(ctx: &Ctx, n: u32, lease: Duration) -> Vec<ClaimedJob> {
-    ctx.store.claim(&ctx.q, n, lease, BUDGET, plain()).await.unwrap().jobs
+    ctx.store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(n, lease)
+                .max_attempts(BUDGET)
+                .settle(plain()),
+        )
+        .await
+        .unwrap()
+        .jobs
 }
 
 /// Claims one job and checks it is `id`.
@@ -151,20 +160,32 @@ impl Holder {
     pub async fn call(self, ctx: &Ctx, id: &JobId, token: u64) -> Reply {
         let (store, q) = (&ctx.store, &ctx.q);
         match self {
-            Holder::Complete => settled(store.complete(q, id, token, Some(b"out"), plain()).await.unwrap()),
+            Holder::Complete => settled(
+                store
+                    .complete(
+                        q,
+                        &echomq::store::Completion::new(id.clone(), token).output(Some(b"out")),
+                        plain(),
+                    )
+                    .await
+                    .unwrap(),
+            ),
             Holder::CompleteMany => {
-                let batch = [Completion {
-                    id: id.clone(),
-                    token,
-                    output: None,
-                }];
+                let batch = [Completion::new(id.clone(), token)];
                 let replies = store.complete_many(q, &batch, plain()).await.unwrap();
                 assert_eq!(replies.len(), 1, "one reply per entry");
                 settled(replies[0])
             }
             Holder::CompleteCancelled => settled(
                 store
-                    .complete_cancelled(q, id, token, Some("stop"), plain())
+                    .complete_cancelled(
+                        q,
+                        id,
+                        token,
+                        &echomq::store::CancelledRequest::new()
+                            .reason(Some("stop"))
+                            .settle(plain()),
+                    )
                     .await
                     .unwrap(),
             ),
@@ -187,7 +208,16 @@ impl Holder {
                 Retried::Gone => Reply::Gone,
                 other => panic!("a reply this suite does not know: {other:?}"),
             },
-            Holder::Discard => match store.discard(q, id, token, "gave up", plain()).await.unwrap() {
+            Holder::Discard => match store
+                .discard(
+                    q,
+                    id,
+                    token,
+                    &echomq::store::DiscardRequest::new("gave up").settle(plain()),
+                )
+                .await
+                .unwrap()
+            {
                 Discarded::Dead => Reply::Dead,
                 Discarded::Stale => Reply::Stale,
                 Discarded::Gone => Reply::Gone,
@@ -397,7 +427,12 @@ async fn after_a_redrive(ctx: &Ctx, verb: Holder) {
         let old = claim_id(ctx, &id, LEASE).await;
         let d = ctx
             .store
-            .discard(&ctx.q, &id, old.token, "poison", plain())
+            .discard(
+                &ctx.q,
+                &id,
+                old.token,
+                &echomq::store::DiscardRequest::new("poison").settle(plain()),
+            )
             .await
             .unwrap();
         assert_eq!(d, Discarded::Dead);
@@ -423,7 +458,10 @@ async fn of_an_unknown_id(ctx: &Ctx, verb: Holder) {
     let id = add(ctx, None, "p").await;
     let c = claim_id(ctx, &id, LEASE).await;
     assert_eq!(
-        ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap(),
+        ctx.store
+            .complete(&ctx.q, &echomq::store::Completion::new(id.clone(), c.token), plain())
+            .await
+            .unwrap(),
         Settled::Ok
     );
     refused(ctx, verb, &id, c.token, Reply::Gone).await;
@@ -689,20 +727,18 @@ pub async fn retry_reap_and_redrive_never_lower_attempts(ctx: &Ctx) {
     lapse(ctx, &id).await;
     let swept = ctx
         .store
-        .sweep_stalled(
-            &ctx.q,
-            echomq::store::StalledPolicy {
-                max_stalled: 5,
-                limit: 10,
-            },
-        )
+        .sweep_stalled(&ctx.q, echomq::store::StalledPolicy::default().max_stalled(5).limit(10))
         .await
         .unwrap();
     assert_eq!(swept.recovered, std::slice::from_ref(&id));
     assert_eq!(get(ctx, &id).await.attempts, 3, "the stalled sweep keeps attempts");
     let c = claim_id(ctx, &id, LEASE).await;
     assert_eq!(c.attempts, 4);
-    let d = ctx.store.discard(&ctx.q, &id, 4, "x", plain()).await.unwrap();
+    let d = ctx
+        .store
+        .discard(&ctx.q, &id, 4, &echomq::store::DiscardRequest::new("x").settle(plain()))
+        .await
+        .unwrap();
     assert_eq!(d, Discarded::Dead);
     assert_eq!(get(ctx, &id).await.attempts, 4, "discard keeps attempts");
     assert_eq!(ctx.store.redrive(&ctx.q, &id, 2).await.unwrap(), Redriven::Redriven);
@@ -993,7 +1029,11 @@ pub async fn retry_of_a_lane_job_with_no_delay_requeues_it_at_its_lanes_tail(ctx
     assert_slot_invariant(ctx).await;
     let s = ctx
         .store
-        .complete(&ctx.q, &lane[1], c1.token, None, plain())
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(lane[1].clone(), c1.token),
+            plain(),
+        )
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -1069,12 +1109,24 @@ pub async fn complete_of_a_flat_job_pushes_no_wake(ctx: &Ctx) {
     let also = add(ctx, None, "q").await;
     let c = claim_id(ctx, &id, LEASE).await;
     ctx.probe.clear_wakes().await;
-    let s = ctx.store.complete(&ctx.q, &id, c.token, None, plain()).await.unwrap();
+    let s = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(id.clone(), c.token), plain())
+        .await
+        .unwrap();
     assert_eq!(s, Settled::Ok);
     assert_eq!(ctx.probe.wakes().await, 0, "a flat settle pushes no wake");
     let d = claim_id(ctx, &also, LEASE).await;
     assert_eq!(
-        ctx.store.discard(&ctx.q, &also, d.token, "x", plain()).await.unwrap(),
+        ctx.store
+            .discard(
+                &ctx.q,
+                &also,
+                d.token,
+                &echomq::store::DiscardRequest::new("x").settle(plain())
+            )
+            .await
+            .unwrap(),
         Discarded::Dead
     );
     assert_eq!(ctx.probe.wakes().await, 0, "a flat discard pushes no wake");
@@ -1083,11 +1135,7 @@ pub async fn complete_of_a_flat_job_pushes_no_wake(ctx: &Ctx) {
 // --- complete_many --------------------------------------------------------------------------------
 
 fn entry(id: &JobId, token: u64, output: Option<&str>) -> Completion {
-    Completion {
-        id: id.clone(),
-        token,
-        output: output.map(|o| o.as_bytes().to_vec()),
-    }
+    Completion::new(id.clone(), token).output(output.map(|o| o.as_bytes().to_vec()))
 }
 
 pub async fn complete_many_settles_a_mixed_batch_entry_by_entry(ctx: &Ctx) {
@@ -1427,7 +1475,11 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     let c = claim_id(ctx, &quiet, LEASE).await;
     let s = ctx
         .store
-        .complete(&ctx.q, &quiet, c.token, Some(b"x"), plain())
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(quiet.clone(), c.token).output(Some(b"x")),
+            plain(),
+        )
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -1437,7 +1489,11 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let s = ctx
         .store
-        .complete(&ctx.q, &id, c.token, Some(b"the output"), recording())
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(id.clone(), c.token).output(Some(b"the output")),
+            recording(),
+        )
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -1453,7 +1509,11 @@ pub async fn complete_with_record_writes_a_completion_record(ctx: &Ctx) {
     // a refused settle writes no record
     let s = ctx
         .store
-        .complete(&ctx.q, &id, c.token, None, recording())
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(id.clone(), c.token),
+            recording(),
+        )
         .await
         .unwrap();
     assert_eq!(s, Settled::Gone);
@@ -1486,7 +1546,14 @@ pub async fn complete_cancelled_with_record_writes_a_cancelled_record(ctx: &Ctx)
     let t0 = server_ms(ctx).await;
     let s = ctx
         .store
-        .complete_cancelled(&ctx.q, &id, c.token, Some("user asked"), recording())
+        .complete_cancelled(
+            &ctx.q,
+            &id,
+            c.token,
+            &echomq::store::CancelledRequest::new()
+                .reason(Some("user asked"))
+                .settle(recording()),
+        )
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -1547,7 +1614,12 @@ pub async fn discard_with_record_writes_a_dead_record(ctx: &Ctx) {
     let t0 = server_ms(ctx).await;
     let d = ctx
         .store
-        .discard(&ctx.q, &id, c.token, "bad input", recording())
+        .discard(
+            &ctx.q,
+            &id,
+            c.token,
+            &echomq::store::DiscardRequest::new("bad input").settle(recording()),
+        )
         .await
         .unwrap();
     let t1 = server_ms(ctx).await;
@@ -1577,7 +1649,11 @@ pub async fn complete_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
         let out = format!("out-{i}");
         let s = ctx
             .store
-            .complete(&ctx.q, id, 1, Some(out.as_bytes()), plain())
+            .complete(
+                &ctx.q,
+                &echomq::store::Completion::new(id.clone(), 1).output(Some(out.as_bytes())),
+                plain(),
+            )
             .await
             .unwrap();
         assert_eq!(s, Settled::Ok);
@@ -1602,7 +1678,11 @@ pub async fn complete_with_retain_keeps_the_newest_completed_rows(ctx: &Ctx) {
     let n = counts(ctx).await;
     assert_eq!((n.completed, n.active), (3, 0));
     // a retained row is no longer held: settling it again is stale, not gone
-    let s = ctx.store.complete(&ctx.q, &jobs[2], 1, None, plain()).await.unwrap();
+    let s = ctx
+        .store
+        .complete(&ctx.q, &echomq::store::Completion::new(jobs[2].clone(), 1), plain())
+        .await
+        .unwrap();
     assert_eq!(s, Settled::Stale);
 }
 
@@ -1640,7 +1720,14 @@ pub async fn complete_cancelled_with_retain_keeps_the_row_as_cancelled(ctx: &Ctx
     let c = claim_id(ctx, &id, LEASE).await;
     let s = ctx
         .store
-        .complete_cancelled(&ctx.q, &id, c.token, Some("stop now"), plain())
+        .complete_cancelled(
+            &ctx.q,
+            &id,
+            c.token,
+            &echomq::store::CancelledRequest::new()
+                .reason(Some("stop now"))
+                .settle(plain()),
+        )
         .await
         .unwrap();
     assert_eq!(s, Settled::Ok);
@@ -1698,12 +1785,9 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
     let b = add_lane(ctx, &group("b"), 1).await;
     let first = claim(ctx, 1, LEASE).await;
     assert_eq!(ids(&first), std::slice::from_ref(&a[0]));
-    let claim_two = echomq::store::ClaimRequest {
-        n: 2,
-        lease: LEASE,
-        max_attempts: BUDGET,
-        settle: plain(),
-    };
+    let claim_two = echomq::store::ClaimRequest::new(2, LEASE)
+        .max_attempts(BUDGET)
+        .settle(plain());
     let batch = [entry(&a[0], first[0].token, Some("out")), entry(&b[0], 7, None)];
     // complete_many's script loaded on the queue's server first: a pipeline whose first entry
     // meets NOSCRIPT resends it after the entries behind it ran, so on a server that never ran
@@ -1728,7 +1812,9 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
     );
     assert_slot_invariant(ctx).await;
     // no claim asked: only the completions
-    let none = echomq::store::ClaimRequest { n: 0, ..claim_two };
+    let none = echomq::store::ClaimRequest::new(0, claim_two.lease)
+        .max_attempts(claim_two.max_attempts)
+        .settle(claim_two.settle);
     let done: Vec<Completion> = got.iter().map(|c| entry(&c.id, c.token, None)).collect();
     let r = ctx
         .store
@@ -1745,7 +1831,7 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
 /// of the earlier attempt — through complete and through complete_many alike.
 pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
     ctx.keep(10).await;
-    let keep = SettleOptions { record: false };
+    let keep = SettleOptions::new();
     let ids: Vec<JobId> = ctx
         .store
         .enqueue(&ctx.q, &[NewJob::new("a"), NewJob::new("b")])
@@ -1754,7 +1840,15 @@ pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
         .iter()
         .map(|r| r.id().clone())
         .collect();
-    for c in ctx.store.claim(&ctx.q, 2, LEASE, 3, keep).await.unwrap() {
+    for c in ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(2, LEASE).max_attempts(3).settle(keep),
+        )
+        .await
+        .unwrap()
+    {
         let r = ctx
             .store
             .retry(
@@ -1770,20 +1864,27 @@ pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
             .unwrap();
         assert_eq!(r, Retried::Retrying);
     }
-    let again = ctx.store.claim(&ctx.q, 2, LEASE, 3, keep).await.unwrap();
+    let again = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(2, LEASE).max_attempts(3).settle(keep),
+        )
+        .await
+        .unwrap();
     let (one, other) = (&again[0], &again[1]);
     assert_eq!(
         ctx.store
-            .complete(&ctx.q, &one.id, one.token, Some(b"out"), keep)
+            .complete(
+                &ctx.q,
+                &echomq::store::Completion::new(one.id.clone(), one.token).output(Some(b"out")),
+                keep
+            )
             .await
             .unwrap(),
         Settled::Ok
     );
-    let many = [Completion {
-        id: other.id.clone(),
-        token: other.token,
-        output: None,
-    }];
+    let many = [Completion::new(other.id.clone(), other.token)];
     assert_eq!(
         ctx.store.complete_many(&ctx.q, &many, keep).await.unwrap(),
         [Settled::Ok]

@@ -4,7 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use echomq::store::SettleOptions;
 use echomq::NewJob;
 use tracing::field::{Field, Visit};
 use tracing::instrument::WithSubscriber;
@@ -63,7 +62,10 @@ async fn enqueue_and_claim_open_one_emq_store_span_each(ctx: &Ctx) {
         let jobs: Vec<NewJob> = (0..3).map(|i| NewJob::new(format!("{i}"))).collect();
         store.enqueue(&q, &jobs).await.unwrap();
         let claimed = store
-            .claim(&q, 2, Duration::from_secs(30), 3, SettleOptions::default())
+            .claim(
+                &q,
+                echomq::store::ClaimRequest::new(2, Duration::from_secs(30)).max_attempts(3),
+            )
             .await
             .unwrap();
         assert_eq!(claimed.len(), 2);

@@ -30,7 +30,7 @@ pub fn payloads(claimed: &[ClaimedJob]) -> Vec<String> {
 
 pub async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
     ctx.store
-        .claim(&ctx.q, n, LEASE, MAX, SettleOptions::default())
+        .claim(&ctx.q, echomq::store::ClaimRequest::new(n, LEASE).max_attempts(MAX))
         .await
         .unwrap()
         .jobs
@@ -39,7 +39,11 @@ pub async fn claim(ctx: &Ctx, n: u32) -> Vec<ClaimedJob> {
 pub async fn complete(ctx: &Ctx, job: &ClaimedJob) {
     let r = ctx
         .store
-        .complete(&ctx.q, &job.id, job.token, None, SettleOptions::default())
+        .complete(
+            &ctx.q,
+            &echomq::store::Completion::new(job.id.clone(), job.token),
+            SettleOptions::default(),
+        )
         .await
         .unwrap();
     assert_eq!(r, Settled::Ok, "complete of {}", job.id);

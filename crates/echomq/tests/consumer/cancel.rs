@@ -92,7 +92,10 @@ async fn a_job_cancelled_while_no_consumer_listened_never_runs(ctx: &Ctx) {
     let id = store.enqueue(q, &[NewJob::new("x")]).await.unwrap()[0].id().clone();
     // a holder that vanished: claimed under a short lease, then cancelled with nobody listening
     let held = store
-        .claim(q, 1, Duration::from_millis(30), 3, SettleOptions::default())
+        .claim(
+            q,
+            echomq::store::ClaimRequest::new(1, Duration::from_millis(30)).max_attempts(3),
+        )
         .await
         .unwrap();
     assert_eq!(held.len(), 1);
@@ -134,7 +137,10 @@ async fn a_cancel_for_an_earlier_job_spares_a_new_job_with_the_same_id(ctx: &Ctx
         .await
         .unwrap();
     let held = store
-        .claim(q, 1, Duration::from_secs(30), 3, SettleOptions::default())
+        .claim(
+            q,
+            echomq::store::ClaimRequest::new(1, Duration::from_secs(30)).max_attempts(3),
+        )
         .await
         .unwrap();
     assert_eq!(held.len(), 1);
@@ -201,7 +207,11 @@ async fn a_cancel_for_an_earlier_job_spares_a_new_job_with_the_same_id(ctx: &Ctx
     let got = tokio::time::timeout(Duration::from_secs(5), marker_cancelled.recv()).await;
     assert_eq!(got.expect("the second marker cancelled"), Some(b"marker-2".to_vec()));
     store
-        .complete(q, &id, held[0].token, None, SettleOptions::default())
+        .complete(
+            q,
+            &echomq::store::Completion::new(id.clone(), held[0].token),
+            SettleOptions::default(),
+        )
         .await
         .unwrap();
     store

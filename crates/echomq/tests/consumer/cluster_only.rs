@@ -468,13 +468,15 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
         let store = store.clone();
         let q = q.clone();
         tokio::spawn(async move {
-            let req = ClaimRequest {
-                n: 50,
-                lease: Duration::from_secs(30),
-                max_attempts: 3,
-                settle: SettleOptions::default(),
-            };
-            store.claim(&q, req.n, req.lease, req.max_attempts, req.settle).await
+            let req = ClaimRequest::new(50, Duration::from_secs(30)).max_attempts(3);
+            store
+                .claim(
+                    &q,
+                    echomq::store::ClaimRequest::new(req.n, req.lease)
+                        .max_attempts(req.max_attempts)
+                        .settle(req.settle),
+                )
+                .await
         })
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -685,7 +687,15 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .await
         .unwrap();
     store.rate_limits(&q).await.unwrap();
-    let claimed = store.claim(&q, 6, lease, 1, settle).await.unwrap();
+    let claimed = store
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(6, lease)
+                .max_attempts(1)
+                .settle(settle),
+        )
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 6);
     let [a, b, c, d, e, f] = &claimed[..] else {
         panic!("six claimed")
@@ -693,15 +703,19 @@ async fn every_script_call_names_keys_of_one_slot_only() {
     store.extend_lock(&q, &a.id, a.token, lease).await.unwrap();
     store.update_data(&q, &a.id, a.token, b"new").await.unwrap();
     store.mark_waited(&q, &a.id).await.unwrap();
-    store.complete(&q, &a.id, a.token, None, settle).await.unwrap();
-    let many = echomq::store::Completion {
-        id: b.id.clone(),
-        token: b.token,
-        output: None,
-    };
+    store
+        .complete(&q, &echomq::store::Completion::new(a.id.clone(), a.token), settle)
+        .await
+        .unwrap();
+    let many = echomq::store::Completion::new(b.id.clone(), b.token);
     store.complete_many(&q, &[many], settle).await.unwrap();
     store
-        .complete_cancelled(&q, &c.id, c.token, None, settle)
+        .complete_cancelled(
+            &q,
+            &c.id,
+            c.token,
+            &echomq::store::CancelledRequest::new().settle(settle),
+        )
         .await
         .unwrap();
     store
@@ -716,7 +730,15 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         )
         .await
         .unwrap();
-    store.discard(&q, &e.id, e.token, "dead", settle).await.unwrap();
+    store
+        .discard(
+            &q,
+            &e.id,
+            e.token,
+            &echomq::store::DiscardRequest::new("dead").settle(settle),
+        )
+        .await
+        .unwrap();
     store.release(&q, &f.id, f.token, Duration::ZERO).await.unwrap();
     store.reap(&q, 10, None).await.unwrap();
     store

@@ -21,12 +21,7 @@ use tokio::sync::mpsc;
 use crate::harness::Ctx;
 
 fn offer(n: u32) -> ClaimRequest {
-    ClaimRequest {
-        n,
-        lease: Duration::from_secs(30),
-        max_attempts: 3,
-        settle: SettleOptions::default(),
-    }
+    ClaimRequest::new(n, Duration::from_secs(30)).max_attempts(3)
 }
 
 /// A handoff that forwards the jobs it is handed.
@@ -155,7 +150,7 @@ async fn an_enqueue_hands_its_jobs_over_as_a_claim_after_it_would(ctx: &Ctx) {
         }
     };
     let lease = Duration::from_secs(30);
-    let claim_all = || store.claim(&q, 10, lease, 3, SettleOptions::default());
+    let claim_all = || store.claim(&q, echomq::store::ClaimRequest::new(10, lease).max_attempts(3));
 
     // nothing else claimable: the new jobs go straight to the offer; the one left over is
     // pending and on the ring, and the handed ones settle with their token as claimed jobs do
@@ -171,7 +166,11 @@ async fn an_enqueue_hands_its_jobs_over_as_a_claim_after_it_would(ctx: &Ctx) {
     assert!(claim_all().await.unwrap().is_empty(), "nothing left on the ring");
     for job in &handed {
         let settled = store
-            .complete(&q, &job.id, 1, None, SettleOptions::default())
+            .complete(
+                &q,
+                &echomq::store::Completion::new(job.id.clone(), 1),
+                SettleOptions::default(),
+            )
             .await
             .unwrap();
         assert_eq!(settled, echomq::store::Settled::Ok);
@@ -213,7 +212,10 @@ async fn an_enqueue_hands_over_no_more_payload_bytes_than_a_claim_would_take(ctx
         (per_claim as u64, 20 - per_claim as u64)
     );
     let next = store
-        .claim(&q, 20, Duration::from_secs(30), 3, SettleOptions::default())
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(20, Duration::from_secs(30)).max_attempts(3),
+        )
         .await
         .unwrap();
     assert_eq!(next.len(), per_claim, "a claim after it takes as many");
@@ -248,7 +250,10 @@ async fn a_field_of_an_unexpected_storage_class_is_read_as_text_and_judged_as_re
         "{err}"
     );
     let claimed = store
-        .claim(&q, 3, Duration::from_secs(30), 3, SettleOptions::default())
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(3, Duration::from_secs(30)).max_attempts(3),
+        )
         .await
         .unwrap();
     let got: Vec<(String, Vec<u8>)> = claimed.into_iter().map(|j| (j.id.to_string(), j.payload)).collect();
@@ -288,14 +293,14 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind(ctx: &Ctx
          BEGIN SELECT RAISE(ABORT, 'disk refused the write'); END",
     )
     .unwrap();
-    let claim = ClaimRequest {
-        n: 5,
-        lease: Duration::from_secs(30),
-        max_attempts: 3,
-        settle: SettleOptions::default(),
-    };
+    let claim = ClaimRequest::new(5, Duration::from_secs(30)).max_attempts(3);
     let round = store
-        .recover_promote_claim(&q, Recovery::Reap, 10, echomq::schedule::GRACE_MIN, claim)
+        .recover_promote_claim(
+            &q,
+            &echomq::store::RoundRequest::new(Recovery::Reap, claim)
+                .pump(10)
+                .grace(echomq::schedule::GRACE_MIN),
+        )
         .await
         .unwrap();
     assert!(round.claimed.is_err(), "the claim leg failed: {:?}", round.claimed);
@@ -309,7 +314,12 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind(ctx: &Ctx
     conn.execute_batch("DROP TRIGGER refuse").unwrap();
     // the ring and the group's flag are as they were: every job is claimable again
     let round = store
-        .recover_promote_claim(&q, Recovery::Reap, 10, echomq::schedule::GRACE_MIN, claim)
+        .recover_promote_claim(
+            &q,
+            &echomq::store::RoundRequest::new(Recovery::Reap, claim)
+                .pump(10)
+                .grace(echomq::schedule::GRACE_MIN),
+        )
         .await
         .unwrap();
     let mut got: Vec<Vec<u8>> = round.claimed.unwrap().into_iter().map(|j| j.payload).collect();
@@ -331,7 +341,10 @@ async fn a_queue_keeps_its_newest_1000_cancel_requests(ctx: &Ctx) {
     let mut held = Vec::new();
     while held.len() < jobs.len() {
         let c = store
-            .claim(&q, 1000, Duration::from_secs(60), 3, SettleOptions::default())
+            .claim(
+                &q,
+                echomq::store::ClaimRequest::new(1000, Duration::from_secs(60)).max_attempts(3),
+            )
             .await
             .unwrap();
         assert!(

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use echomq::consumer::Recovery;
-use echomq::store::{Counts, SettleOptions, StalledPolicy};
+use echomq::store::{Counts, StalledPolicy};
 use echomq::{Consumer, ConsumerOptions, JobContext, JobState, NewJob, QueueName, Verdict};
 
 use crate::harness::{captured_log, completed, fast, log_lines, stale_settle_reported, wait_until, Ctx};
@@ -20,7 +20,10 @@ async fn a_backlog_longer_than_a_beat_still_lets_recover_and_promote_run(ctx: &C
     let lost = store.enqueue(q, &[NewJob::new("lost")]).await.unwrap()[0].id().clone();
     assert_eq!(
         store
-            .claim(q, 1, Duration::from_millis(30), 3, SettleOptions::default())
+            .claim(
+                q,
+                echomq::store::ClaimRequest::new(1, Duration::from_millis(30)).max_attempts(3)
+            )
             .await
             .unwrap()
             .len(),
@@ -183,10 +186,7 @@ async fn the_stalled_sweep_buries_a_job_whose_holder_vanished_twice(ctx: &Ctx) {
             .with_lease(Duration::from_millis(50))
             // no lease renewal: the holder vanishes as far as the store can tell
             .with_locks(false)
-            .with_recovery(Recovery::Stalled(StalledPolicy {
-                max_stalled: 2,
-                limit: 100,
-            })),
+            .with_recovery(Recovery::Stalled(StalledPolicy::default().max_stalled(2).limit(100))),
     )
     .unwrap();
     wait_until(Duration::from_secs(10), "the job dead", || async {
@@ -212,7 +212,10 @@ async fn the_stalled_sweep_recovers_a_vanished_consumers_job_then_dead_letters_i
         store.enqueue(q, &[NewJob::new("job")]).await.unwrap();
         // a consumer that claims and vanishes: its lease lapses, unsettled
         let claimed = store
-            .claim(q, 1, Duration::from_millis(100), 3, SettleOptions::default())
+            .claim(
+                q,
+                echomq::store::ClaimRequest::new(1, Duration::from_millis(100)).max_attempts(3),
+            )
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1);
@@ -229,10 +232,9 @@ async fn the_stalled_sweep_recovers_a_vanished_consumers_job_then_dead_letters_i
         }
     };
     let stalled = |max_stalled| {
-        fast().with_recovery(Recovery::Stalled(StalledPolicy {
-            max_stalled,
-            limit: 100,
-        }))
+        fast().with_recovery(Recovery::Stalled(
+            StalledPolicy::default().max_stalled(max_stalled).limit(100),
+        ))
     };
     // on its 1st stall a job of `again` is recovered (dead only on its 2nd); one of `dead` dies
     let a = Consumer::start(store.clone(), again.clone(), handler.clone(), stalled(2)).unwrap();
@@ -386,7 +388,10 @@ async fn recovery_off_leaves_a_lapsed_lease_alone(ctx: &Ctx) {
         .clone();
     // a holder that vanished: claimed on a short lease that then lapses
     let held = store
-        .claim(q, 1, Duration::from_millis(20), 3, SettleOptions::default())
+        .claim(
+            q,
+            echomq::store::ClaimRequest::new(1, Duration::from_millis(20)).max_attempts(3),
+        )
         .await
         .unwrap();
     assert_eq!(held.len(), 1);
@@ -536,10 +541,11 @@ async fn runs_through_lapses(
 }
 
 async fn a_redelivery_budget_keeps_crashes_from_spending_the_attempts(ctx: &Ctx) {
-    let budget = Recovery::Redeliver(echomq::store::RedeliveryPolicy {
-        max_redeliveries: 5,
-        limit: 100,
-    });
+    let budget = Recovery::Redeliver(
+        echomq::store::RedeliveryPolicy::default()
+            .max_redeliveries(5)
+            .limit(100),
+    );
     // three lapses at max_attempts 2: each run is the first attempt again, and the fourth completes
     let (runs, row) = runs_through_lapses(ctx, &ctx.q, budget, 3).await;
     assert_eq!(runs, [1, 1, 1, 1]);

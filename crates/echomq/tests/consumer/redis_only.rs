@@ -664,10 +664,7 @@ async fn a_script_that_cannot_be_loaded_fails_its_own_leg_and_the_claim_beside_i
     let none = full
         .claim(
             &empty,
-            1,
-            Duration::from_secs(30),
-            3,
-            echomq::store::SettleOptions::default(),
+            echomq::store::ClaimRequest::new(1, Duration::from_secs(30)).max_attempts(3),
         )
         .await
         .unwrap();
@@ -675,19 +672,13 @@ async fn a_script_that_cannot_be_loaded_fails_its_own_leg_and_the_claim_beside_i
     let runner = RedisStore::open(&format!("redis://runner:pw@127.0.0.1:{}", server.port))
         .await
         .unwrap();
-    let request = echomq::store::ClaimRequest {
-        n: 1,
-        lease: Duration::from_secs(30),
-        max_attempts: 3,
-        settle: echomq::store::SettleOptions::default(),
-    };
+    let request = echomq::store::ClaimRequest::new(1, Duration::from_secs(30)).max_attempts(3);
     let round = runner
         .recover_promote_claim(
             &q,
-            echomq::consumer::Recovery::Reap,
-            10,
-            echomq::schedule::GRACE_MIN,
-            request,
+            &echomq::store::RoundRequest::new(echomq::consumer::Recovery::Reap, request)
+                .pump(10)
+                .grace(echomq::schedule::GRACE_MIN),
         )
         .await
         .unwrap();
@@ -747,15 +738,14 @@ async fn a_job_nobody_waits_on_costs_no_command_and_a_waited_one_one_publish() {
             }
             let marks = commands_since(server.port, &before);
             let before = redis_server::command_calls(server.port);
-            let claimed = store.claim(&q, 10, lease, 3, Default::default()).await.unwrap();
+            let claimed = store
+                .claim(&q, echomq::store::ClaimRequest::new(10, lease).max_attempts(3))
+                .await
+                .unwrap();
             assert_eq!(claimed.len(), 10);
             let batch: Vec<_> = claimed
                 .iter()
-                .map(|c| echomq::store::Completion {
-                    id: c.id.clone(),
-                    token: c.token,
-                    output: None,
-                })
+                .map(|c| echomq::store::Completion::new(c.id.clone(), c.token))
                 .collect();
             store.complete_many(&q, &batch, Default::default()).await.unwrap();
             (marks, commands_since(server.port, &before))
@@ -893,7 +883,10 @@ async fn an_enqueue_or_a_claim_cut_off_after_it_ran_is_reported_and_never_sent_t
     .await;
     proxy.arm();
     let err = store
-        .claim(&q, 2, Duration::from_secs(30), 3, Default::default())
+        .claim(
+            &q,
+            echomq::store::ClaimRequest::new(2, Duration::from_secs(30)).max_attempts(3),
+        )
         .await
         .unwrap_err();
     assert!(err.is_unreachable(), "{err}");

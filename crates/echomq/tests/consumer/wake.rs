@@ -84,12 +84,11 @@ async fn an_enqueue_from_another_handle_starts_within_a_beat(ctx: &Ctx) {
         latencies.push(began.duration_since(at));
     }
     c.stop(Duration::from_secs(5)).await.unwrap();
-    // the park ends at the beat at the latest, and the next round claims
+    // the park ends at the beat at the latest, and the next round claims: within two beats even
+    // on a loaded machine (a round took 330 ms beside a build), where a wake only by the job's
+    // lease or a later poll would take seconds
     let worst = latencies.iter().max().copied().unwrap();
-    assert!(
-        worst < beat + Duration::from_millis(200),
-        "enqueue → handler start: {latencies:?}"
-    );
+    assert!(worst < beat * 2, "enqueue → handler start: {latencies:?}");
     assert_eq!(completed(store, q).await, 3);
 }
 

@@ -278,16 +278,17 @@ mod tests {
         let settled = store
             .complete(
                 &q,
-                &JobId::from_store("1".to_string()),
-                1,
-                None,
+                &crate::store::Completion::new(JobId::from_store("1".to_string()), 1),
                 SettleOptions::default(),
             )
             .await
             .unwrap();
         assert_eq!(settled, Settled::Ok, "the holder of job 1 still settles it");
         let claimed = store
-            .claim(&q, 5, Duration::from_secs(5), 3, SettleOptions::default())
+            .claim(
+                &q,
+                crate::store::ClaimRequest::new(5, Duration::from_secs(5)).max_attempts(3),
+            )
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1);
@@ -351,7 +352,10 @@ mod tests {
             .with_priority(0);
         store.genqueue(&q, &g, &[urgent]).await.unwrap();
         let claimed = store
-            .claim(&q, 10, Duration::from_secs(5), 3, SettleOptions::default())
+            .claim(
+                &q,
+                crate::store::ClaimRequest::new(10, Duration::from_secs(5)).max_attempts(3),
+            )
             .await
             .unwrap();
         let ids: Vec<&str> = claimed.iter().map(|j| j.id.as_str()).collect();
@@ -405,7 +409,10 @@ mod tests {
         let q = QueueName::new("q").unwrap();
         assert_eq!(store.counts(&q).await.unwrap().pending, 5, "counted by the migration");
         let claimed = store
-            .claim(&q, 2, Duration::from_secs(5), 3, SettleOptions::default())
+            .claim(
+                &q,
+                crate::store::ClaimRequest::new(2, Duration::from_secs(5)).max_attempts(3),
+            )
             .await
             .unwrap();
         assert_eq!(claimed.len(), 2);

@@ -952,7 +952,12 @@ mod tests {
             settle: SettleOptions::default(),
         };
         let round = store
-            .recover_promote_claim(&q, Recovery::Off, 10, crate::schedule::GRACE_MIN, claim)
+            .recover_promote_claim(
+                &q,
+                &crate::store::RoundRequest::new(Recovery::Off, claim)
+                    .pump(10)
+                    .grace(crate::schedule::GRACE_MIN),
+            )
             .await
             .unwrap();
         let promoted = round.promoted.unwrap_err();

@@ -2,8 +2,6 @@
 //! recover_promote_claim (a beat's recovery, promote and claim) and complete_then_claim (a batch of
 //! completions, then the claim for the slots they free).
 
-use std::time::Duration;
-
 use super::claim::{claim_call, parse_claimed};
 use super::complete_many::{complete_many_calls, parse_completed};
 use super::promote::{parse_promoted, promote_call};
@@ -13,18 +11,21 @@ use super::Engine;
 use crate::error::{Error, Result};
 use crate::keyspace::{QueueKeys, QueueName};
 use crate::store::{
-    check_claim, positive, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Recovery, Round, SettleOptions,
-    BATCH_MAX, REAP_LIMIT,
+    check_claim, positive, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Recovery, Round, RoundRequest,
+    SettleOptions, BATCH_MAX, REAP_LIMIT,
 };
 
 pub(crate) async fn recover_promote_claim(
     store: &(impl Engine + ?Sized),
     queue: &QueueName,
-    recovery: Recovery,
-    pump: u32,
-    grace: Duration,
-    claim: ClaimRequest,
+    request: &RoundRequest,
 ) -> Result<Round> {
+    let RoundRequest {
+        recovery,
+        pump,
+        grace,
+        claim,
+    } = *request;
     positive("pump", pump as u64)?;
     let k = QueueKeys::new(queue);
     let mut calls = Vec::with_capacity(3);
