@@ -303,17 +303,7 @@ impl Beat {
             }
             let free = self.slots.available_permits().min(BATCH_MAX);
             let req = self.claim(free);
-            match self
-                .shared
-                .store
-                .claim(
-                    &self.shared.queue,
-                    crate::store::ClaimRequest::new(req.n, req.lease)
-                        .max_attempts(req.max_attempts)
-                        .settle(req.settle),
-                )
-                .await
-            {
+            match self.shared.store.claim(&self.shared.queue, req).await {
                 Ok(claimed) => {
                     empty = claimed.len() < free;
                     self.launch_first(claimed).await;

@@ -469,14 +469,7 @@ async fn a_claim_while_the_slot_is_split_between_two_nodes_writes_nothing_until_
         let q = q.clone();
         tokio::spawn(async move {
             let req = ClaimRequest::new(50, Duration::from_secs(30)).max_attempts(3);
-            store
-                .claim(
-                    &q,
-                    echomq::store::ClaimRequest::new(req.n, req.lease)
-                        .max_attempts(req.max_attempts)
-                        .settle(req.settle),
-                )
-                .await
+            store.claim(&q, req).await
         })
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
