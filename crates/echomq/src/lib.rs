@@ -12,6 +12,19 @@
 #![doc = ""]
 #![doc = include_str!("../../../README.md")]
 
+/// Builder setters of a plain value type: each `name: field: Type;` becomes
+/// `pub fn name(mut self, v: Type) -> Self`, setting `field` (its doc comments kept).
+macro_rules! setters {
+    ($ty:ty { $($(#[$doc:meta])* $name:ident: $field:ident: $fty:ty;)* }) => {
+        impl $ty {
+            $($(#[$doc])* pub fn $name(mut self, v: $fty) -> Self {
+                self.$field = v;
+                self
+            })*
+        }
+    };
+}
+
 pub mod cancel;
 pub mod consumer;
 pub mod dedup;

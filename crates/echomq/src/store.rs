@@ -188,24 +188,6 @@ impl Default for Retention {
 }
 
 impl Retention {
-    /// The newest rows kept of each finished state (0: none).
-    pub fn keep(mut self, keep: u32) -> Self {
-        self.keep = keep;
-        self
-    }
-
-    /// How long a finished row is kept.
-    pub fn max_age(mut self, max_age: Duration) -> Self {
-        self.max_age = max_age;
-        self
-    }
-
-    /// The longest output kept, in bytes.
-    pub fn max_output(mut self, max_output: u32) -> Self {
-        self.max_output = max_output;
-        self
-    }
-
     /// Keeps nothing: every finished row is deleted as its job finishes (what a benchmark or a
     /// queue whose results nobody reads wants). `JobHandle::wait` still learns when a job ends,
     /// but with no row to read its outcome from it answers `Outcome::Expired`.
@@ -216,6 +198,15 @@ impl Retention {
         }
     }
 }
+
+setters! { Retention {
+    /// The newest rows kept of each finished state (0: none).
+    keep: keep: u32;
+    /// How long a finished row is kept.
+    max_age: max_age: Duration;
+    /// The longest output kept, in bytes.
+    max_output: max_output: u32;
+}}
 
 /// The reply of mark_waited.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -476,19 +467,12 @@ impl Default for StalledPolicy {
     }
 }
 
-impl StalledPolicy {
+setters! { StalledPolicy {
     /// Dead-letter a job on its `max_stalled`-th stall (at least 1).
-    pub fn max_stalled(mut self, max_stalled: u32) -> Self {
-        self.max_stalled = max_stalled;
-        self
-    }
-
+    max_stalled: max_stalled: u32;
     /// At most this many lapsed leases per sweep.
-    pub fn limit(mut self, limit: u32) -> Self {
-        self.limit = limit;
-        self
-    }
-}
+    limit: limit: u32;
+}}
 
 /// Reap with a budget of its own for lapsed leases ([`Recovery::Redeliver`]): a lapsed lease gives
 /// back the attempt its claim took, so only handler failures spend `max_attempts`, and is counted
@@ -513,19 +497,12 @@ impl Default for RedeliveryPolicy {
     }
 }
 
-impl RedeliveryPolicy {
+setters! { RedeliveryPolicy {
     /// Lapsed leases a job is redelivered after (at least 1): the next lapse is dead.
-    pub fn max_redeliveries(mut self, max_redeliveries: u32) -> Self {
-        self.max_redeliveries = max_redeliveries;
-        self
-    }
-
+    max_redeliveries: max_redeliveries: u32;
     /// At most this many lapsed leases per reap.
-    pub fn limit(mut self, limit: u32) -> Self {
-        self.limit = limit;
-        self
-    }
-}
+    limit: limit: u32;
+}}
 
 /// The recovery leg of a consumer's beat: exactly one mechanism, chosen at start.
 ///
@@ -578,19 +555,14 @@ impl ClaimRequest {
             settle: SettleOptions::default(),
         }
     }
-
-    /// The attempt budget of a job without its own (at least 1).
-    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts;
-        self
-    }
-
-    /// Retention and records for the jobs the claim finds cancelled.
-    pub fn settle(mut self, settle: SettleOptions) -> Self {
-        self.settle = settle;
-        self
-    }
 }
+
+setters! { ClaimRequest {
+    /// The attempt budget of a job without its own (at least 1).
+    max_attempts: max_attempts: u32;
+    /// Retention and records for the jobs the claim finds cancelled.
+    settle: settle: SettleOptions;
+}}
 
 /// A beat's round ([`Store::recover_promote_claim`]): its recovery leg, its promote (at most
 /// `pump` due jobs; a schedule slot more than `grace` late missed) and its claim.
@@ -619,19 +591,14 @@ impl RoundRequest {
             claim,
         }
     }
-
-    /// The most due jobs the promote moves.
-    pub fn pump(mut self, pump: u32) -> Self {
-        self.pump = pump;
-        self
-    }
-
-    /// How late a schedule slot may fire.
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
-        self
-    }
 }
+
+setters! { RoundRequest {
+    /// The most due jobs the promote moves.
+    pump: pump: u32;
+    /// How late a schedule slot may fire.
+    grace: grace: Duration;
+}}
 
 /// What a discard asks ([`Store::discard`]): the failure kept as the job's `last_error`, and
 /// what its death keeps.
@@ -652,13 +619,12 @@ impl DiscardRequest {
             settle: SettleOptions::default(),
         }
     }
-
-    /// What the death keeps (retention and records).
-    pub fn settle(mut self, settle: SettleOptions) -> Self {
-        self.settle = settle;
-        self
-    }
 }
+
+setters! { DiscardRequest {
+    /// What the death keeps (retention and records).
+    settle: settle: SettleOptions;
+}}
 
 /// What the end of a cancelled job asks ([`Store::complete_cancelled`]): the reason kept as its
 /// `last_error`, if any, and what the cancelled job keeps.
@@ -682,13 +648,12 @@ impl CancelledRequest {
         self.reason = reason.map(Into::into);
         self
     }
-
-    /// What the cancelled job keeps (retention and records).
-    pub fn settle(mut self, settle: SettleOptions) -> Self {
-        self.settle = settle;
-        self
-    }
 }
+
+setters! { CancelledRequest {
+    /// What the cancelled job keeps (retention and records).
+    settle: settle: SettleOptions;
+}}
 
 /// The reply of a claim: the jobs handed out, in claim order, and — when a rate limit held work
 /// back — how long until it admits a start again. Reads as the list of its jobs.
@@ -763,25 +728,16 @@ impl RetryRequest {
             settle: SettleOptions::default(),
         }
     }
-
-    /// The next attempt `delay` from now.
-    pub fn after(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-
-    /// The budget of a job without its own.
-    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts;
-        self
-    }
-
-    /// What a death keeps (retention and records).
-    pub fn settle(mut self, settle: SettleOptions) -> Self {
-        self.settle = settle;
-        self
-    }
 }
+
+setters! { RetryRequest {
+    /// The next attempt `delay` from now.
+    after: delay: Duration;
+    /// The budget of a job without its own.
+    max_attempts: max_attempts: u32;
+    /// What a death keeps (retention and records).
+    settle: settle: SettleOptions;
+}}
 
 /// Where a store hands the jobs it claimed for a parked caller ([`Store::park_with_handoff`]).
 /// Called on whichever thread committed the claim (a task of the caller's runtime, or a store's

@@ -89,18 +89,7 @@ impl Default for ConsumerOptions {
     }
 }
 
-macro_rules! setters {
-    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty;)*) => {
-        impl ConsumerOptions {
-            $($(#[$doc])* pub fn $name(mut self, v: $ty) -> Self {
-                self.$field = v;
-                self
-            })*
-        }
-    };
-}
-
-setters! {
+setters! { ConsumerOptions {
     /// Sets the beat.
     with_beat: beat: Duration;
     /// Sets the lease.
@@ -125,7 +114,7 @@ setters! {
     with_cancel: cancel: bool;
     /// Sets the run-time cap of one handler run.
     with_timeout: timeout: Option<Duration>;
-}
+}}
 
 /// The most handlers one consumer runs at once.
 pub const CONCURRENCY_MAX: usize = 100_000;

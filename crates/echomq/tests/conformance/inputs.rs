@@ -15,6 +15,18 @@ use crate::admin::{group, id, job_keys, jobs, sizes};
 use crate::harness::{Ctx, Snapshot};
 
 const LEASE: Duration = Duration::from_secs(30);
+
+/// The one job of the queue, claimed under [`LEASE`] with a budget of 3.
+async fn claim_one(store: &Arc<dyn Store>, q: &QueueName) -> echomq::ClaimedJob {
+    store
+        .claim(
+            q,
+            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
+        )
+        .await
+        .unwrap()
+        .remove(0)
+}
 const PLAIN: SettleOptions = SettleOptions::new();
 
 /// Names refused as queue names, group names and job ids alike.
@@ -189,14 +201,7 @@ pub async fn complete_refuses_an_oversized_output(ctx: &Ctx) {
     ctx.keep(10).await;
     let small = small_store(ctx).await;
     small.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = small
-        .claim(
-            &ctx.q,
-            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let c = claim_one(&small, &ctx.q).await;
     let before = snapshot(ctx).await;
     let retain = SettleOptions::default().record(true);
     let err = small
@@ -225,14 +230,7 @@ pub async fn complete_refuses_an_oversized_output(ctx: &Ctx) {
 pub async fn update_data_refuses_an_oversized_payload(ctx: &Ctx) {
     let small = small_store(ctx).await;
     small.enqueue(&ctx.q, &[NewJob::new("first")]).await.unwrap();
-    let c = small
-        .claim(
-            &ctx.q,
-            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let c = claim_one(&small, &ctx.q).await;
     let before = snapshot(ctx).await;
     let err = small
         .update_data(&ctx.q, &c.id, c.token, &[b'p'; 17])
@@ -313,15 +311,7 @@ pub async fn claim_refuses_n_zero_a_zero_lease_and_max_attempts_zero(ctx: &Ctx) 
 
 pub async fn extend_lock_refuses_a_zero_lease(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx
-        .store
-        .claim(
-            &ctx.q,
-            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let c = claim_one(&ctx.store, &ctx.q).await;
     let before = snapshot(ctx).await;
     let err = ctx
         .store
@@ -334,15 +324,7 @@ pub async fn extend_lock_refuses_a_zero_lease(ctx: &Ctx) {
 
 pub async fn retry_refuses_max_attempts_zero(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx
-        .store
-        .claim(
-            &ctx.q,
-            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let c = claim_one(&ctx.store, &ctx.q).await;
     let before = snapshot(ctx).await;
     let err = ctx
         .store
@@ -374,15 +356,7 @@ pub async fn durations_from_2_pow_53_ms_are_refused_and_write_nothing(ctx: &Ctx)
         other => panic!("expected InvalidOption, got {other:?}"),
     };
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx
-        .store
-        .claim(
-            &ctx.q,
-            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let c = claim_one(&ctx.store, &ctx.q).await;
     let before = snapshot(ctx).await;
     for d in too_long {
         let late = [NewJob::new("a"), NewJob::new("b").with_delay(d)];
@@ -470,15 +444,7 @@ pub async fn set_group_limit_refuses_zero(ctx: &Ctx) {
 
 pub async fn redrive_refuses_zero_extra_attempts(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(1)).await.unwrap();
-    let c = ctx
-        .store
-        .claim(
-            &ctx.q,
-            echomq::store::ClaimRequest::new(1, LEASE).max_attempts(3).settle(PLAIN),
-        )
-        .await
-        .unwrap()
-        .remove(0);
+    let c = claim_one(&ctx.store, &ctx.q).await;
     ctx.store
         .discard(
             &ctx.q,
