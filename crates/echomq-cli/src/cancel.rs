@@ -1,6 +1,6 @@
 //! `emq cancel`: cancel a waiting job now, or ask the consumer running it to stop.
 
-use echomq::store::{Cancelled, SettleOptions};
+use echomq::store::{CancelOutcome, SettleOptions};
 use echomq::{JobId, QueueName};
 
 /// Cancel one job. Prints `cancelled` (it was waiting: cancelled now) or `requested` (it is
@@ -24,13 +24,13 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     // a waiting job's row is deleted on cancel, as a consumer's settle does by default
     let settle = SettleOptions::default();
     match store.cancel(&queue, &id, args.reason.as_deref(), settle).await? {
-        Cancelled::Cancelled => print("cancelled"),
-        Cancelled::Requested => print("requested"),
-        Cancelled::Finished => {
+        CancelOutcome::Cancelled => print("cancelled"),
+        CancelOutcome::Requested => print("requested"),
+        CancelOutcome::Finished => {
             let state = crate::job::state_now(store.as_ref(), &queue, &id).await;
             anyhow::bail!("job {id} in queue {queue} already finished (it is {state}): nothing to cancel")
         }
-        Cancelled::Gone => return Err(crate::job::not_found(&queue, &id)),
+        CancelOutcome::Gone => return Err(crate::job::not_found(&queue, &id)),
         other => return Err(crate::unknown_reply(&other)),
     }
     Ok(0)

@@ -106,9 +106,11 @@ enum Command {
     ///
     /// `QUEUE` shows them; `QUEUE MAX/PER` sets the queue's (every start of the queue), `--group G
     /// MAX/PER` one group's, `--group-default MAX/PER` the default of groups without their own
-    /// (each group its own budget). `--burst N` lets N starts through at once (default 1), then one
-    /// per PER/MAX; `--off` removes the limit. Every claim enforces them on the store's clock,
-    /// smoothly (no fixed windows): no window of PER holds more than MAX + N starts. A group held
+    /// (each group its own budget). At most MAX starts in any window of PER, one per PER/MAX.
+    /// `--burst N` lets N starts through at once (default 1), and so up to MAX + N - 1 in a window;
+    /// `--exact` holds every window to MAX whatever the burst (MAX at most 10000); `--off` removes
+    /// the limit. Every claim enforces them on the store's clock, and every claim counts (a retry,
+    /// a release, a redelivery). A group held
     /// back leaves the ring until it may start again; other groups and flat jobs are not slowed.
     /// Setting a limit starts it afresh (its budget full).
     RateLimit(rate_limit::Args),

@@ -11,7 +11,7 @@ use echomq::{GroupName, QueueName, RateLimit, RateTarget};
 #[derive(clap::Args, Debug)]
 #[command(
     group(clap::ArgGroup::new("change").args(["limit", "off"])),
-    override_usage = "emq rate-limit QUEUE [--group G | --group-default] [--burst N] MAX/PER\n       \
+    override_usage = "emq rate-limit QUEUE [--group G | --group-default] [--burst N] [--exact] MAX/PER\n       \
                       emq rate-limit QUEUE [--group G | --group-default] --off\n       \
                       emq rate-limit QUEUE"
 )]
@@ -27,9 +27,14 @@ pub struct Args {
     /// The default of groups without a limit of their own instead of the queue's.
     #[arg(long)]
     pub group_default: bool,
-    /// Starts let through at once (1 to 1000000; default 1).
+    /// Starts let through at once (1 to 1000000; default 1). A burst B lets up to MAX + B - 1
+    /// starts into a window of PER, unless --exact.
     #[arg(long, value_name = "N", requires = "limit")]
     pub burst: Option<u32>,
+    /// Hold every window of PER to at most MAX starts whatever the burst (MAX at most 10000: the
+    /// store keeps a log of the last MAX starts).
+    #[arg(long, requires = "limit")]
+    pub exact: bool,
     /// Remove the limit.
     #[arg(long)]
     pub off: bool,
@@ -87,10 +92,13 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         (None, false) => RateTarget::Queue,
     };
     let change = match (args.limit, args.off) {
-        (Some(l), _) => Some(Some(match args.burst {
-            Some(b) => l.with_burst(b)?,
-            None => l,
-        })),
+        (Some(l), _) => {
+            let l = match args.burst {
+                Some(b) => l.with_burst(b)?,
+                None => l,
+            };
+            Some(Some(if args.exact { l.exact_window()? } else { l }))
+        }
         (None, true) => Some(None),
         (None, false) if target != RateTarget::Queue => {
             anyhow::bail!("--group and --group-default need MAX/PER or --off")
@@ -104,9 +112,14 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             RateTarget::Queue => format!("queue {queue}"),
             RateTarget::Group(g) => format!("group {g} of queue {queue}"),
             RateTarget::GroupDefault => format!("queue {queue}: groups without their own limit"),
+            other => format!("{other:?} of queue {queue}"),
         };
         match limit {
-            Some(l) => eprintln!("{whose}: at most {l} starts"),
+            Some(l) => eprintln!(
+                "{whose}: at most {} starts in any window of {}",
+                l.window_bound(),
+                humantime::format_duration(l.per())
+            ),
             None => eprintln!("{whose}: no rate limit"),
         }
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use echomq::store::embedded::EmbeddedStore;
-use echomq::store::{Cancelled, SettleOptions};
+use echomq::store::{CancelOutcome, SettleOptions};
 use echomq::{Consumer, ConsumerOptions, JobContext, JobState, NewJob, QueueName, Store, Verdict};
 use tokio::sync::mpsc;
 
@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let waiting = waiting[0].id().clone();
     let reply = operator.cancel(&queue, &waiting, Some("not needed"), keep).await?;
     println!("cancel of waiting job {waiting}: {reply:?}");
-    assert_eq!(reply, Cancelled::Cancelled);
+    assert_eq!(reply, CancelOutcome::Cancelled);
 
     // 2. A long export, running: its handler works in steps and looks at its token between them.
     let running = store.enqueue(&queue, &[NewJob::new("big export")]).await?;
@@ -77,7 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .cancel(&queue, &running, Some("user pressed stop"), keep)
         .await?;
     println!("cancel of running job {running}: {reply:?}");
-    assert_eq!(reply, Cancelled::Requested);
+    assert_eq!(reply, CancelOutcome::Requested);
     let (at, reason) = tokio::time::timeout(Duration::from_secs(5), stopped.recv())
         .await?
         .ok_or("the handler never stopped")?;
@@ -105,7 +105,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 3. A finished job cannot be cancelled.
     assert_eq!(
         operator.cancel(&queue, &running, None, keep).await?,
-        Cancelled::Finished
+        CancelOutcome::Finished
     );
     println!("ok");
     Ok(())

@@ -4,7 +4,8 @@
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
--- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua): the queue's own (rate) gates
+-- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua; an exact limit's log of its
+-- last starts: `starts`, a group's `starts:<g>`, named in the set `start_logs`): the queue's own (rate) gates
 -- every start — the walk stops while it admits none, leaving the ring as it is; a group's (its own
 -- rate:<g>, else the default rate:~) gates its lane: a group it no longer admits leaves the ring for
 -- `throttled`, scored by its next admission, its r: flag kept (so no enqueue or settle puts it back),
@@ -74,7 +75,7 @@ local call, jobs = redis.call, base .. 'job:'
 -- the queue's limit and the groups' default (each group's own is read with its fields), and the
 -- count of the lanes' jobs as the queue keeps it
 local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs')
-local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us)
+local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us, base .. 'starts')
 local default_rate = specs[2]
 
 -- The walk, from reads alone.
@@ -116,7 +117,7 @@ local function member(m)
     local spec = f[4] or default_rate
     s = { key = lane, size = emq_lane_len(base, m), ids = {}, ranks = {}, read = 0, taken = 0, group = m,
           a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0,
-          rate = spec and emq_rate_read(spec, redis.pcall('ZSCORE', tats, m), now_us) or nil }
+          rate = spec and emq_rate_read(spec, redis.pcall('ZSCORE', tats, m), now_us, base .. 'starts:' .. m) or nil }
   end
   members[m] = s
   order[#order + 1] = s
@@ -375,6 +376,13 @@ for _, s in ipairs(order) do
   if s.group then laned = laned + s.taken end
 end
 if laned > 0 then lj = emq_lane_jobs_of(base, specs[3]) end
+-- an exact group limit's log kept in start_logs, so that obliterate finds it
+for _, s in ipairs(order) do
+  if s.rate and s.rate.log and s.rate.log.taken > 0 and s.rate.log.len == 0 then
+    emq_touch(base, { 'start_logs' })
+    break
+  end
+end
 
 -- The writes.
 -- the ring: the members popped leave its head, those pushed back and not taken again join its tail
@@ -427,6 +435,10 @@ if #moved > 0 then
   emq_bulk('ZADD', tats, moved)
 end
 if qrate and qrate.moved then call('SET', KEYS[9], math.ceil(qrate.tat)) end
+emq_rate_log_write(qrate, now_us)
+for _, s in ipairs(order) do
+  if emq_rate_log_write(s.rate, now_us) then call('SADD', base .. 'start_logs', s.group) end
+end
 for _, j in ipairs(settled) do
   if j.kind == 'cancelled' then
     emq_finish(base, j.id, 'cancelled', now, ret, 'last_error', j.reason)

@@ -99,12 +99,15 @@ local keys = {}
 if finished then
   keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order',
            'throttled', 'tats', 'tat', 'schedules', 'schedule_due', 'dedup', 'dedup_sweep',
-           'pending_tally', 'pending_since' }
+           'pending_tally', 'pending_since', 'starts', 'start_logs' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end
   for _, name in ipairs(redis.call('ZRANGE', base .. 'schedules', 0, -1)) do
     keys[#keys + 1] = 'schedule:' .. name
+  end
+  for _, name in ipairs(redis.call('SMEMBERS', base .. 'start_logs')) do
+    keys[#keys + 1] = 'starts:' .. name
   end
   for _, k in ipairs(keys) do touch[#touch + 1] = k end
 end

@@ -5,15 +5,17 @@
 -- KEYS[2] emq:{q}:throttled   (zset)
 -- KEYS[3] emq:{q}:tats        (zset)
 -- KEYS[4] emq:{q}:tat         (string)
+-- ARGV[1] the queue base emq:{q}: (an exact limit's log of starts: `starts`, a group's `starts:<g>`)
 --
 -- Replies: {queue limit or '', µs until it admits a start (0: now), default or '', throttled
 -- groups, µs until the first of them may run (0: none or now), then group, limit, µs until it
 -- admits a start, for every group with a limit of its own}. A limit is 'max/per ms/burst' as
 -- stored (a malformed one as it stands: the caller names it).
 local groups, throttled, tats = KEYS[1], KEYS[2], KEYS[3]
+local base = ARGV[1]
 local now_us = emq_now_us()
-local function wait_of(spec, tat)
-  local r = emq_rate_read(spec, tat, now_us)
+local function wait_of(spec, tat, log)
+  local r = emq_rate_read(spec, tat, now_us, log)
   if not r then return 0 end
   local w = math.ceil(emq_rate_next(r) - now_us)
   if w < 0 then w = 0 end
@@ -21,7 +23,7 @@ local function wait_of(spec, tat)
 end
 local specs = redis.call('HMGET', groups, 'rate', 'rate:~')
 local out = { specs[1] or '', 0, specs[2] or '', redis.call('ZCARD', throttled), 0 }
-if specs[1] then out[2] = wait_of(specs[1], redis.pcall('GET', KEYS[4])) end
+if specs[1] then out[2] = wait_of(specs[1], redis.pcall('GET', KEYS[4]), base .. 'starts') end
 local first = redis.call('ZRANGE', throttled, 0, 0, 'WITHSCORES')
 if first[2] then
   local w = math.ceil(tonumber(first[2]) - now_us)
@@ -37,7 +39,7 @@ repeat
     if g ~= '~' then
       out[#out + 1] = g
       out[#out + 1] = f[i + 1]
-      out[#out + 1] = wait_of(f[i + 1], redis.pcall('ZSCORE', tats, g))
+      out[#out + 1] = wait_of(f[i + 1], redis.pcall('ZSCORE', tats, g), base .. 'starts:' .. g)
     end
   end
 until cursor == '0'

@@ -1,7 +1,9 @@
 -- set_rate_limit — a rate limit (emq_rate_read in lib/rate.lua), kept in the groups hash: the queue's
 -- own `rate` (every start), the groups' default `rate:~` (each group without its own, each its own
 -- budget) or a group's own `rate:<g>`; '' removes it. A change starts the limit afresh: the queue's
--- TAT `tat`, the group's in `tats` (the default's: every group's) is dropped, so its budget is full.
+-- TAT `tat`, the group's in `tats` (the default's: every group's) is dropped, so its budget is full,
+-- and so is an exact limit's log of starts (`starts`, a group's `starts:<g>`; the default's: every
+-- group's named in `start_logs`).
 -- The groups it held back in `throttled` (the group, or for the default every throttled group) go
 -- back on the ring's tail, their r: flags kept (a group with an own limit the default does not
 -- govern is throttled again at its next pop), with a wake per group, at most 16 — as the queue's
@@ -15,7 +17,7 @@
 -- ARGV[1] the queue base emq:{q}:
 -- ARGV[2] the target: 'queue', 'default' or 'group'
 -- ARGV[3] the group (target 'group'), else ''
--- ARGV[4] the limit 'max/per ms/burst', or '' to remove it
+-- ARGV[4] the limit 'max/per ms/burst' (with '/exact' for an exact window), or '' to remove it
 --
 -- Replies: 1; error EMQARGS.
 local groups, throttled, tats = KEYS[1], KEYS[2], KEYS[3]
@@ -34,7 +36,15 @@ elseif target == 'group' and redis.call('ZSCORE', throttled, g) then
   back = { g }
 end
 local ringed = redis.call('LLEN', base .. 'ring')
-emq_touch(base, { 'ring', 'wake' })
+local logs = {}
+if target == 'queue' then
+  logs = { 'starts' }
+elseif target == 'group' then
+  logs = { 'starts:' .. g }
+else
+  for _, name in ipairs(redis.call('SMEMBERS', base .. 'start_logs')) do logs[#logs + 1] = 'starts:' .. name end
+end
+emq_touch(base, { 'ring', 'wake', 'start_logs' })
 
 if spec == '' then redis.call('HDEL', groups, field) else redis.call('HSET', groups, field, spec) end
 if target == 'queue' then
@@ -44,6 +54,13 @@ elseif target == 'default' then
 else
   redis.call('ZREM', tats, g)
   redis.call('ZREM', throttled, g)
+end
+for i, k in ipairs(logs) do logs[i] = base .. k end
+if #logs > 0 then emq_bulk('DEL', nil, logs) end
+if target == 'default' then
+  redis.call('DEL', base .. 'start_logs')
+elseif target == 'group' then
+  redis.call('SREM', base .. 'start_logs', g)
 end
 if #back > 0 then emq_bulk('RPUSH', base .. 'ring', back) end
 if target == 'queue' then emq_wake(base, ringed, paused) else emq_wake(base, #back, paused) end

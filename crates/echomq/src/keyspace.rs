@@ -47,6 +47,9 @@ pub const SUFFIXES: &[&str] = &[
     "throttled",
     "tats",
     "tat",
+    "starts",
+    "starts:",
+    "start_logs",
     "schedule:",
     "schedules",
     "schedule_due",
@@ -328,6 +331,11 @@ impl QueueKeys {
     /// `emq:{q}:tat` — the queue rate limit's theoretical arrival time (string, µs).
     pub fn tat(&self) -> String {
         self.key("tat")
+    }
+    /// `emq:{q}:starts` — the last starts of the queue's exact-window rate limit, oldest first
+    /// (list of µs; `starts:<group>` a group's, each group with one named in `start_logs`, a set).
+    pub fn starts(&self) -> String {
+        self.key("starts")
     }
     /// `emq:{q}:schedules` — every schedule's name (score 0: listed by name).
     pub fn schedules(&self) -> String {

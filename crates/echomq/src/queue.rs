@@ -1,5 +1,6 @@
 //! The [`Queue`] handle: push typed or raw jobs (each option on a builder), cancel and read them,
-//! wait for their outcome ([`JobHandle::wait`]), and set what the queue keeps of finished jobs.
+//! wait for their outcome ([`JobHandle::wait`]), and the queue's settings: what it keeps of finished
+//! jobs, its rate limits, its group limits and its priority aging.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -12,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::job::{Job, JobRow, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::outcome::Outcome;
-use crate::store::{Cancelled, Enqueued, Retention, SettleOptions, Store, Waited};
+use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::store::{CancelOutcome, Enqueued, LimitTarget, Retention, SettleOptions, Store, Waited};
 
 /// One queue of a store: where jobs are pushed, cancelled and looked up.
 #[derive(Clone)]
@@ -84,12 +86,12 @@ impl Queue {
 
     /// Cancels a job: one waiting is cancelled at once; a running one is asked to stop (its
     /// handler's cancel token fires).
-    pub async fn cancel(&self, id: &JobId) -> Result<Cancelled> {
+    pub async fn cancel(&self, id: &JobId) -> Result<CancelOutcome> {
         self.store.cancel(&self.name, id, None, SettleOptions::default()).await
     }
 
     /// Cancels a job, giving a reason its handler and its row see.
-    pub async fn cancel_with_reason(&self, id: &JobId, reason: &str) -> Result<Cancelled> {
+    pub async fn cancel_with_reason(&self, id: &JobId, reason: &str) -> Result<CancelOutcome> {
         self.store
             .cancel(&self.name, id, Some(reason), SettleOptions::default())
             .await
@@ -122,6 +124,37 @@ impl Queue {
     /// What the queue keeps of its finished jobs.
     pub async fn retention(&self) -> Result<Retention> {
         self.store.retention(&self.name).await
+    }
+
+    /// Sets a rate limit (`None` removes it) for the whole queue ([`RateTarget::Queue`]), one
+    /// group, or every group without its own: at most `limit.max()` starts in any window of
+    /// `limit.per()` (see [`RateLimit`] for bursts and exact windows), enforced by every claim of
+    /// every worker on the store's clock. A change starts the limit afresh.
+    pub async fn set_rate_limit(&self, target: RateTarget, limit: Option<RateLimit>) -> Result<()> {
+        self.store.set_rate_limit(&self.name, &target, limit).await
+    }
+
+    /// The queue's rate limits and when each admits its next start.
+    pub async fn rate_limits(&self) -> Result<RateLimits> {
+        self.store.rate_limits(&self.name).await
+    }
+
+    /// Sets how many jobs of one group run at once (`limit` ≥ 1), across every worker: a group's
+    /// own limit, or the default of groups without one ([`LimitTarget::Default`], 1 unless set).
+    pub async fn set_group_limit(&self, target: LimitTarget, limit: u32) -> Result<()> {
+        self.store.set_group_limit(&self.name, &target, limit).await
+    }
+
+    /// Sets how long a lower priority waits behind a higher one: a ready job of priority p is
+    /// claimed before every priority-0 job made ready more than p × `aging` after it; zero is
+    /// strict. Jobs already ready keep their place.
+    pub async fn set_priority_aging(&self, aging: Duration) -> Result<()> {
+        self.store.set_priority_aging(&self.name, aging).await
+    }
+
+    /// The queue's priority aging (the default when never set).
+    pub async fn priority_aging(&self) -> Result<Duration> {
+        self.store.priority_aging(&self.name).await
     }
 
     fn pushed(&self, reply: Enqueued) -> JobHandle {
@@ -280,7 +313,7 @@ impl JobHandle {
     }
 
     /// Cancels the job (see [`Queue::cancel`]).
-    pub async fn cancel(&self) -> Result<Cancelled> {
+    pub async fn cancel(&self) -> Result<CancelOutcome> {
         self.queue.cancel(&self.id).await
     }
 

@@ -3,12 +3,15 @@
 //!
 //! The claim enforces them, atomically, on the store's clock, as a smooth limit (GCRA, not fixed
 //! windows, which let twice the rate through at a window's edge): with the interval `t = per/max`,
-//! a start is admitted while the limit's theoretical arrival time is at most
-//! `(burst − 1) × t + min(t/2, 10 ms)` ahead of now, and each start moves it `t` later. So `burst`
-//! starts may come at once, then one every `t`, and no window of `per` holds more than
-//! `max + burst` starts. The last term is the slack a consumer that sleeps until its slot needs:
-//! its timer moves in millisecond steps, and a claim that comes a little late must not lose the
-//! slot (at 200/s an interval is 5 ms).
+//! a start is admitted while the limit's theoretical arrival time is at most `(burst − 1) × t`
+//! ahead of now, and each start moves it `t` later. So `burst` starts may come at once, then one
+//! every `t`: any window of length `per` holds at most `max` starts with the default burst of 1,
+//! and at most `max + burst − 1` with a burst. A limit made with [`RateLimit::exact_window`] also
+//! keeps a log of its last `max` starts and admits a start only while fewer than `max` lie within
+//! `per` of now, so every window holds at most `max`, whatever the burst.
+//!
+//! Every claim counts: a retry, a release and a redelivery each start the job again and each takes
+//! a start from the limit.
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,15 +24,21 @@ use crate::retry::{duration_text, parse_duration};
 /// The most starts a limit's `max` or `burst` allows.
 pub const RATE_COUNT_MAX: u32 = 1_000_000;
 
+/// The most starts an exact-window limit's `max` allows (its log keeps that many start times).
+pub const EXACT_WINDOW_MAX: u32 = 10_000;
+
 /// The longest `per` of a limit: 365 days.
 pub const RATE_PER_MAX: Duration = Duration::from_secs(365 * 86_400);
 
-/// At most `max` job starts per `per`, `burst` of them at once (1 unless set).
+/// At most `max` job starts in any window of length `per`, `burst` of them at once (1 unless set;
+/// with a burst `B`, at most `max + B − 1` in a window unless the limit is
+/// [exact](RateLimit::exact_window)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RateLimit {
     max: u32,
     per: Duration,
     burst: u32,
+    exact: bool,
 }
 
 fn refuse(value: impl fmt::Display, reason: &'static str) -> Error {
@@ -50,7 +59,12 @@ impl RateLimit {
         if per < Duration::from_millis(1) || per > RATE_PER_MAX || per.subsec_nanos() % 1_000_000 != 0 {
             return Err(refuse(format!("{per:?}"), "per must be whole ms, from 1ms to 365 days"));
         }
-        Ok(RateLimit { max, per, burst: 1 })
+        Ok(RateLimit {
+            max,
+            per,
+            burst: 1,
+            exact: false,
+        })
     }
 
     /// The same limit letting up to `burst` starts through at once (from 1 to [`RATE_COUNT_MAX`]).
@@ -59,6 +73,31 @@ impl RateLimit {
             return Err(refuse(burst, "burst must be from 1 to 1000000"));
         }
         Ok(RateLimit { burst, ..self })
+    }
+
+    /// The same limit holding every window of length `per` to at most `max` starts, whatever the
+    /// burst: the store keeps a log of the last `max` start times (so `max` at most
+    /// [`EXACT_WINDOW_MAX`]). Without it, a burst `B` lets up to `max + B − 1` starts into a window.
+    pub fn exact_window(self) -> Result<RateLimit> {
+        if self.max > EXACT_WINDOW_MAX {
+            return Err(refuse(self.max, "an exact window allows a max of at most 10000"));
+        }
+        Ok(RateLimit { exact: true, ..self })
+    }
+
+    /// Whether every window holds at most `max` starts ([`RateLimit::exact_window`]).
+    pub fn is_exact(&self) -> bool {
+        self.exact
+    }
+
+    /// The most starts any window of length [`RateLimit::per`] may hold: `max`, or with a burst
+    /// and no exact window `max + burst − 1`.
+    pub fn window_bound(&self) -> u64 {
+        if self.exact {
+            u64::from(self.max)
+        } else {
+            u64::from(self.max) + u64::from(self.burst) - 1
+        }
     }
 
     /// The starts allowed per [`RateLimit::per`].
@@ -76,18 +115,31 @@ impl RateLimit {
         self.burst
     }
 
-    /// The form the store keeps: `max/per ms/burst`.
+    /// The form the store keeps: `max/per ms/burst`, with `/exact` for an exact window.
     pub(crate) fn spec(&self) -> String {
-        format!("{}/{}/{}", self.max, self.per.as_millis(), self.burst)
+        let exact = if self.exact { EXACT_SUFFIX } else { "" };
+        format!("{}/{}/{}{exact}", self.max, self.per.as_millis(), self.burst)
     }
 
     /// A limit of the store's form, or `None` when the text is not one a store wrote.
     pub(crate) fn from_spec(spec: &str) -> Option<RateLimit> {
+        let (spec, exact) = match spec.strip_suffix(EXACT_SUFFIX) {
+            Some(rest) => (rest, true),
+            None => (spec, false),
+        };
         let [max, per, burst] = spec_parts(spec)?;
         let limit = RateLimit::new(max.parse().ok()?, Duration::from_millis(per.parse().ok()?)).ok()?;
-        limit.with_burst(burst.parse().ok()?).ok()
+        let limit = limit.with_burst(burst.parse().ok()?).ok()?;
+        if exact {
+            limit.exact_window().ok()
+        } else {
+            Some(limit)
+        }
     }
 }
+
+/// How the store's form marks an exact window.
+const EXACT_SUFFIX: &str = "/exact";
 
 /// The three runs of digits of a limit as the store keeps it (`max/per ms/burst`, the scripts'
 /// pattern `^(%d+)/(%d+)/(%d+)$`), or `None` for any other text.
@@ -99,11 +151,14 @@ pub(crate) fn spec_parts(spec: &str) -> Option<[&str; 3]> {
 }
 
 impl fmt::Display for RateLimit {
-    /// `200/1s`, with ` burst N` when the burst is not 1.
+    /// `200/1s`, with ` burst N` when the burst is not 1 and ` exact` for an exact window.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.max, duration_text(self.per))?;
         if self.burst != 1 {
             write!(f, " burst {}", self.burst)?;
+        }
+        if self.exact {
+            write!(f, " exact")?;
         }
         Ok(())
     }
@@ -129,6 +184,7 @@ impl FromStr for RateLimit {
 
 /// What a rate limit applies to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RateTarget {
     /// Every start of the queue, flat and lane jobs alike, on every consumer.
     Queue,
@@ -248,6 +304,11 @@ mod tests {
         assert_eq!(b.to_string(), "5/1500ms burst 3");
         assert_eq!(b.spec(), "5/1500/3");
         assert_eq!(RateLimit::from_spec(&b.spec()), Some(b));
+        let x = b.exact_window().unwrap();
+        assert_eq!(x.to_string(), "5/1500ms burst 3 exact");
+        assert_eq!(x.spec(), "5/1500/3/exact");
+        assert_eq!(RateLimit::from_spec(&x.spec()), Some(x));
+        assert_eq!((b.window_bound(), x.window_bound(), l.window_bound()), (7, 5, 200));
     }
 
     #[test]
@@ -275,7 +336,19 @@ mod tests {
             .unwrap()
             .with_burst(0)
             .is_err());
-        for bad in ["", "1/2", "1/2/3/4", "a/1/1", "0/1/1", "1/0/1", "1/1/0", "1/+1/1"] {
+        assert!("10001/1s".parse::<RateLimit>().unwrap().exact_window().is_err());
+        for bad in [
+            "",
+            "1/2",
+            "1/2/3/4",
+            "a/1/1",
+            "0/1/1",
+            "1/0/1",
+            "1/1/0",
+            "1/+1/1",
+            "1/1/1/x",
+            "10001/1/1/exact",
+        ] {
             assert_eq!(RateLimit::from_spec(bad), None, "{bad:?}");
         }
     }

@@ -317,10 +317,11 @@ pub enum PromotedJob {
     Gone,
 }
 
-/// The reply of cancel.
+/// What a cancel request did: the reply of `cancel` (a handler that meets a cancel gets
+/// [`crate::Cancelled`] instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Cancelled {
+pub enum CancelOutcome {
     /// It was waiting: cancelled now.
     Cancelled,
     /// It is running: the request is on the row and published to its consumer.
@@ -915,7 +916,7 @@ pub trait Store: Send + Sync {
         id: &JobId,
         reason: Option<&str>,
         settle: SettleOptions,
-    ) -> Result<Cancelled>;
+    ) -> Result<CancelOutcome>;
 
     /// set_retention: what the queue keeps of its finished jobs, from its next finish on.
     async fn set_retention(&self, queue: &QueueName, retention: &Retention) -> Result<()>;

@@ -48,8 +48,8 @@ use echomq::keyspace::QueueKeys;
 use echomq::store::embedded::EmbeddedStore;
 use echomq::store::redis::RedisStore;
 use echomq::store::{
-    Cancelled, Completion, Discarded, Enqueued, LimitTarget, PromotedJob, Redriven, Removed, Retried, SettleOptions,
-    Settled, StalledPolicy, Store,
+    CancelOutcome, Completion, Discarded, Enqueued, LimitTarget, PromotedJob, Redriven, Removed, Retried,
+    SettleOptions, Settled, StalledPolicy, Store,
 };
 use echomq::{GroupName, JobId, JobState, NewJob, QueueName, RateLimit, RateTarget};
 use proptest::prelude::*;
@@ -263,7 +263,7 @@ enum Reply {
     Swept(Vec<String>, Vec<String>),
     Removed(Removed),
     Redriven(Redriven),
-    Cancelled(Cancelled),
+    Cancelled(CancelOutcome),
     PromotedJob(PromotedJob),
     /// An enqueue's reply and the jobs handed over (as `Claimed`).
     Handed(Vec<Enqueued>, Vec<(String, Vec<u8>, u64, Option<String>)>),
@@ -1191,22 +1191,22 @@ impl Model {
         Redriven::Redriven
     }
 
-    fn cancel(&mut self, id: &str) -> Cancelled {
+    fn cancel(&mut self, id: &str) -> CancelOutcome {
         let Some(r) = self.rows.get(id) else {
-            return Cancelled::Gone;
+            return CancelOutcome::Gone;
         };
         match r.place {
             Place::Active => {
                 self.row(id).cancel = Some(String::new());
-                Cancelled::Requested
+                CancelOutcome::Requested
             }
             Place::Pending | Place::Scheduled => {
                 self.unwait(id);
                 self.rows.remove(id);
                 self.metrics.cancelled += 1;
-                Cancelled::Cancelled
+                CancelOutcome::Cancelled
             }
-            Place::Dead => Cancelled::Finished,
+            Place::Dead => CancelOutcome::Finished,
         }
     }
 
@@ -2265,7 +2265,7 @@ fn a_cancel_request_survives_recovery() {
         Op::Complete(HELD),
     ])
     .unwrap();
-    assert_eq!(replies[2], Reply::Cancelled(Cancelled::Requested));
+    assert_eq!(replies[2], Reply::Cancelled(CancelOutcome::Requested));
     assert_eq!(replies[3], Reply::Reaped(1));
     assert_eq!(claimed(&replies[4]), ["2"], "job 1 was cancelled, not handed out");
 }

@@ -3,7 +3,8 @@
 //!
 //! Without `--groups`: a queue limit over a flat backlog larger than the limit lets through; the
 //! figures are the starts per second (against the limit) and the most starts any sliding window
-//! of the limit's period holds (against max + burst). With `--groups G`: one group under the limit
+//! of the limit's period holds, against its bound (max, or max + burst - 1 with a burst and no
+//! exact window): a window over the bound fails the run. With `--groups G`: one group under the limit
 //! among G unlimited groups, run twice — first with no limit, then with it — and each unlimited
 //! group's starts with the limit against its starts without it, as counts and as its share of all
 //! starts.
@@ -29,6 +30,9 @@ pub struct RateArgs {
     /// Starts the limit lets through at once.
     #[arg(long, default_value_t = 1)]
     pub burst: u32,
+    /// An exact-window limit (every window of PER holds at most MAX).
+    #[arg(long)]
+    pub exact: bool,
     /// Consumer processes.
     #[arg(long, default_value_t = 3)]
     pub consumers: usize,
@@ -153,6 +157,7 @@ fn max_window(starts: &[u64], period_ms: u64) -> usize {
 
 pub async fn run(store: &Arc<dyn Store>, url: &str, q: &QueueName, args: RateArgs) -> anyhow::Result<()> {
     let limit = args.limit.with_burst(args.burst)?;
+    let limit = if args.exact { limit.exact_window()? } else { limit };
     let per_s = f64::from(limit.max()) / limit.per().as_secs_f64();
     if args.groups == 0 {
         return queue_limit(store, url, q, &args, limit, per_s).await;
@@ -185,15 +190,21 @@ async fn queue_limit(
     let steady = starts.iter().filter(|&&t| t >= lo && t < hi).count();
     let rate = steady as f64 * 1000.0 / (hi - lo) as f64;
     let period = limit.per().as_millis() as u64;
+    let most = max_window(&starts, period);
     emit(
         "e_rate_limit",
         json!({
             "limit": limit.to_string(), "burst": limit.burst(), "consumers": args.consumers,
             "concurrency": args.concurrency, "secs": args.secs, "started_after_ms": first.saturating_sub(began),
             "starts": starts.len(), "starts_per_s": rate, "pct_of_limit": 100.0 * rate / per_s,
-            "max_starts_in_a_period": max_window(&starts, period),
-            "allowed_in_a_period": u64::from(limit.max()) + u64::from(limit.burst()),
+            "max_starts_in_a_period": most,
+            "allowed_in_a_period": limit.window_bound(),
         }),
+    );
+    anyhow::ensure!(
+        most as u64 <= limit.window_bound(),
+        "a window of {period} ms held {most} starts, over the limit's bound of {}",
+        limit.window_bound()
     );
     Ok(())
 }

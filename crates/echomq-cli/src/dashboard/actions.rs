@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
-use echomq::store::{Cancelled, Obliterated, PromotedJob, Redriven, Removed, SettleOptions};
+use echomq::store::{CancelOutcome, Obliterated, PromotedJob, Redriven, Removed, SettleOptions};
 use echomq::{JobId, JobState, QueueName};
 use serde::Deserialize;
 
@@ -172,10 +172,10 @@ pub(crate) async fn job(
                 .await
                 .map_err(store_failed)?
             {
-                Cancelled::Cancelled => "cancelled".to_string(),
-                Cancelled::Requested => "cancel requested: the consumer running it is told to stop".to_string(),
-                Cancelled::Finished => "not cancelled: the job had already finished".to_string(),
-                Cancelled::Gone => return Err(missing()),
+                CancelOutcome::Cancelled => "cancelled".to_string(),
+                CancelOutcome::Requested => "cancel requested: the consumer running it is told to stop".to_string(),
+                CancelOutcome::Finished => "not cancelled: the job had already finished".to_string(),
+                CancelOutcome::Gone => return Err(missing()),
                 other => format!("the store answered {other:?}, which this build does not know"),
             }
         }

@@ -62,10 +62,11 @@ struct Beat {
 const REGISTRY_TTL_BEATS: u32 = 5;
 
 /// How close to a rate limit's next admission a park is aimed at the admission itself, so that the
-/// consumer claims on time (a limit of 200/s keeps its rate only when the claim comes within half
-/// an interval, 2.5 ms, of its slot): a park this short ends on time on every store (a Redis park
-/// ends its `BLPOP` itself, whose own timeouts move in the server's 100 ms steps); a longer wait
-/// parks until this far before the admission, and the next beat's claim aims again.
+/// consumer claims on time (a limit admits no start before its slot, and every ms a claim comes
+/// late is lost to the rate: at 200/s an interval is 5 ms): a park this short ends on time on
+/// every store (a Redis park ends its `BLPOP` itself, whose own timeouts move in the server's
+/// 100 ms steps); a longer wait parks until this far before the admission, and the next beat's
+/// claim aims again.
 const PRECISE_WAIT: Duration = Duration::from_millis(150);
 
 /// What ends a leg early.

@@ -75,10 +75,10 @@ pub(crate) mod prelude {
     pub(crate) use crate::registry::ConsumerEntry;
     pub(crate) use crate::schedule::{Refill, RefillRequest, Schedule, ScheduleInfo, ScheduleName};
     pub(crate) use crate::store::{
-        Cancelled, CancelledRequest, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts, DiscardRequest,
-        Discarded, Enqueued, Extended, GroupsPage, History, JobsPage, LimitTarget, Obliterated, Promoted, PromotedJob,
-        Redriven, Removed, Retention, Retried, RetryRequest, Round, RoundRequest, SettleOptions, Settled,
-        StalledPolicy, Store, Swept, Waited,
+        CancelOutcome, CancelledRequest, ClaimRequest, Claimed, CompletedThenClaimed, Completion, Counts,
+        DiscardRequest, Discarded, Enqueued, Extended, GroupsPage, History, JobsPage, LimitTarget, Obliterated,
+        Promoted, PromotedJob, Redriven, Removed, Retention, Retried, RetryRequest, Round, RoundRequest, SettleOptions,
+        Settled, StalledPolicy, Store, Swept, Waited,
     };
     pub(crate) use std::time::Duration;
 }
@@ -310,7 +310,7 @@ macro_rules! script_store {
                         id: &JobId,
                         reason: Option<&str>,
                         settle: SettleOptions,
-                    ) -> Result<Cancelled> {
+                    ) -> Result<CancelOutcome> {
                         cancel::cancel(self, queue, id, reason, settle)
                             .instrument($crate::store::verbs::span(self, "cancel", Some(queue), 1))
                             .await

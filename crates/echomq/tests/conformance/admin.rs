@@ -6,7 +6,7 @@ use echomq::store::RetryRequest;
 use std::time::{Duration, Instant};
 
 use echomq::store::{
-    CancelRequest, Cancelled, Counts, Discarded, LimitTarget, Obliterated, PromotedJob, Redriven, Removed, Retried,
+    CancelOutcome, CancelRequest, Counts, Discarded, LimitTarget, Obliterated, PromotedJob, Redriven, Removed, Retried,
     SettleOptions, Settled, StalledPolicy,
 };
 use echomq::{ClaimedJob, Error, GroupName, JobId, JobState, NewJob};
@@ -470,7 +470,7 @@ pub async fn get_returns_an_active_row_with_its_lease_deadline(ctx: &Ctx) {
     assert_eq!(job.cancel, None);
 
     let cancelled = ctx.store.cancel(&ctx.q, &claimed[0].id, Some("stop"), PLAIN).await;
-    assert_eq!(cancelled.unwrap(), Cancelled::Requested);
+    assert_eq!(cancelled.unwrap(), CancelOutcome::Requested);
     let job = ctx.store.get(&ctx.q, &claimed[0].id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Active);
     assert_eq!(job.cancel.as_deref(), Some("stop"));
@@ -787,7 +787,7 @@ pub async fn redrive_runs_a_job_whose_earlier_run_was_asked_to_cancel(ctx: &Ctx)
     // runs it again (the spent cancel mark would bury it as cancelled at the next claim)
     let c = on_its_last_attempt(ctx).await;
     let asked = ctx.store.cancel(&ctx.q, &c.id, Some("stop"), PLAIN).await.unwrap();
-    assert_eq!(asked, Cancelled::Requested);
+    assert_eq!(asked, CancelOutcome::Requested);
     fail_last_attempt(ctx, &c).await;
     assert_eq!(ctx.store.redrive(&ctx.q, &c.id, 1).await.unwrap(), Redriven::Redriven);
     assert_eq!(ctx.store.get(&ctx.q, &c.id).await.unwrap().unwrap().cancel, None);
@@ -941,7 +941,7 @@ pub async fn promote_job_of_an_unknown_id_is_gone(ctx: &Ctx) {
 pub async fn cancel_of_a_pending_job_cancels_it(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(2)).await.unwrap();
     let reply = ctx.store.cancel(&ctx.q, &id("1"), Some("not needed"), PLAIN).await;
-    assert_eq!(reply.unwrap(), Cancelled::Cancelled);
+    assert_eq!(reply.unwrap(), CancelOutcome::Cancelled);
     assert!(ctx.store.get(&ctx.q, &id("1")).await.unwrap().is_none(), "not retained");
     let counts = ctx.store.counts(&ctx.q).await.unwrap();
     assert_eq!((counts.pending, counts.cancelled), (1, 1));
@@ -953,7 +953,7 @@ pub async fn cancel_of_a_scheduled_job_cancels_it(ctx: &Ctx) {
     let later = [NewJob::new("later").with_delay(Duration::from_secs(60))];
     ctx.store.enqueue(&ctx.q, &later).await.unwrap();
     let reply = ctx.store.cancel(&ctx.q, &id("1"), None, PLAIN).await;
-    assert_eq!(reply.unwrap(), Cancelled::Cancelled);
+    assert_eq!(reply.unwrap(), CancelOutcome::Cancelled);
     let job = ctx.store.get(&ctx.q, &id("1")).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Cancelled);
     assert!(job.finished_at.is_some());
@@ -973,7 +973,7 @@ pub async fn cancel_of_a_lane_job_takes_it_out_of_its_lane(ctx: &Ctx) {
     let g = group("g");
     ctx.store.genqueue(&ctx.q, &g, &jobs(3)).await.unwrap(); // 1 2 3
     let reply = ctx.store.cancel(&ctx.q, &id("1"), Some("why"), PLAIN).await;
-    assert_eq!(reply.unwrap(), Cancelled::Cancelled);
+    assert_eq!(reply.unwrap(), CancelOutcome::Cancelled);
     let job = ctx.store.get(&ctx.q, &id("1")).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Cancelled);
     assert_eq!(job.last_error.as_deref(), Some("why"));
@@ -990,7 +990,7 @@ pub async fn cancel_of_an_active_job_requests_it_from_its_consumer(ctx: &Ctx) {
     let claimed = claim(ctx, 2).await;
 
     let reply = ctx.store.cancel(&ctx.q, &id("1"), Some("user asked"), PLAIN).await;
-    assert_eq!(reply.unwrap(), Cancelled::Requested);
+    assert_eq!(reply.unwrap(), CancelOutcome::Requested);
     let got = tokio::time::timeout(Duration::from_secs(5), requests.next())
         .await
         .expect("a cancel request within 5 s")
@@ -1003,7 +1003,7 @@ pub async fn cancel_of_an_active_job_requests_it_from_its_consumer(ctx: &Ctx) {
         }
     );
     let reply = ctx.store.cancel(&ctx.q, &id("2"), None, PLAIN).await;
-    assert_eq!(reply.unwrap(), Cancelled::Requested);
+    assert_eq!(reply.unwrap(), CancelOutcome::Requested);
     let got = tokio::time::timeout(Duration::from_secs(5), requests.next())
         .await
         .expect("a cancel request within 5 s")
@@ -1060,7 +1060,7 @@ pub async fn cancel_of_a_finished_job_is_finished(ctx: &Ctx) {
     for i in ["1", "2"] {
         assert_eq!(
             ctx.store.cancel(&ctx.q, &id(i), None, PLAIN).await.unwrap(),
-            Cancelled::Finished
+            CancelOutcome::Finished
         );
     }
     assert_eq!(
@@ -1077,7 +1077,7 @@ pub async fn cancel_of_a_finished_job_is_finished(ctx: &Ctx) {
 pub async fn cancel_of_an_unknown_id_is_gone(ctx: &Ctx) {
     assert_eq!(
         ctx.store.cancel(&ctx.q, &id("nope"), None, PLAIN).await.unwrap(),
-        Cancelled::Gone
+        CancelOutcome::Gone
     );
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().cancelled, 0);
 }
@@ -1209,7 +1209,7 @@ pub async fn counts_report_every_state_and_counter(ctx: &Ctx) {
     assert_eq!(retried.unwrap(), Retried::Retrying);
     discard_all(ctx, &claimed[3..]).await;
     let cancelled = ctx.store.cancel(&ctx.q, &id("4"), None, PLAIN).await;
-    assert_eq!(cancelled.unwrap(), Cancelled::Cancelled);
+    assert_eq!(cancelled.unwrap(), CancelOutcome::Cancelled);
     // job 5 lapses twice: reaped once, swept once
     let short = Duration::from_millis(1);
     assert_eq!(
@@ -1424,7 +1424,7 @@ pub async fn list_completed_and_cancelled_give_retained_rows_newest_first(ctx: &
     }
     for i in ["5", "4"] {
         let done = ctx.store.cancel(&ctx.q, &id(i), None, PLAIN).await;
-        assert_eq!(done.unwrap(), Cancelled::Cancelled);
+        assert_eq!(done.unwrap(), CancelOutcome::Cancelled);
         after(ctx, ctx.probe.score("cancelled", &id(i)).await.unwrap()).await;
     }
     assert_eq!(strs(&list(ctx, JobState::Completed).await), ["1", "2"]);
@@ -1457,7 +1457,7 @@ pub async fn list_goes_on_after_the_job_a_page_ended_on_has_left(ctx: &Ctx) {
         Removed::Removed
     );
     let done = ctx.store.cancel(&ctx.q, &id("3"), None, PLAIN).await;
-    assert_eq!(done.unwrap(), Cancelled::Cancelled);
+    assert_eq!(done.unwrap(), CancelOutcome::Cancelled);
     let (second, next) = page(next, 2).await;
     assert_eq!(second, ["4", "5"]);
     // the lane job the page ended on (a's first) leaves its lane

@@ -552,7 +552,7 @@ pub async fn claim_cancels_a_row_carrying_a_cancel_instead_of_handing_it_out(ctx
         .cancel(&ctx.q, ids[0].id(), Some("stop"), SettleOptions::default())
         .await
         .unwrap();
-    assert_eq!(r, echomq::store::Cancelled::Requested);
+    assert_eq!(r, echomq::store::CancelOutcome::Requested);
     reap_after_lapse(ctx, 1).await;
     let got = claim(ctx, 10).await;
     assert_eq!(

@@ -6,7 +6,7 @@
 use echomq::store::RetryRequest;
 use std::time::Duration;
 
-use echomq::store::{Cancelled, Removed, SettleOptions, Settled};
+use echomq::store::{CancelOutcome, Removed, SettleOptions, Settled};
 use echomq::{JobId, NewJob};
 
 use crate::admin::{after, store_now};
@@ -117,7 +117,7 @@ pub async fn counts_age_follows_cancel_remove_retry_and_drain(ctx: &Ctx) {
     push(ctx, None, &named(&["cancelled"])).await;
     let (l0, l1) = push(ctx, Some("g"), &named(&["removed"])).await;
     let cancelled = ctx.store.cancel(&ctx.q, &JobId::parse("1").unwrap(), None, PLAIN).await;
-    assert_eq!(cancelled.unwrap(), Cancelled::Cancelled);
+    assert_eq!(cancelled.unwrap(), CancelOutcome::Cancelled);
     assert_age_of_a_job_made_ready_between(ctx, l0, l1, "the lane job left").await;
     let removed = ctx.store.remove(&ctx.q, &JobId::parse("2").unwrap(), false).await;
     assert_eq!(removed.unwrap(), Removed::Removed);

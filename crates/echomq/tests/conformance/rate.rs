@@ -49,12 +49,12 @@ pub async fn claim_under_a_queue_rate_limit_starts_its_burst_then_one_per_interv
         .unwrap();
     let first = claim(ctx, 10).await;
     assert_eq!(payloads(&first), ["a", "b", "c"], "the burst, in claim order");
-    // the fourth start's slot: 300 ms of TAT ahead, less the tolerance of two intervals and 10 ms
-    within(first.wait, Duration::from_millis(80), Duration::from_millis(90));
+    // the fourth start's slot: 300 ms of TAT ahead, less the tolerance of two intervals
+    within(first.wait, Duration::from_millis(80), Duration::from_millis(100));
     assert!(first.queue_limited, "the queue's own limit: nothing starts sooner");
     let none = claim(ctx, 10).await;
     assert!(none.is_empty(), "nothing between two slots: {:?}", payloads(&none));
-    within(none.wait, Duration::from_millis(1), Duration::from_millis(90));
+    within(none.wait, Duration::from_millis(1), Duration::from_millis(100));
     tokio::time::sleep(none.wait.unwrap()).await;
     let next = claim(ctx, 10).await;
     // one per slot: a second one only when this claim came a whole interval late
@@ -64,6 +64,84 @@ pub async fn claim_under_a_queue_rate_limit_starts_its_burst_then_one_per_interv
         payloads(&next)
     );
     assert_eq!(payloads(&next)[0], "d");
+}
+
+pub async fn claim_under_a_queue_rate_limit_admits_no_start_before_its_slot(ctx: &Ctx) {
+    // 5/1s: one start per 200 ms, none of it early (no window of a second holds a sixth)
+    set(ctx, RateTarget::Queue, Some(limit("5/1s", 1))).await;
+    ctx.store.enqueue(&ctx.q, &named(&["a", "b"])).await.unwrap();
+    assert_eq!(payloads(&claim(ctx, 10).await), ["a"]);
+    let none = claim(ctx, 10).await;
+    assert!(none.is_empty());
+    within(none.wait, Duration::from_millis(150), Duration::from_millis(200));
+    // a claim 2 ms before the slot is refused: there is no early admission
+    tokio::time::sleep(none.wait.unwrap().saturating_sub(Duration::from_millis(2))).await;
+    let early = claim(ctx, 10).await;
+    if !early.is_empty() {
+        // only when the claim's own round trip took it past the slot
+        let rates = ctx.store.rate_limits(&ctx.q).await.unwrap();
+        assert!(
+            rates
+                .queue
+                .as_ref()
+                .is_some_and(|q| q.wait > Duration::from_millis(190)),
+            "{rates:?}"
+        );
+    } else {
+        within(early.wait, Duration::from_micros(1), Duration::from_millis(3));
+    }
+}
+
+pub async fn claim_under_an_exact_rate_limit_holds_every_window_to_its_max(ctx: &Ctx) {
+    // 3/1s with a burst of 3: the burst at once, then GCRA alone would admit the next in 333 ms;
+    // the window admits it only once the first start is a second old
+    let exact = limit("3/1s", 3).exact_window().unwrap();
+    set(ctx, RateTarget::Queue, Some(exact)).await;
+    ctx.store
+        .enqueue(&ctx.q, &named(&["a", "b", "c", "d", "e", "f", "z"]))
+        .await
+        .unwrap();
+    assert_eq!(payloads(&claim(ctx, 10).await), ["a", "b", "c"]);
+    let none = claim(ctx, 10).await;
+    assert!(none.is_empty(), "{:?}", payloads(&none));
+    within(none.wait, Duration::from_millis(900), Duration::from_secs(1));
+    assert!(none.queue_limited);
+    let reported = ctx.store.rate_limits(&ctx.q).await.unwrap().queue.expect("the limit");
+    assert_eq!(reported.limit, exact);
+    assert!(reported.wait > Duration::from_millis(800), "{reported:?}");
+    tokio::time::sleep(none.wait.unwrap()).await;
+    assert_eq!(
+        payloads(&claim(ctx, 10).await),
+        ["d", "e", "f"],
+        "a window later, the next three"
+    );
+    // a group's exact limit keeps its own log
+    wide_groups(ctx).await;
+    set(ctx, RateTarget::Queue, None).await;
+    set(
+        ctx,
+        RateTarget::Group(group("g")),
+        Some(limit("2/1h", 2).exact_window().unwrap()),
+    )
+    .await;
+    ctx.store
+        .genqueue(&ctx.q, &group("g"), &named(&["g1", "g2", "g3"]))
+        .await
+        .unwrap();
+    let mut p = payloads(&claim(ctx, 10).await);
+    p.sort();
+    assert_eq!(p, ["g1", "g2", "z"], "the flat job left, and the group's burst");
+    let held = claim(ctx, 10).await;
+    assert!(held.is_empty());
+    within(held.wait, HOUR - Duration::from_secs(60), HOUR);
+    // a new limit starts afresh, its log dropped
+    set(
+        ctx,
+        RateTarget::Group(group("g")),
+        Some(limit("2/1h", 2).exact_window().unwrap()),
+    )
+    .await;
+    assert_eq!(payloads(&claim(ctx, 10).await), ["g3"]);
 }
 
 pub async fn claim_under_a_queue_rate_limit_gates_lane_jobs_too(ctx: &Ctx) {
@@ -130,7 +208,7 @@ pub async fn claim_takes_a_throttled_group_back_when_its_limit_admits_again(ctx:
         .unwrap();
     let first = claim(ctx, 10).await;
     assert_eq!(payloads(&first), ["g1"]);
-    within(first.wait, Duration::from_millis(150), Duration::from_millis(190));
+    within(first.wait, Duration::from_millis(150), Duration::from_millis(200));
     tokio::time::sleep(first.wait.unwrap()).await;
     let second = claim(ctx, 10).await;
     assert_eq!(payloads(&second), ["g2"], "back by itself at its admission");
@@ -243,8 +321,13 @@ pub async fn rate_limits_reports_each_limit_and_its_state(ctx: &Ctx) {
 
 pub async fn obliterate_removes_the_rate_limits_and_their_state(ctx: &Ctx) {
     wide_groups(ctx).await;
-    set(ctx, RateTarget::Queue, Some(limit("100/1s", 5))).await;
-    set(ctx, RateTarget::Group(group("g")), Some(limit("1/1h", 1))).await;
+    set(ctx, RateTarget::Queue, Some(limit("100/1s", 5).exact_window().unwrap())).await;
+    set(
+        ctx,
+        RateTarget::Group(group("g")),
+        Some(limit("1/1h", 1).exact_window().unwrap()),
+    )
+    .await;
     ctx.store
         .genqueue(&ctx.q, &group("g"), &named(&["g1", "g2"]))
         .await
@@ -258,6 +341,8 @@ pub async fn obliterate_removes_the_rate_limits_and_their_state(ctx: &Ctx) {
 
 crate::conformance!(
     claim_under_a_queue_rate_limit_starts_its_burst_then_one_per_interval_and_says_when,
+    claim_under_a_queue_rate_limit_admits_no_start_before_its_slot,
+    claim_under_an_exact_rate_limit_holds_every_window_to_its_max,
     claim_under_a_queue_rate_limit_gates_lane_jobs_too,
     claim_under_a_group_rate_limit_throttles_that_group_only,
     claim_takes_a_throttled_group_back_when_its_limit_admits_again,

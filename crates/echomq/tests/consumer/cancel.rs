@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use echomq::store::{Cancelled, SettleOptions};
+use echomq::store::{CancelOutcome, SettleOptions};
 use echomq::{Consumer, ConsumerOptions, JobContext, JobId, JobState, NewJob, Retention, Verdict};
 use tokio::sync::mpsc;
 
@@ -62,7 +62,7 @@ async fn a_cancel_from_another_handle_reaches_only_its_job_within_a_beat(ctx: &C
         .cancel(q, &ids[0], Some("operator"), SettleOptions::default())
         .await
         .unwrap();
-    assert_eq!(reply, Cancelled::Requested);
+    assert_eq!(reply, CancelOutcome::Requested);
     let (at, reason) = tokio::time::timeout(Duration::from_secs(5), stopped.recv())
         .await
         .expect("the cancel reached the handler")
@@ -104,7 +104,7 @@ async fn a_job_cancelled_while_no_consumer_listened_never_runs(ctx: &Ctx) {
             .cancel(q, &id, Some("late"), SettleOptions::default())
             .await
             .unwrap(),
-        Cancelled::Requested
+        CancelOutcome::Requested
     );
     ctx.wait_lease_lapsed(&id).await;
     let ran = Arc::new(AtomicUsize::new(0));
@@ -300,7 +300,7 @@ async fn a_stale_settle_of_an_earlier_attempt_leaves_the_next_attempt_tracked(ct
             .cancel(q, &id, Some("op"), SettleOptions::default())
             .await
             .unwrap(),
-        Cancelled::Requested
+        CancelOutcome::Requested
     );
     wait_until(Duration::from_secs(5), "attempt 2 sees the cancel", || async {
         cancelled.load(Ordering::SeqCst) == 1

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use echomq::consumer::Recovery;
-use echomq::store::{Cancelled, ClaimRequest, Handoff, SettleOptions};
+use echomq::store::{CancelOutcome, ClaimRequest, Handoff, SettleOptions};
 use echomq::{GroupName, JobState, NewJob, QueueName, Store};
 use tokio::sync::mpsc;
 
@@ -356,7 +356,7 @@ async fn a_queue_keeps_its_newest_1000_cancel_requests(ctx: &Ctx) {
     }
     for j in &held {
         let r = store.cancel(&q, &j.id, None, SettleOptions::default()).await.unwrap();
-        assert_eq!(r, Cancelled::Requested);
+        assert_eq!(r, CancelOutcome::Requested);
     }
     let conn = rusqlite::Connection::open(path).unwrap();
     let (n, newest): (i64, Vec<u8>) = conn

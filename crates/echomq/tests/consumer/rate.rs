@@ -68,8 +68,8 @@ async fn three_consumers_keep_to_a_queue_limit_and_reach_its_rate(ctx: &Ctx) {
     let mut times: Vec<u64> = starts.lock().unwrap().iter().map(|s| s.0).collect();
     times.sort_unstable();
     assert!(
-        max_window(&times, 1000) <= 101,
-        "a second held {} starts",
+        max_window(&times, 1000) <= 100,
+        "a second held {} starts, over the limit of 100",
         max_window(&times, 1000)
     );
     // the steady part, half a second in from either end, near the limit: consumers that slept on
@@ -130,8 +130,8 @@ async fn a_limited_group_keeps_to_its_limit_while_the_others_run_on(ctx: &Ctx) {
     slow_times.sort_unstable();
     assert!(slow_times.len() >= 2, "the limited group ran: {slow_times:?}");
     for pair in slow_times.windows(2) {
-        // an interval less the 10 ms a claim may come early, on a clock of whole ms
-        assert!(pair[1] - pair[0] >= 89, "starts of the limited group: {slow_times:?}");
+        // a whole interval: no claim is admitted early (the clock moves in whole ms)
+        assert!(pair[1] - pair[0] >= 100, "starts of the limited group: {slow_times:?}");
     }
     // the others did not wait behind it: their 200 jobs took far less than its 100 would (10 s)
     assert!(took < Duration::from_secs(8), "the unlimited groups took {took:?}");

@@ -394,7 +394,7 @@ async fn a_cancel_sent_after_an_outage_reaches_its_running_job() {
         .cancel(&q, &long, Some("operator"), echomq::store::SettleOptions::default())
         .await
         .unwrap();
-    assert_eq!(sent, echomq::store::Cancelled::Requested);
+    assert_eq!(sent, echomq::store::CancelOutcome::Requested);
     let began = Instant::now();
     while store.counts(&q).await.unwrap().cancelled != 1 {
         assert!(

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use echomq::store::Cancelled;
+use echomq::store::CancelOutcome;
 use echomq::{Error, Job, JobContext, JobError, JobHandler, JobId, JobState, Outcome, Queue, Retention, Worker};
 use serde::{Deserialize, Serialize};
 
@@ -453,7 +453,7 @@ async fn a_queue_pushes_with_options_cancels_and_gets(ctx: &Ctx) {
     let many = q.push_many((0..3).map(|w| Resize { width: w })).await.unwrap();
     assert_eq!(many.len(), 3);
     assert_eq!(many[2].get().await.unwrap().unwrap().kind.as_deref(), Some("resize"));
-    assert_eq!(later.cancel().await.unwrap(), Cancelled::Cancelled);
+    assert_eq!(later.cancel().await.unwrap(), CancelOutcome::Cancelled);
     assert_eq!(q.get(&JobId::new("never-pushed").unwrap()).await.unwrap(), None);
     // refusals name what was wrong, and write nothing
     let err = q

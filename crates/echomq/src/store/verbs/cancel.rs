@@ -5,7 +5,7 @@ use super::args::{opt_arg, settle_arg};
 use super::{reply, Engine};
 use crate::error::Result;
 use crate::keyspace::{JobId, QueueKeys, QueueName};
-use crate::store::{Cancelled, SettleOptions};
+use crate::store::{CancelOutcome, SettleOptions};
 
 pub(crate) async fn cancel(
     store: &(impl Engine + ?Sized),
@@ -13,7 +13,7 @@ pub(crate) async fn cancel(
     id: &JobId,
     reason: Option<&str>,
     settle: SettleOptions,
-) -> Result<Cancelled> {
+) -> Result<CancelOutcome> {
     let k = QueueKeys::new(queue);
     let recmax = settle_arg(settle);
     let v = store
@@ -29,10 +29,10 @@ pub(crate) async fn cancel(
         )
         .await?;
     match reply::int("cancel", &v)? {
-        1 => Ok(Cancelled::Cancelled),
-        2 => Ok(Cancelled::Requested),
-        0 => Ok(Cancelled::Finished),
-        -1 => Ok(Cancelled::Gone),
+        1 => Ok(CancelOutcome::Cancelled),
+        2 => Ok(CancelOutcome::Requested),
+        0 => Ok(CancelOutcome::Finished),
+        -1 => Ok(CancelOutcome::Gone),
         _ => Err(reply::protocol("cancel", &v)),
     }
 }

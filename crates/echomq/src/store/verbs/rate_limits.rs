@@ -1,6 +1,6 @@
 //! set_rate_limit and rate_limits (`scripts/set_rate_limit.lua`, `scripts/rate_limits.lua`): the
 //! queue's rate limits, the fields `rate`, `rate:~` and `rate:<g>` of `emq:{q}:groups`, and their
-//! state (`emq:{q}:tat`, `emq:{q}:tats`, `emq:{q}:throttled`).
+//! state (`emq:{q}:tat`, `emq:{q}:tats`, `emq:{q}:throttled`, an exact limit's `emq:{q}:starts`).
 
 use super::{reply, Engine};
 use crate::error::Result;
@@ -34,7 +34,8 @@ pub(crate) async fn set_rate_limit(
 pub(crate) async fn rate_limits(store: &(impl Engine + ?Sized), queue: &QueueName) -> Result<RateLimits> {
     let verb = "rate_limits";
     let k = QueueKeys::new(queue);
-    let v = store.run(&store.scripts().rate_limits, &keys(&k), Vec::new()).await?;
+    let args = vec![k.base().as_bytes().to_vec()];
+    let v = store.run(&store.scripts().rate_limits, &keys(&k), args).await?;
     let items = reply::array(verb, v)?;
     if items.len() < 5 || (items.len() - 5) % 3 != 0 {
         return Err(reply::protocol_text(verb, &format!("{} elements", items.len())));
