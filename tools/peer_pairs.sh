@@ -4,11 +4,12 @@
 # Needs a redis-server on 127.0.0.1:PORT (default 6390) that may be flushed: every run FLUSHALLs it.
 # Prints per pair: ours, then bullmq-official (rs) and, for process, BullMQ on Node — jobs/s and Redis
 # CPU µs per job, or p50 / p99 ms for latency; for process, then each pair's ratios (ours / theirs)
-# and their medians. Builds `emq` (release) first.
+# and their medians. Builds `emq` (release) first. The peers' harnesses (each with a run.sh:
+# bullmq-rs/, bullmq/) are found in the directory EMQ_PEERS names.
 set -euo pipefail
 mode=${1:?latency|process100|process10|process1}; runs=${2:-3}; port=${3:-6390}
 root=$(cd "$(dirname "$0")/.." && pwd)
-peers=$root/../shared/peers
+peers=${EMQ_PEERS:?set EMQ_PEERS to the directory of the peers' harnesses (bullmq-rs/run.sh, bullmq/run.sh)}
 cargo build --release -q -p echomq-cli --manifest-path "$root/Cargo.toml"
 emq=${CARGO_TARGET_DIR:-$root/target}/release/emq
 field() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print($1)"; }

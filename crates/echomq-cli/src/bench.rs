@@ -1,4 +1,4 @@
-//! `emq bench`: the peers' workloads (../shared/peers) against the store the URL names, one JSON
+//! `emq bench`: the peer comparison's workloads against the store the URL names, one JSON
 //! line per run on stdout with the peers' field names, `lib: "echomq"`. Queue `bench` only: it is
 //! obliterated before each run and nothing else is touched. Redis figures come from `INFO` deltas
 //! around the measured part (the measuring connection's own INFO calls excluded); a store without

@@ -48,7 +48,7 @@ pub use error::{Error, Result};
 pub use job::{ClaimedJob, Job, JobRow, JobState, NewJob};
 pub use keyspace::{DedupKey, GroupName, JobId, QueueName};
 pub use outcome::{Outcome, Output};
-pub use queue::{JobHandle, Push, Queue};
+pub use queue::{JobHandle, Push, Queue, ScheduleBuilder};
 pub use rate::{RateLimit, RateTarget};
 pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{JobTemplate, Misfire, Overlap, Schedule, ScheduleInfo, ScheduleName, Timing};

@@ -1,6 +1,7 @@
 //! The [`Queue`] handle: push typed or raw jobs (each option on a builder), cancel and read them,
-//! wait for their outcome ([`JobHandle::wait`]), and the queue's settings: what it keeps of finished
-//! jobs, its rate limits, its group limits and its priority aging.
+//! wait for their outcome ([`JobHandle::wait`]); schedules firing typed or raw jobs; and the
+//! queue's settings: what it keeps of finished jobs, its rate limits, its group limits and its
+//! priority aging.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use crate::job::{Job, JobRow, NewJob};
 use crate::keyspace::{GroupName, JobId, QueueName};
 use crate::outcome::Outcome;
 use crate::rate::{RateLimit, RateLimits, RateTarget};
+use crate::schedule::{JobTemplate, Misfire, Overlap, Schedule, ScheduleInfo, ScheduleName, Timing};
 use crate::store::{CancelOutcome, Enqueued, LimitTarget, Retention, SettleOptions, Store, Waited};
 
 /// One queue of a store: where jobs are pushed, cancelled and looked up.
@@ -157,6 +159,68 @@ impl Queue {
         self.store.priority_aging(&self.name).await
     }
 
+    /// Creates the schedule `name` (or replaces it in place: no slot fires twice, its counts and
+    /// pause kept) firing a typed job: `job`'s JSON as each fired job's payload, `J::KIND` as its
+    /// kind, so the worker's handler for `J` runs it. Set its policies and the fired jobs' options
+    /// on the builder, then `.await` it. The queue's consumers fire its slots, each slot once.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use echomq::schedule::{Misfire, Timing};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct Report { full: bool }
+    /// # impl echomq::Job for Report { const KIND: &'static str = "report"; }
+    /// # async fn run(queue: echomq::Queue) -> echomq::Result<()> {
+    /// queue
+    ///     .schedule("nightly", Timing::cron("30 2 * * *", Some("Europe/Berlin"))?, Report { full: true })
+    ///     .misfire(Misfire::Skip)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule<J: Job>(&self, name: &str, timing: Timing, job: J) -> ScheduleBuilder<'_> {
+        let payload = serde_json::to_vec(&job).map_err(|e| Error::Serialize {
+            kind: J::KIND,
+            reason: e.to_string(),
+        });
+        ScheduleBuilder::new(self, name, timing, payload, Some(J::KIND))
+    }
+
+    /// Creates or replaces the schedule `name` firing a raw job: these bytes, no kind (a worker's
+    /// `on_raw` handler runs it, as does `emq work --exec`).
+    pub fn schedule_raw(&self, name: &str, timing: Timing, payload: impl Into<Vec<u8>>) -> ScheduleBuilder<'_> {
+        ScheduleBuilder::new(self, name, timing, Ok(payload.into()), None)
+    }
+
+    /// Deletes the schedule `name` (the jobs it fired stay); false when there was none.
+    pub async fn remove_schedule(&self, name: &str) -> Result<bool> {
+        self.store.remove_schedule(&self.name, &ScheduleName::new(name)?).await
+    }
+
+    /// Pauses the schedule `name`: it fires, and misses, nothing until resumed; false when there
+    /// is none.
+    pub async fn pause_schedule(&self, name: &str) -> Result<bool> {
+        self.store.pause_schedule(&self.name, &ScheduleName::new(name)?).await
+    }
+
+    /// Resumes the schedule `name` from its next slot after now (the slots while it was paused
+    /// are neither fired nor missed); false when there is none.
+    pub async fn resume_schedule(&self, name: &str) -> Result<bool> {
+        self.store.resume_schedule(&self.name, &ScheduleName::new(name)?).await
+    }
+
+    /// Fires one job of the schedule `name` now, outside its slots; `None` when there is none.
+    pub async fn trigger_schedule(&self, name: &str) -> Result<Option<JobHandle>> {
+        let id = self
+            .store
+            .trigger_schedule(&self.name, &ScheduleName::new(name)?)
+            .await?;
+        Ok(id.map(|id| self.handle(id)))
+    }
+
+    /// The queue's schedules, by name, each with its state (next and last slot, counts, pause).
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        self.store.list_schedules(&self.name).await
+    }
+
     fn pushed(&self, reply: Enqueued) -> JobHandle {
         let duplicate = !matches!(reply, Enqueued::New(_));
         let id = match reply {
@@ -209,7 +273,7 @@ impl<'q> Push<'q> {
     }
 
     /// Puts the job in `group`'s lane: a group's jobs run in push order, at most its limit at
-    /// once (1 unless set with `emq limit`), while other groups run beside them.
+    /// once (1 unless set with `emq group-limit` or [`Queue::set_group_limit`]), while other groups run beside them.
     pub fn group(mut self, group: &str) -> Self {
         self.group = Some(GroupName::new(group));
         self
@@ -274,6 +338,112 @@ impl<'q> Push<'q> {
 impl<'q> IntoFuture for Push<'q> {
     type Output = Result<JobHandle>;
     type IntoFuture = Pin<Box<dyn Future<Output = Result<JobHandle>> + Send + 'q>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// A schedule being created or replaced ([`Queue::schedule`]): set its policies and its jobs'
+/// options, then `.await` it.
+#[must_use = "a schedule is written only when awaited"]
+pub struct ScheduleBuilder<'q> {
+    queue: &'q Queue,
+    name: Result<ScheduleName>,
+    timing: Timing,
+    payload: Result<Vec<u8>>,
+    kind: Option<&'static str>,
+    group: Option<Result<GroupName>>,
+    misfire: Misfire,
+    overlap: Overlap,
+    grace: Option<Duration>,
+    priority: u8,
+    max_attempts: Option<u32>,
+    retry: Option<crate::RetryPolicy>,
+}
+
+impl<'q> ScheduleBuilder<'q> {
+    fn new(queue: &'q Queue, name: &str, timing: Timing, payload: Result<Vec<u8>>, kind: Option<&'static str>) -> Self {
+        ScheduleBuilder {
+            queue,
+            name: ScheduleName::new(name),
+            timing,
+            payload,
+            kind,
+            group: None,
+            misfire: Misfire::default(),
+            overlap: Overlap::default(),
+            grace: None,
+            priority: 0,
+            max_attempts: None,
+            retry: None,
+        }
+    }
+
+    /// What it does with slots missed by more than the grace (every consumer down): see
+    /// [`Misfire`] (one catch-up job unless set).
+    pub fn misfire(mut self, misfire: Misfire) -> Self {
+        self.misfire = misfire;
+        self
+    }
+
+    /// Whether a slot fires while the previous job still waits or runs (it does unless set).
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// How late a fire may be and still be on time (else the firing consumer's default).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Fires each job into `group`'s lane.
+    pub fn group(mut self, group: &str) -> Self {
+        self.group = Some(GroupName::new(group));
+        self
+    }
+
+    /// The fired jobs' priority: 0 (the default, the most urgent) to 9.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The fired jobs' attempt budget (else the worker's).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// The fired jobs' own retry curve (a storable one), instead of the worker's.
+    pub fn retry(mut self, retry: crate::RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    async fn send(self) -> Result<()> {
+        let template = JobTemplate {
+            payload: self.payload?,
+            group: self.group.transpose()?,
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            retry: self.retry,
+            kind: self.kind.map(str::to_string),
+        };
+        let mut schedule = Schedule::new(self.name?, self.timing, template);
+        schedule.misfire = self.misfire;
+        schedule.overlap = self.overlap;
+        schedule.grace = self.grace;
+        self.queue.store.upsert_schedule(&self.queue.name, &schedule).await?;
+        Ok(())
+    }
+}
+
+impl<'q> IntoFuture for ScheduleBuilder<'q> {
+    type Output = Result<()>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<()>> + Send + 'q>>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.send())

@@ -467,6 +467,89 @@ async fn a_queue_pushes_with_options_cancels_and_gets(ctx: &Ctx) {
     assert_eq!(ctx.store.counts(&ctx.q).await.unwrap().pending, 3);
 }
 
+/// A schedule of typed jobs: each fired job carries its kind and its options, so the worker's
+/// handler for that type runs it (a schedule of raw bytes and no kind would be given back by a
+/// typed worker); trigger, pause, resume, list and remove through the queue handle; the queue's
+/// settings through it too.
+async fn a_typed_schedule_fires_jobs_the_typed_worker_runs(ctx: &Ctx) {
+    use echomq::schedule::{Misfire, Overlap, Timing};
+    let q = Queue::new(ctx.store.clone(), ctx.q.as_str()).unwrap();
+    q.schedule(
+        "tick",
+        Timing::every(Duration::from_secs(1)).unwrap(),
+        Resize { width: 7 },
+    )
+    .misfire(Misfire::Skip)
+    .overlap(Overlap::Skip)
+    .priority(2)
+    .max_attempts(4)
+    .grace(Duration::from_secs(30))
+    .await
+    .unwrap();
+    let listed = q.schedules().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let t = &listed[0].schedule;
+    assert_eq!(t.name.as_str(), "tick");
+    assert_eq!(t.template.kind.as_deref(), Some("resize"));
+    assert_eq!((t.template.priority, t.template.max_attempts), (2, Some(4)));
+    assert_eq!(
+        (t.misfire, t.overlap, t.grace),
+        (Misfire::Skip, Overlap::Skip, Some(Duration::from_secs(30)))
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let worker = Worker::new(ctx.store.clone(), ctx.q.as_str())
+        .unwrap()
+        .on(move |job: Resize, ctx: JobContext| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push((job.width, ctx.id().to_string()));
+                Ok::<_, JobError>(job.width * 2)
+            }
+        })
+        .options(fast())
+        .start()
+        .unwrap();
+    let fired = q.trigger_schedule("tick").await.unwrap().expect("the schedule exists");
+    match fired.wait(WITHIN).await.unwrap() {
+        Outcome::Completed(out) => assert_eq!(out.json::<u32>().unwrap(), 14),
+        other => panic!("the triggered job: {other:?}"),
+    }
+    let slot_ran = || seen.lock().unwrap().iter().any(|(_, id)| !id.contains(":run"));
+    wait_until(WITHIN, "a slot's job ran in the typed handler", || async { slot_ran() }).await;
+    assert!(q.pause_schedule("tick").await.unwrap());
+    assert!(q.schedules().await.unwrap()[0].paused);
+    assert!(q.resume_schedule("tick").await.unwrap());
+    assert!(q.remove_schedule("tick").await.unwrap());
+    assert!(!q.remove_schedule("tick").await.unwrap(), "removed already");
+    assert!(q.trigger_schedule("tick").await.unwrap().is_none());
+    assert!(!q.pause_schedule("tick").await.unwrap());
+    worker.stop(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        ctx.store.counts(&ctx.q).await.unwrap().dead,
+        0,
+        "no fired job went dead"
+    );
+    // a bad name is refused when awaited, writing nothing
+    let err = q
+        .schedule(
+            "no spaces",
+            Timing::every(Duration::from_secs(1)).unwrap(),
+            Resize { width: 1 },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidName { .. }), "{err}");
+    assert!(q.schedules().await.unwrap().is_empty());
+    // the queue's settings
+    let limit: echomq::RateLimit = "5/1s".parse().unwrap();
+    q.set_rate_limit(echomq::RateTarget::Queue, Some(limit)).await.unwrap();
+    assert_eq!(q.rate_limits().await.unwrap().queue.map(|r| r.limit), Some(limit));
+    q.set_priority_aging(Duration::from_secs(7)).await.unwrap();
+    assert_eq!(q.priority_aging().await.unwrap(), Duration::from_secs(7));
+    q.set_group_limit(echomq::store::LimitTarget::Default, 3).await.unwrap();
+}
+
 /// One worker serves several queues (`.queue`), one loop each; building mistakes are refused by
 /// `start`, naming them.
 async fn one_worker_serves_several_queues_and_refuses_a_bad_build(ctx: &Ctx) {
@@ -646,6 +729,7 @@ async fn wait_past_retention_says_expired_and_an_unknown_id_is_no_such_job(ctx: 
 }
 
 crate::consumer_cases!(
+    a_typed_schedule_fires_jobs_the_typed_worker_runs,
     wait_returns_the_output_of_a_job_done_before_it_and_of_one_done_during_it,
     wait_returns_dead_with_the_error_cancelled_with_the_reason_and_times_out,
     wait_past_retention_says_expired_and_an_unknown_id_is_no_such_job,
