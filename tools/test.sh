@@ -124,7 +124,7 @@ EMQ_TEST_VALKEY_CLUSTER_URL=$(bash tools/cluster.sh "$EMQ_TEST_VALKEY_SERVER" 3 
 export EMQ_TEST_REDIS_CLUSTER_URL EMQ_TEST_VALKEY_CLUSTER_URL
 echo "tools/test.sh: Valkey $("$EMQ_TEST_VALKEY_SERVER" --version | grep -o 'v=[0-9.]*') on 127.0.0.1:$vport; clusters $EMQ_TEST_REDIS_CLUSTER_URL (Redis), $EMQ_TEST_VALKEY_CLUSTER_URL (Valkey)" >&2
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # the library with one store, or none (a store of the user's own), builds clean too
 for features in "" redis embedded; do
   cargo clippy -q -p echomq --lib --no-default-features --features "$features" --locked -- -D warnings
@@ -132,17 +132,20 @@ done
 # Most tests wait on clocks and servers, not the CPU (at two threads the consumer's suite keeps a
 # quarter of two cores busy), so each test binary runs up to 8 tests at once
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-8}"
-cargo test --workspace --all-targets --locked
+cargo test --workspace --all-targets --all-features --locked
 cargo test --workspace --doc --locked
 # the crash audit's short form (docs/reliability.md): no acknowledged job lost and none settled
 # twice through worker SIGKILLs, a frozen worker whose lease lapses, (Redis, AOF always) a server
 # SIGKILL and restart, and (Redis Cluster) a master's failover; each exits 1 on a loss or a double
 # settle
-cargo run -q -p echomq-cli --locked -- audit --store embedded --jobs 3000 --worker-kills 5 --zombie
-cargo run -q -p echomq-cli --locked -- audit --store redis --jobs 3000 --worker-kills 5 --redis-kills 1 --zombie
+cargo run -q -p echomq-cli --features audit --locked -- audit --store embedded --jobs 3000 --worker-kills 5 --zombie
+cargo run -q -p echomq-cli --features audit --locked -- audit --store redis --jobs 3000 --worker-kills 5 --redis-kills 1 --zombie
 # and on a Redis Cluster of its own (3 masters, a replica each), through a failover of the queue's
 # master, every write waiting for a replica: no acknowledged job lost
-cargo run -q -p echomq-cli --locked -- audit --store redis-cluster --jobs 2000 --worker-kills 2 --failovers 1 --wait 1
+cargo run -q -p echomq-cli --features audit --locked -- audit --store redis-cluster --jobs 2000 --worker-kills 2 --failovers 1 --wait 1
+# both published crates package from this checkout, each verified by building what it packs
+# (its own README, its scripts: nothing from outside its directory)
+cargo package --workspace --locked
 # the examples run, not only build: the no-server ones on the embedded store, then the Redis one
 # against the server started above. Built with the workspace's features, as the tests built them
 # (`cargo run -p echomq` would resolve fewer and compile tokio, redis and echomq once more).

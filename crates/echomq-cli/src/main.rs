@@ -14,6 +14,7 @@ macro_rules! out {
     }};
 }
 
+#[cfg(feature = "audit")]
 mod audit;
 mod bench;
 mod cancel;
@@ -123,6 +124,7 @@ enum Command {
     Dashboard(dashboard::Args),
     /// The crash audit: N jobs through K workers while it kills workers (and redis-server) and
     /// pauses one past its lease, then accounts for every job (lost and double settles must be 0).
+    #[cfg(feature = "audit")]
     Audit(audit::Args),
     /// Between `emq work` and each command it runs (not for use by hand).
     #[command(hide = true)]
@@ -208,6 +210,7 @@ fn main() {
             Command::RateLimit(a) => rate_limit::run(&cli.url, a).await,
             Command::Schedule(a) => schedule::run(&cli.url, a).await,
             Command::Dashboard(a) => dashboard::run(&cli.url, a).await,
+            #[cfg(feature = "audit")]
             Command::Audit(a) => audit::run(&cli.url, a).await,
             Command::Supervise(a) => supervise::run(a).await,
         }

@@ -10,7 +10,7 @@
 // contract and the consumer still build, for a store of the user's own
 #![cfg_attr(not(any(feature = "redis", feature = "embedded")), allow(dead_code))]
 #![doc = ""]
-#![doc = include_str!("../../../README.md")]
+#![doc = include_str!("../README.md")]
 
 /// Builder setters of a plain value type: each `name: field: Type;` becomes
 /// `pub fn name(mut self, v: Type) -> Self`, setting `field` (its doc comments kept).

@@ -56,7 +56,7 @@ impl RateLimit {
         if max == 0 || max > RATE_COUNT_MAX {
             return Err(refuse(max, "max must be from 1 to 1000000"));
         }
-        if per < Duration::from_millis(1) || per > RATE_PER_MAX || per.subsec_nanos() % 1_000_000 != 0 {
+        if per < Duration::from_millis(1) || per > RATE_PER_MAX || !per.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(refuse(format!("{per:?}"), "per must be whole ms, from 1ms to 365 days"));
         }
         Ok(RateLimit {

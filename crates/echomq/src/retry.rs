@@ -190,7 +190,7 @@ impl fmt::Debug for RetryPolicy {
 pub(crate) fn duration_text(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms > 0 && ms % size == 0 {
+        if ms > 0 && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

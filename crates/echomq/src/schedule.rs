@@ -115,7 +115,7 @@ pub enum Timing {
 impl Timing {
     /// An interval, checked.
     pub fn every(interval: Duration) -> Result<Self> {
-        if interval < EVERY_MIN || interval > EVERY_MAX || interval.subsec_nanos() % 1_000_000 != 0 {
+        if interval < EVERY_MIN || interval > EVERY_MAX || !interval.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::InvalidOption {
                 field: "every",
                 value: duration_text(interval),

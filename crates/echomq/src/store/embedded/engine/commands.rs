@@ -338,7 +338,7 @@ fn hash_set(ks: &mut Keyspace, key: &[u8], pairs: &[Vec<u8>]) -> R<i64> {
 }
 
 fn hset(ks: &mut Keyspace, a: &[Vec<u8>], nx: bool) -> R<Reply> {
-    if a.len() < 3 || a.len() % 2 == 0 || nx && a.len() != 3 {
+    if a.len() < 3 || a.len().is_multiple_of(2) || nx && a.len() != 3 {
         return Err(err("ERR wrong number of arguments for command"));
     }
     if nx && hash_get(ks, &a[0], &a[1..2])?.is_some_and(|v| v[0].is_some()) {
@@ -663,7 +663,7 @@ fn zadd(ks: &mut Keyspace, a: &[Vec<u8>]) -> R<Reply> {
         i += 1;
     }
     let pairs = &a[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 || nx && xx {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) || nx && xx {
         return Err(syntax());
     }
     let mut parsed = Vec::with_capacity(pairs.len() / 2);
@@ -990,7 +990,7 @@ fn xadd(ks: &mut Keyspace, a: &[Vec<u8>], now_us: i64) -> R<Reply> {
         ));
     }
     let fields = &a[i + 1..];
-    if fields.is_empty() || fields.len() % 2 != 0 {
+    if fields.is_empty() || !fields.len().is_multiple_of(2) {
         return Err(err("ERR wrong number of arguments for 'xadd' command"));
     }
     let last = ks.stream_last(&a[0])?;
