@@ -145,7 +145,7 @@ cargo run -q -p echomq-cli --features audit --locked -- audit --store redis --jo
 cargo run -q -p echomq-cli --features audit --locked -- audit --store redis-cluster --jobs 2000 --worker-kills 2 --failovers 1 --wait 1
 # both published crates package from this checkout, each verified by building what it packs
 # (its own README, its scripts: nothing from outside its directory)
-cargo package --workspace --locked
+cargo package --workspace --exclude echomq-readme --locked
 # the examples run, not only build: the no-server ones on the embedded store, then the Redis one
 # against the server started above. Built with the workspace's features, as the tests built them
 # (`cargo run -p echomq` would resolve fewer and compile tokio, redis and echomq once more).

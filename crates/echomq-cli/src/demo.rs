@@ -25,6 +25,13 @@ pub struct Args {
     /// Handlers at once.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Write the log (the consumer's lines on failed jobs, retries, warnings) to FILE; without it
+    /// the terminal shows only the progress bar and the summary.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
+    /// Log to stderr, beside the progress bar.
+    #[arg(short, long, conflicts_with = "log")]
+    pub verbose: bool,
 }
 
 /// What each job does, by its number: mostly succeed; every 20th fails once, then succeeds; every
@@ -162,10 +169,11 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         pct(&all, 99.0)
     );
     out!(
-        "completed {}, retried {}, dead {} (poison jobs, 2 attempts each)",
+        "completed {}, dead {} (poison jobs, 2 attempts each); {} failed attempts in all, {} of them retried",
         counts.completed,
-        counts.retried,
-        counts.dead
+        counts.dead,
+        counts.retried + counts.dead,
+        counts.retried
     );
     out!("per-lane fairness (jobs started, median wait):");
     for (lane, waits) in seen.waits.iter() {

@@ -169,13 +169,29 @@ pub async fn open(url: &str) -> anyhow::Result<Arc<dyn Store>> {
 fn main() {
     let cli = Cli::parse();
     // a supervisor's stderr is its command's: the job's error, which no log line may enter
-    if !matches!(cli.command, Command::Supervise(_)) {
-        tracing_subscriber::fmt()
+    let filter = || tracing_subscriber::EnvFilter::try_from_env("EMQ_LOG").unwrap_or_else(|_| "warn".into());
+    match &cli.command {
+        Command::Supervise(_) => {}
+        // the demo's terminal is its progress bar and summary: its log goes to --log FILE, or to
+        // stderr with -v, else nowhere
+        Command::Demo(a) if a.log.is_some() => {
+            let path = a.log.clone().unwrap_or_default();
+            match std::fs::File::create(&path) {
+                Ok(file) => tracing_subscriber::fmt()
+                    .with_writer(std::sync::Mutex::new(file))
+                    .with_ansi(false)
+                    .with_env_filter(filter())
+                    .init(),
+                Err(e) => fail(anyhow::anyhow!("cannot write the log {}: {e}", path.display())),
+            }
+        }
+        Command::Demo(a) if !a.verbose => {}
+        _ => tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
             // colours for a terminal only: a log file or a pipe gets plain text
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EMQ_LOG").unwrap_or_else(|_| "warn".into()))
-            .init();
+            .with_env_filter(filter())
+            .init(),
     }
     // a supervisor runs once per job of `emq work`, beside its command: one thread starts sooner
     // than a pool of them

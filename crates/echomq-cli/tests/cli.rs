@@ -1332,3 +1332,33 @@ fn bench_prints_one_json_line_per_run_with_the_peers_field_names(b: &Backend) {
     );
     assert!(v["secs"].as_f64().unwrap() >= 1.0, "{v}");
 }
+
+/// `emq demo`'s terminal is its progress bar and its summary: no log line per failed job on stderr
+/// (the log goes to `--log FILE`), and the failures counted in the summary.
+#[test]
+fn the_demo_keeps_its_log_off_the_terminal_and_counts_failures_in_its_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("demo.log");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_emq"))
+        .args(["demo", "--jobs", "500", "--log"])
+        .arg(&log)
+        .current_dir(dir.path())
+        .env_remove("EMQ_URL")
+        .env_remove("EMQ_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    let (out, err) = (stdout(&o), stderr(&o));
+    // 500 jobs: 5 poison (dead after 2 attempts), 20 flaky (retried once)
+    assert!(
+        out.contains(
+            "completed 495, dead 5 (poison jobs, 2 attempts each); 30 failed attempts in all, 25 of them retried"
+        ),
+        "{out}"
+    );
+    assert!(err.lines().count() <= 3, "the terminal: {err}");
+    assert!(!err.contains("poison"), "a failed job's line on the terminal: {err}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("poison"), "the log file holds the failures: {logged}");
+}
