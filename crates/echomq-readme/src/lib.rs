@@ -1,3 +1,7 @@
-//! The repository's README, whose code samples `cargo test --doc` compiles and runs: a page outside
-//! the published crates' directories, so it is tested from this unpublished crate.
+//! The repository's README and design notes, whose code samples `cargo test --doc` compiles and
+//! runs: pages outside the published crates' directories, so they are tested from this unpublished
+//! crate.
 #![doc = include_str!("../../../README.md")]
+
+#[doc = include_str!("../../../docs/design/README.md")]
+pub mod design {}

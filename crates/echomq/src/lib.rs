@@ -1,6 +1,6 @@
 //! EchoMQ: a background-job queue for Rust.
 //!
-//! Jobs live in a [`Store`](store::Store) — Redis/Valkey for production and many machines, where
+//! Jobs live in a [`Store`] — Redis/Valkey for production and many machines, where
 //! every state transition is one Lua script and all keys of a queue share one Cluster hash tag
 //! (`emq:{q}:…`), or the embedded durable store (SQLite, one file; the default when no Redis URL
 //! is given), with the same verbs and replies — and consumers claim them under a lease fenced by
@@ -11,6 +11,68 @@
 #![cfg_attr(not(any(feature = "redis", feature = "embedded")), allow(dead_code))]
 #![doc = ""]
 #![doc = include_str!("../README.md")]
+
+/// The user guide, a chapter a task: each chapter's code samples compile, and those that need no
+/// server run, as this crate's tests.
+pub mod guide {
+    //! The user guide, in the order a newcomer reads it:
+    //!
+    //! 1. [Install](crate::guide::install)
+    //! 2. [Your first job](crate::guide::first_job)
+    //! 3. [Typed jobs and kinds](crate::guide::typed_jobs)
+    //! 4. [Workers and pools](crate::guide::worker_pools)
+    //! 5. [Retries and dead jobs](crate::guide::retries)
+    //! 6. [Delays and schedules](crate::guide::delays_and_schedules)
+    //! 7. [Groups](crate::guide::groups)
+    //! 8. [Priorities](crate::guide::priorities)
+    //! 9. [Rate limits](crate::guide::rate_limits)
+    //! 10. [Deduplication](crate::guide::dedup)
+    //! 11. [Cancel](crate::guide::cancel)
+    //! 12. [Results and `wait`](crate::guide::results)
+    //! 13. [Shutdown and deploys](crate::guide::shutdown_and_deploys)
+    //! 14. [Redis and Redis Cluster](crate::guide::redis)
+    //! 15. [The embedded store](crate::guide::embedded)
+    //! 16. [The command line: `emq`](crate::guide::cli)
+    //! 17. [The dashboard and metrics](crate::guide::dashboard)
+    //! 18. [Running in production](crate::guide::production)
+
+    #[doc = include_str!("../guide/01-install.md")]
+    pub mod install {}
+    #[doc = include_str!("../guide/02-first-job.md")]
+    pub mod first_job {}
+    #[doc = include_str!("../guide/03-typed-jobs.md")]
+    pub mod typed_jobs {}
+    #[doc = include_str!("../guide/04-worker-pools.md")]
+    pub mod worker_pools {}
+    #[doc = include_str!("../guide/05-retries.md")]
+    pub mod retries {}
+    #[doc = include_str!("../guide/06-delays-and-schedules.md")]
+    pub mod delays_and_schedules {}
+    #[doc = include_str!("../guide/07-groups.md")]
+    pub mod groups {}
+    #[doc = include_str!("../guide/08-priorities.md")]
+    pub mod priorities {}
+    #[doc = include_str!("../guide/09-rate-limits.md")]
+    pub mod rate_limits {}
+    #[doc = include_str!("../guide/10-dedup.md")]
+    pub mod dedup {}
+    #[doc = include_str!("../guide/11-cancel.md")]
+    pub mod cancel {}
+    #[doc = include_str!("../guide/12-results.md")]
+    pub mod results {}
+    #[doc = include_str!("../guide/13-shutdown-and-deploys.md")]
+    pub mod shutdown_and_deploys {}
+    #[doc = include_str!("../guide/14-redis.md")]
+    pub mod redis {}
+    #[doc = include_str!("../guide/15-embedded.md")]
+    pub mod embedded {}
+    #[doc = include_str!("../guide/16-cli.md")]
+    pub mod cli {}
+    #[doc = include_str!("../guide/17-dashboard.md")]
+    pub mod dashboard {}
+    #[doc = include_str!("../guide/18-production.md")]
+    pub mod production {}
+}
 
 /// Builder setters of a plain value type: each `name: field: Type;` becomes
 /// `pub fn name(mut self, v: Type) -> Self`, setting `field` (its doc comments kept).

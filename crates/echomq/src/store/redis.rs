@@ -246,7 +246,7 @@ impl RedisStore {
     /// asynchronously: without this, a write acknowledged just before its master dies can vanish
     /// in the failover (an enqueued job lost; a claim lost, so the new master hands out the same
     /// fencing token again). `replicas` 0 turns it off. Each write then costs the replicas' round
-    /// trip (see the README's durability table), and the `WAIT` holds up that master's shared
+    /// trip (see the guide's durability table, `guide::redis`), and the `WAIT` holds up that master's shared
     /// connection while it waits. `timeout` is kept from 1 ms (the server's `WAIT n 0` would wait
     /// for ever) to [`WAIT_TIMEOUT_MAX`]. A failover keeps an acknowledged write when the replica
     /// promoted is one that confirmed it: with one replica per master, always; with more, wait

@@ -149,7 +149,7 @@ impl Session {
 /// One script call: the script's name, its KEYS and ARGV.
 #[derive(Debug, Clone)]
 pub struct Call<'a> {
-    /// The script (as registered with [`Engine::register`]).
+    /// The script (as registered with [`LuaHost::register`]).
     pub script: &'a str,
     /// KEYS.
     pub keys: Vec<Vec<u8>>,
