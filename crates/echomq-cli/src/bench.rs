@@ -13,6 +13,7 @@ use echomq::{Consumer, ConsumerOptions, JobContext, NewJob, QueueName, Store, Ve
 use serde_json::{json, Value};
 
 mod dashboard;
+mod pools;
 mod rate;
 
 /// The benchmark queue.
@@ -65,6 +66,9 @@ enum Workload {
     /// e_rate_limit: consumer processes against a queue rate limit (or a group's among unlimited
     /// groups, with --groups), the starts on the store's clock.
     RateLimit(rate::RateArgs),
+    /// g_pools: two worker pools by kind on one queue (pool B starts after its jobs were pushed),
+    /// how long after its start pool B's jobs are done.
+    Pools(pools::PoolsArgs),
     /// One consumer process of rate-limit (not for use by hand).
     #[command(hide = true)]
     RateLimitChild(rate::ChildArgs),
@@ -297,6 +301,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         }
         Workload::RateLimit(a) => rate::run(&store, url, &q, a).await?,
         Workload::Dashboard(a) => dashboard::run(&store, &q, a).await?,
+        Workload::Pools(a) => pools::run(&store, &q, a).await?,
         Workload::RateLimitChild(_) => {}
         Workload::Latency {
             concurrency,

@@ -12,10 +12,9 @@
 #![doc = ""]
 #![doc = include_str!("../README.md")]
 
-/// The user guide, a chapter a task: each chapter's code samples compile, and those that need no
-/// server run, as this crate's tests.
 pub mod guide {
-    //! The user guide, in the order a newcomer reads it:
+    //! The user guide, a chapter a task, in the order a newcomer reads it (each chapter's code
+    //! samples compile, and those that need no server run, as this crate's tests):
     //!
     //! 1. [Install](crate::guide::install)
     //! 2. [Your first job](crate::guide::first_job)

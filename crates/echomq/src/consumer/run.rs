@@ -202,6 +202,7 @@ impl Beat {
         let request = RoundRequest::new(opts.recovery, self.claim(want))
             .pump(opts.pump_batch)
             .grace(opts.schedule_grace());
+        let sent = Instant::now();
         let (round, beat_ms) = tokio::join!(
             self.shared.store.recover_promote_claim(&self.shared.queue, &request),
             async {
@@ -229,7 +230,7 @@ impl Beat {
         match round.claimed {
             Ok(claimed) => {
                 empty = claimed.len() < want;
-                self.launch_first(claimed).await;
+                self.launch_first(claimed, sent).await;
             }
             Err(e) => degraded = Some(e),
         }
@@ -325,10 +326,11 @@ impl Beat {
             }
             let free = self.slots.available_permits().min(BATCH_MAX);
             let req = self.claim(free);
+            let sent = Instant::now();
             match self.shared.store.claim(&self.shared.queue, req).await {
                 Ok(claimed) => {
                     empty = claimed.len() < free;
-                    self.launch_first(claimed).await;
+                    self.launch_first(claimed, sent).await;
                 }
                 Err(e) => return Leg::Degraded(e),
             }
@@ -404,9 +406,12 @@ impl Beat {
     }
 
     /// Keeps the claim's rate-limit wait, then [`Self::launch`] and [`Self::handlers_first`] when
-    /// any job started.
-    async fn launch_first(&mut self, claimed: Claimed) {
-        self.admits_at = claimed.wait.map(|w| (Instant::now() + w, claimed.queue_limited));
+    /// any job started. The wait counts from when the claim was `sent`: the store measured it when
+    /// the claim ran, between the send and the reply, so the next claim, sent at `sent + wait`,
+    /// reaches the store about when the limit admits it (counted from the reply, every start would
+    /// come a round trip late, lost to the rate; a claim a little early is told the few µs left).
+    async fn launch_first(&mut self, claimed: Claimed, sent: Instant) {
+        self.admits_at = claimed.wait.map(|w| (sent + w, claimed.queue_limited));
         let jobs = claimed.jobs;
         if jobs.is_empty() {
             return;
