@@ -4,11 +4,12 @@
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
--- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua; an exact limit's log of its
--- last starts: `starts`, a group's `starts:<g>`, named in the set `start_logs`): the queue's own (rate) gates
--- every start — the walk stops while it admits none, leaving the ring as it is; a group's (its own
--- rate:<g>, else the default rate:~) gates its lane: a group it no longer admits leaves the ring for
--- `throttled`, scored by its next admission, its r: flag kept (so no enqueue or settle puts it back),
+-- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua; an exact limit's log of
+-- its last starts: `starts`, a group's `starts:<g>`, named in the set `start_logs`): the queue's
+-- own (rate) gates every start — the walk stops while it admits none, leaving the ring as it is; a
+-- group's (its own rate:<g>, else the default rate:~) gates its lane: a group it no longer admits
+-- leaves the ring for `throttled`, scored by its next admission, its r: flag kept (so no enqueue
+-- or settle puts it back),
 -- and each claim first takes the groups due again from the head of `throttled` onto the walk's tail
 -- (no scan of the groups still waiting). A group's TAT is its score in `tats` (members past are
 -- removed), the queue's the string `tat`.
