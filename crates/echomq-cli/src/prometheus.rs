@@ -9,6 +9,8 @@
 //! | `emq_queue_paused` | gauge | `queue` (1 while paused) |
 //! | `emq_oldest_pending_age_seconds` | gauge | `queue` (0 when no pending job is counted) |
 //! | `emq_consumers` | gauge | `queue` (the consumers alive: the registry's entries) |
+//! | `emq_ready_jobs_by_kind` | gauge | `queue`, `kind` (flat ready jobs; `kind=""` for raw jobs) |
+//! | `emq_ready_jobs_no_consumer` | gauge | `queue`, `kind` (those of a kind no live consumer runs) |
 //! | `emq_job_duration_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
 //! | `emq_job_wait_seconds` | histogram | `queue`, `outcome` (`emq work` only: see `echomq::telemetry`) |
 
@@ -33,11 +35,11 @@ const WAIT_BUCKETS: [f64; 15] = [
 pub async fn store_metrics(store: &dyn Store, queues: Option<&[QueueName]>) -> echomq::Result<String> {
     let counts = crate::stats::counts_of(store, queues).await?;
     let names: Vec<QueueName> = counts.iter().map(|(q, _)| q.clone()).collect();
-    let alive = crate::stats::each_queue(&names, |q| async move { Ok(store.consumers(&q).await?.len()) }).await?;
+    let alive = crate::stats::each_queue(&names, |q| async move { store.consumers(&q).await }).await?;
     Ok(render(&counts, &alive))
 }
 
-fn render(counts: &[(QueueName, Counts)], alive: &[usize]) -> String {
+fn render(counts: &[(QueueName, Counts)], alive: &[Vec<echomq::registry::ConsumerEntry>]) -> String {
     let mut out = String::new();
     let family = |out: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -92,10 +94,40 @@ fn render(counts: &[(QueueName, Counts)], alive: &[usize]) -> String {
         "gauge",
         "Consumers alive, per queue (each writes its entry once a beat).",
     );
-    for ((q, _), n) in counts.iter().zip(alive) {
-        let _ = writeln!(out, "emq_consumers{{queue=\"{q}\"}} {n}");
+    for ((q, _), live) in counts.iter().zip(alive) {
+        let _ = writeln!(out, "emq_consumers{{queue=\"{q}\"}} {}", live.len());
+    }
+    family(
+        &mut out,
+        "emq_ready_jobs_by_kind",
+        "gauge",
+        "Flat ready jobs of each kind, per queue (kind=\"\" for raw jobs).",
+    );
+    for (q, c) in counts {
+        for (kind, n) in &c.ready_by_kind {
+            let kind = label(kind.as_deref().unwrap_or(""));
+            let _ = writeln!(out, "emq_ready_jobs_by_kind{{queue=\"{q}\",kind=\"{kind}\"}} {n}");
+        }
+    }
+    family(
+        &mut out,
+        "emq_ready_jobs_no_consumer",
+        "gauge",
+        "Flat ready jobs of a kind no live consumer runs, per queue: a rolling deploy, or a misspelled kind.",
+    );
+    for ((q, c), live) in counts.iter().zip(alive) {
+        for (kind, n) in echomq::registry::kinds_without_consumer(&c.ready_by_kind, live) {
+            let kind = label(kind.as_deref().unwrap_or(""));
+            let _ = writeln!(out, "emq_ready_jobs_no_consumer{{queue=\"{q}\",kind=\"{kind}\"}} {n}");
+        }
     }
     out
+}
+
+/// A label value escaped as the text format wants it (a kind is printable text, so only `\` and
+/// `"` need it).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// `emq work --metrics-bind`: installs the Prometheus recorder (before any consumer starts, so

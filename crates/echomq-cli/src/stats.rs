@@ -22,7 +22,10 @@ pub struct Args {
     /// completed, cancelled (counters since the queue was created or obliterated), paused,
     /// oldest_pending_age_ms (how long the oldest pending job has waited ready, to within a
     /// second; null when none is counted — jobs put back at the front by a recovery or a release
-    /// are not).
+    /// are not), ready_by_kind (the flat ready jobs of each kind, "" for raw jobs) and
+    /// kinds_with_no_live_consumer (those of them no live consumer runs; "" for raw jobs). The table
+    /// of one queue is followed by `ready_kind[K]=N` per kind and
+    /// `kinds_with_no_live_consumer=K,…` (`(raw)` for raw jobs, `none` when every kind has one).
     #[arg(long)]
     pub json: bool,
     /// Redraw every second with rates since the last draw (completed, retried and dead-lettered
@@ -72,7 +75,24 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     }
     let rows = read(store.as_ref(), named.as_ref()).await?;
     if args.json {
-        print_json(&rows);
+        let queues: Vec<QueueName> = rows.iter().map(|(q, _)| q.clone()).collect();
+        let consumers = each_queue(&queues, |q| {
+            let store = store.clone();
+            async move { store.consumers(&q).await }
+        })
+        .await?;
+        for ((q, c), live) in rows.iter().zip(consumers) {
+            let line = json_line(q, c);
+            let orphans: Vec<String> = echomq::registry::kinds_without_consumer(&c.ready_by_kind, &live)
+                .into_iter()
+                .map(|(k, _)| k.unwrap_or_default())
+                .collect();
+            out!(
+                "{},\"kinds_with_no_live_consumer\":{}}}",
+                &line[..line.len() - 1],
+                serde_json::Value::from(orphans)
+            );
+        }
     } else {
         print_table(&rows);
         if let Some(q) = &named {
@@ -80,6 +100,11 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             out!("priority_aging={}", crate::priority_aging::shown(aging));
             for line in crate::rate_limit::lines(&store.rate_limits(q).await?) {
                 out!("{line}");
+            }
+            if let Some((_, c)) = rows.first() {
+                for line in kind_lines(&c.ready_by_kind, &store.consumers(q).await?) {
+                    out!("{line}");
+                }
             }
         }
     }
@@ -128,7 +153,7 @@ where
 /// One NDJSON line, its fields in the documented order.
 fn json_line(queue: &QueueName, c: &Counts) -> String {
     format!(
-        "{{\"queue\":{},\"pending\":{},\"scheduled\":{},\"active\":{},\"dead\":{},\"completed\":{},\"cancelled\":{},\"paused\":{},\"oldest_pending_age_ms\":{}}}",
+        "{{\"queue\":{},\"pending\":{},\"scheduled\":{},\"active\":{},\"dead\":{},\"completed\":{},\"cancelled\":{},\"paused\":{},\"oldest_pending_age_ms\":{},\"ready_by_kind\":{}}}",
         serde_json::Value::from(queue.as_str()),
         c.pending,
         c.scheduled,
@@ -138,6 +163,12 @@ fn json_line(queue: &QueueName, c: &Counts) -> String {
         c.cancelled,
         c.paused,
         serde_json::Value::from(c.oldest_pending_age.map(|a| a.as_millis() as u64)),
+        serde_json::Value::Object(
+            c.ready_by_kind
+                .iter()
+                .map(|(k, n)| (k.clone().unwrap_or_default(), (*n).into()))
+                .collect()
+        ),
     )
 }
 
@@ -154,10 +185,31 @@ pub(crate) fn age_text(age: Option<std::time::Duration>) -> String {
     }
 }
 
-fn print_json(rows: &[(QueueName, Counts)]) {
-    for (q, c) in rows {
-        out!("{}", json_line(q, c));
-    }
+/// A kind as `emq stats` and the dashboard show it: its name, `(raw)` for raw jobs.
+pub(crate) fn kind_text(kind: Option<&str>) -> &str {
+    kind.unwrap_or("(raw)")
+}
+
+/// The lines after one queue's table: its flat ready jobs per kind, then the kinds no live
+/// consumer runs.
+fn kind_lines(ready: &[(Option<String>, u64)], live: &[echomq::registry::ConsumerEntry]) -> Vec<String> {
+    let mut lines: Vec<String> = ready
+        .iter()
+        .map(|(k, n)| format!("ready_kind[{}]={n}", kind_text(k.as_deref())))
+        .collect();
+    let orphans: Vec<String> = echomq::registry::kinds_without_consumer(ready, live)
+        .iter()
+        .map(|(k, _)| kind_text(k.as_deref()).to_string())
+        .collect();
+    lines.push(format!(
+        "kinds_with_no_live_consumer={}",
+        if orphans.is_empty() {
+            "none".to_string()
+        } else {
+            orphans.join(",")
+        }
+    ));
+    lines
 }
 
 #[allow(clippy::print_stderr)] // the table is the command's result

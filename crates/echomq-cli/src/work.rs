@@ -148,6 +148,12 @@ pub struct Args {
     /// queues (`emq_jobs`, `emq_events_total`, `emq_queue_paused`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_bind: Option<std::net::SocketAddr>,
+    /// Run only jobs of these kinds (repeat it, or list them: `--kind resize --kind email`,
+    /// `--kind resize,email`); `--kind ''` stands for raw jobs (enqueued without --kind). Jobs of
+    /// other kinds wait for a worker that runs them and never wake this one. Every kind when not
+    /// given.
+    #[arg(long = "kind", value_name = "KIND", value_delimiter = ',')]
+    pub kinds: Vec<String>,
 }
 
 /// `--recovery`: the recovery leg of the consumer's beat.
@@ -217,6 +223,13 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         .with_record(args.record)
         .with_locks(!args.no_locks)
         .with_cancel(true);
+    let opts = if args.kinds.is_empty() {
+        opts
+    } else {
+        let raw = args.kinds.iter().any(String::is_empty);
+        let kinds = echomq::Kinds::only(args.kinds.iter().filter(|k| !k.is_empty()));
+        opts.with_kinds(if raw { kinds.with_raw() } else { kinds })
+    };
     // refused options fail before the store is opened, the same with or without a server
     opts.validate()?;
     if args.timeout.is_some_and(|t| t.is_zero()) {

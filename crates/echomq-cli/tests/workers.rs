@@ -332,3 +332,40 @@ fn concurrency_1_runs_flat_jobs_and_groups_of_limit_1_in_the_pinned_order(b: &Ba
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// worker pools by kind
+
+on_both_stores!(work_with_kind_runs_only_its_kinds_and_stats_names_the_kinds_no_worker_runs);
+
+/// `emq work --kind a,''` runs kind `a` and raw jobs only: the `b` job waits untouched (never
+/// claimed), counted by kind, and `emq stats` names `b` as a kind no live consumer runs while the
+/// worker beats; a worker of `b` then runs it.
+fn work_with_kind_runs_only_its_kinds_and_stats_names_the_kinds_no_worker_runs(b: &Backend) {
+    let q = queue_named("work", "kinds");
+    let a = b.enqueue(&q, "x", &["--kind", "a"]);
+    let other = b.enqueue(&q, "y", &["--kind", "b"]);
+    let raw = b.enqueue(&q, "z", &[]);
+    let w = b.work(&q, "true", &["--kind", "a,"]);
+    let l = b.lib();
+    wait_for_counts(&l, &q, "a's and the raw job done", |c| c.completed >= 2);
+    let table = common::stdout(&b.emq(&["stats", &q]));
+    assert!(table.contains("ready_kind[b]=1"), "{table}");
+    assert!(table.contains("kinds_with_no_live_consumer=b"), "{table}");
+    let json = b.stats(&q);
+    assert_eq!(json["ready_by_kind"], serde_json::json!({"b": 1}), "{json}");
+    assert_eq!(json["kinds_with_no_live_consumer"], serde_json::json!(["b"]), "{json}");
+    w.stop();
+    let waiting = l.job(&q, &other).unwrap();
+    assert_eq!(
+        (waiting.state, waiting.attempts),
+        (echomq::JobState::Pending, 0),
+        "never claimed"
+    );
+    for id in [&a, &raw] {
+        assert_eq!(l.job(&q, id).unwrap().state, echomq::JobState::Completed);
+    }
+    let w = b.work(&q, "true", &["--kind", "b"]);
+    wait_for_counts(&l, &q, "b's job done", |c| c.completed >= 3);
+    w.stop();
+}

@@ -4,6 +4,13 @@
 -- l:<g>, else the queue default l:~, else 1) — and push it back at the tail while still eligible,
 -- else clear its r: flag. When '~' is the last member, the rest of the batch comes from pending at
 -- once. A paused (or obliterating) queue claims nothing.
+-- Kinds (ARGV[7] on): a consumer of some kinds takes flat jobs from their sets by kind (lib/ring.lua;
+-- the lowest rank among their heads first, so FIFO and priorities hold across its kinds) and never
+-- reads a row of another kind there; a lane whose head job is of another kind (its kind read once,
+-- by a field) is passed over untouched — its order and its group's slots as they were. A member
+-- holding only other kinds' jobs stays on the ring for their consumers, moved to its tail, and is
+-- not walked again in this claim. A queue whose flat sets by kind are not yet whole is filled first
+-- (emq_kinds_fill).
 -- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua; an exact limit's log of
 -- its last starts: `starts`, a group's `starts:<g>`, named in the set `start_logs`): the queue's
 -- own (rate) gates every start — the walk stops while it admits none, leaving the ring as it is; a
@@ -41,6 +48,8 @@
 -- ARGV[5] record MAXLEN (0 = no completion records)
 -- ARGV[6] max bytes: no job is taken once the payloads handed out reach this (>= 1; the first
 --         job is always taken, so a reply passes it by one payload at most)
+-- ARGV[7] k, the count of kinds the consumer runs (0 or absent: every kind), then ARGV[8 ..
+--         7 + k] the kinds ('' for raw jobs)
 --
 -- Replies: {id, payload, token, attempt, group, kind, max_attempts, retry, wait, …}: nine elements
 -- per job handed out (at most n), in claim order — token: the row's attempts after this claim;
@@ -63,6 +72,19 @@ if not emq_whole(lease, 1) then return emq_bad_args('claim', 'lease') end
 if not emq_whole(maxdef, 1) then return emq_bad_args('claim', 'max_attempts') end
 if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
+-- the kinds run (nil: every kind), as a set and in the caller's order
+local nkinds = tonumber(ARGV[7] or '0')
+if not emq_whole(nkinds, 0) or #ARGV ~= 7 + nkinds and not (nkinds == 0 and #ARGV == 6) then
+  return emq_bad_args('claim', 'kinds')
+end
+local runs, kind_list = nil, {}
+if nkinds > 0 then
+  runs = {}
+  for i = 1, nkinds do
+    runs[ARGV[7 + i]] = true
+    kind_list[i] = ARGV[7 + i]
+  end
+end
 -- paused or obliterating (strings); the MGET reaches the pending tally's keys too (a hash and a
 -- sorted set, which it answers nil), so a refusal of them comes before any write
 local flags = redis.call('MGET', KEYS[5], KEYS[6], base .. 'pending_tally', base .. 'pending_since')
@@ -75,7 +97,8 @@ local now = math.floor(now_us / 1000)
 local call, jobs = redis.call, base .. 'job:'
 -- the queue's limit and the groups' default (each group's own is read with its fields), and the
 -- count of the lanes' jobs as the queue keeps it
-local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs')
+local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs', 'by_kind')
+if runs then emq_kinds_fill(base, specs[4]) end
 local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us, base .. 'starts')
 local default_rate = specs[2]
 
@@ -110,7 +133,19 @@ local members, order = {}, {}
 local function member(m)
   local s = members[m]
   if s then return s end
-  if m == '~' then
+  if m == '~' and runs then
+    -- the sets of the kinds run ({key, kind, size, ids, ranks, read, taken} each); total: pending's
+    -- jobs of every kind; flat_ids: the ids taken, which leave pending too
+    s = { kinds = {}, size = 0, total = call('ZCARD', pending), taken = 0, flat_ids = {} }
+    for _, k in ipairs(kind_list) do
+      local key = base .. 'pending:' .. k
+      local size = call('ZCARD', key)
+      if size > 0 then
+        s.kinds[#s.kinds + 1] = { key = key, kind = k, size = size, ids = {}, ranks = {}, read = 0, taken = 0 }
+        s.size = s.size + size
+      end
+    end
+  elseif m == '~' then
     s = { key = pending, size = call('ZCARD', pending), ids = {}, ranks = {}, read = 0, taken = 0 }
   else
     local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m)
@@ -125,8 +160,8 @@ local function member(m)
   return s
 end
 
--- the next job id of s and its rank; its next page holds `ahead` ids (`read` of them in all)
-local function next_id(s, ahead)
+-- s's next page of `ahead` ids read when every id read is taken (`read` of them in all)
+local function read_ahead(s, ahead)
   if s.taken == s.read then
     local from, to = s.taken, s.taken + ahead - 1
     local page = call('ZRANGE', s.key, from, to, 'WITHSCORES')
@@ -136,8 +171,44 @@ local function next_id(s, ahead)
     end
     s.read = from + #page / 2
   end
+end
+
+-- the next job id of s and its rank; its next page holds `ahead` ids. For the flat sets of the
+-- kinds run, the lowest-ranked of their heads.
+local function next_id(s, ahead)
+  if s.kinds then
+    local best, best_rank = nil, nil
+    for _, ks in ipairs(s.kinds) do
+      if ks.taken < ks.size then
+        read_ahead(ks, ahead)
+        local r = tonumber(ks.ranks[ks.taken + 1])
+        if r and (not best or r < best_rank) then best, best_rank = ks, r end
+      end
+    end
+    s.taken = s.taken + 1
+    if not best then return nil, nil end
+    local id, rank = next_id(best, ahead)
+    s.flat_ids[#s.flat_ids + 1] = id
+    return id, rank
+  end
+  read_ahead(s, ahead)
   s.taken = s.taken + 1
   return s.ids[s.taken], s.ranks[s.taken]
+end
+
+-- whether the consumer runs the job at the head of a group's lane (s): always without kinds; else
+-- by its row's kind, read once per head (a key of another type: taken, to be set aside)
+local function runs_head(s)
+  if not runs then return true end
+  read_ahead(s, 1)
+  local id = s.ids[s.taken + 1]
+  if not id then return true end
+  if s.head ~= id then
+    local kind = redis.pcall('HGET', jobs .. id, 'kind')
+    s.head = id
+    if type(kind) == 'table' then s.head_runs = true else s.head_runs = runs[kind or ''] or false end
+  end
+  return s.head_runs
 end
 
 -- the queue's priority aging (ms), read when a job of a priority above 0 is first handed out
@@ -149,11 +220,12 @@ local ID, PAYLOAD, TOKEN, ATTEMPT, GROUP, KIND, MAX_ATTEMPTS, RETRY, WAIT = 1, 2
 local PER_JOB = WAIT
 
 -- out: the reply; leases: ZADD's deadline/id pairs; tokens: each handed-out row and its token;
--- settled: the jobs settled here instead, in the order met ({id, 'dead' or 'cancelled', reason,
+-- by_kind: the ids a claim of every kind took from pending, by their rows' kinds (they leave
+-- those kinds' sets); settled: the jobs settled here instead, in the order met ({id, 'dead' or 'cancelled', reason,
 -- attempt, and for a key of another type the bytes kept}); met: every id met, with its priority
 -- (an id in two ready sets, only by hand, is handed out once); left: the pending tally of every
 -- job taken out of its set (a missing row or a key of another type counted at priority 0)
-local out, nout, leases, tokens, settled, met = {}, 0, {}, {}, {}, {}
+local out, nout, leases, tokens, settled, met, by_kind = {}, 0, {}, {}, {}, {}, {}
 local left = emq_tally_new()
 -- the lease deadline and the tokens as decimal texts, each formatted once: Redis formats a number
 -- passed to redis.call itself, at each use (docs/performance.md: "Numbers passed as text")
@@ -271,6 +343,15 @@ local function take(id, g, rank)
   local p = 0
   if r.priority then p = tonumber(r.priority) or 0 end
   met[id] = p
+  if not g and not runs then
+    local k = r.kind or ''
+    local ids = by_kind[k]
+    if not ids then
+      ids = {}
+      by_kind[k] = ids
+    end
+    ids[#ids + 1] = id
+  end
   emq_tally(left, rank, p, -1)
   local defect, used, att, fr, maxa = judge_row(r)
   if not defect and r.cancel then
@@ -289,15 +370,18 @@ end
 -- each pop hands out a job, settles a bad row or drops a member: bounded by n, the ring's length
 -- and the bad rows met (a ring full of bad rows cannot keep the script running)
 local budget = n + ring_len + #due + 1000
--- the r: flags of the members dropped from the ring; the groups throttled ({group, admission})
-local dropped, held = {}, {}
+-- the r: flags of the members dropped from the ring; the groups throttled ({group, admission});
+-- the members passed over for other kinds' consumers (to the ring's tail, not walked again)
+local dropped, held, passed = {}, {}, {}
 -- whether the queue's limit stopped the walk
 local stopped = false
 -- Push a member back at the ring's tail while it is still eligible; a group its rate limit no
 -- longer admits is held in `throttled` instead; any other member leaves the ring (its r: flag
 -- cleared).
 local function push_back(s, m)
-  if s.taken < s.size and (not s.group or s.a < s.limit) then
+  if s.foreign or (s.kinds and s.taken >= s.size and s.total > 0) then
+    passed[#passed + 1] = m
+  elseif s.taken < s.size and (not s.group or s.a < s.limit) then
     if s.group and not emq_rate_admits(s.rate, now_us) then
       held[#held + 1] = { m, emq_rate_next(s.rate) }
     else
@@ -324,12 +408,15 @@ while got < n and bytes < maxbytes and budget > 0 do
     while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
       used = used + 1
       local id, rank = next_id(s, n - got)
-      if take(id, nil, rank) then
+      if id and take(id, nil, rank) then
         got = got + 1
         emq_rate_take(qrate)
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
+    s.foreign = not runs_head(s)
+  end
+  if s.group and not s.foreign and s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
     local id, rank = next_id(s, n - got)
     if take(id, m, rank) then
       got = got + 1
@@ -369,6 +456,10 @@ if #settled > 0 then
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)
 end
+-- the sets by kind a claim of every kind takes its jobs out of
+local by_kind_keys = {}
+for k in pairs(by_kind) do by_kind_keys[#by_kind_keys + 1] = 'pending:' .. k end
+if #by_kind_keys > 0 then emq_touch(base, by_kind_keys) end
 local ret = { keep = 0, expired = {} }
 if cancelled > 0 then ret = emq_retention_read(base, 'cancelled', cancelled, now) end
 -- the count of the lanes' jobs, which the lane jobs taken leave (emq_lane_jobs_of)
@@ -391,13 +482,21 @@ if popped > 0 then call('LTRIM', ring, popped, -1) end
 emq_expire(base, ret)
 local rest = {}
 for i = repopped + 1, #back do rest[#rest + 1] = back[i] end
+for _, m in ipairs(passed) do rest[#rest + 1] = m end
 if #rest > 0 then emq_bulk('RPUSH', ring, rest) end
--- each member's jobs used leave its set, and the pending tally
+-- each member's jobs used leave its set (and a flat job both pending and its kind's set), and the
+-- pending tally
 for _, s in ipairs(order) do
-  if s.taken > 0 then
+  if s.kinds then
+    for _, ks in ipairs(s.kinds) do
+      if ks.taken > 0 then call('ZREMRANGEBYRANK', ks.key, 0, ks.taken - 1) end
+    end
+    if #s.flat_ids > 0 then emq_bulk('ZREM', pending, s.flat_ids) end
+  elseif s.taken > 0 then
     call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1)
   end
 end
+for k, ids in pairs(by_kind) do emq_bulk('ZREM', base .. 'pending:' .. k, ids) end
 emq_tally_write(base, left)
 -- the groups hash: the dropped members' flags first, then each group's active count and the lanes'
 -- count (the hash holds no more fields than before the claim but for a first count, so it keeps

@@ -17,7 +17,8 @@
 --           retried, stalled, reaped, the oldest pending job's age in ms on the store's clock (-1
 --           when the pending tally counts none: lib/rank.lua), next cursor, {group, lane length, …},
 --           lane jobs (-1 when the queue keeps no count: then the chunk's lanes are listed, else
---           none and cursor 0)}.
+--           none and cursor 0), {kind, flat ready jobs of it, …} (each kind named in `kinds` whose
+--           set holds jobs, '' for raw jobs: O(kinds))}.
 local base, cursor = ARGV[1], ARGV[2]
 local reply = {
   redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
@@ -28,11 +29,20 @@ for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled
 end
 local oldest = redis.call('ZRANGE', base .. 'pending_since', 0, 0, 'WITHSCORES')
 reply[#reply + 1] = oldest[2] and math.max(emq_now() - tonumber(oldest[2]), 0) or -1
+local by_kind = {}
+for _, kind in ipairs(redis.call('SMEMBERS', base .. 'kinds')) do
+  local n = redis.call('ZCARD', base .. 'pending:' .. kind)
+  if n > 0 then
+    by_kind[#by_kind + 1] = kind
+    by_kind[#by_kind + 1] = n
+  end
+end
 local kept = redis.call('HGET', KEYS[6], 'lane_jobs')
 if kept then
   reply[#reply + 1] = '0'
   reply[#reply + 1] = {}
   reply[#reply + 1] = tonumber(kept)
+  reply[#reply + 1] = by_kind
   return reply
 end
 local scan = redis.call('HSCAN', KEYS[6], cursor, 'COUNT', 200)
@@ -47,4 +57,5 @@ end
 reply[#reply + 1] = scan[1]
 reply[#reply + 1] = lanes
 reply[#reply + 1] = -1
+reply[#reply + 1] = by_kind
 return reply

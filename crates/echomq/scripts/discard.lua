@@ -23,7 +23,7 @@ if g then
   emq_lane_read(lanes, base, g)
   paused = emq_paused_read(base)
   touch[#touch + 1] = 'ring'
-  touch[#touch + 1] = 'wake'
+  emq_wake_touch(touch)
 end
 if recmax > 0 then touch[#touch + 1] = 'completions' end
 emq_touch(base, touch)

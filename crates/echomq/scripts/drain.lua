@@ -1,6 +1,7 @@
 -- drain (the admin verb, not the consumer's drain leg) — drops ready and scheduled jobs, rows and
 -- memberships, at most ARGV[2] per call: the client loops while the reply says more is left. Active
 -- and dead jobs stay. Ring members of emptied lanes are dropped by the next claim that meets them.
+-- The call that empties `pending` deletes the flat sets by kind too (each kind named in `kinds`).
 -- Reads first (lib/keys.lua): the heads of pending and scheduled, then (budget left) a page of the
 -- groups hash and the heads of its lanes, every row they hold (EXISTS: the rows are only
 -- deleted) and the priority of each ready job (with its rank, read with the heads, it leaves the
@@ -30,13 +31,25 @@ if removed < limit then
   if walked then next_cursor, finished = scanned, scanned == '0' end
   for _, c in ipairs(cuts) do emq_rows_of(c.ids, rows) end
 end
+-- the flat sets by kind, deleted by the call that takes the last of pending
+local by_kind = {}
+if #pend < limit then
+  for _, kind in ipairs(redis.call('SMEMBERS', base .. 'kinds')) do
+    by_kind[#by_kind + 1] = 'pending:' .. kind
+  end
+end
 local left = emq_tally_new()
 emq_tally_leaving_read(base, left, pend, ranks)
 for _, c in ipairs(cuts) do emq_tally_leaving_read(base, left, c.ids, c.ranks) end
-emq_touch(base, emq_tally_touch(rows))
+local touch = emq_tally_touch({})
+for _, key in ipairs(by_kind) do touch[#touch + 1] = key end
+for _, key in ipairs(rows) do touch[#touch + 1] = key end
+emq_touch(base, touch)
 if #rows > 0 then redis.call('PUBLISH', base .. 'finished', '*') end
 
 emq_zset_purge(base, KEYS[1], pend)
+for i, key in ipairs(by_kind) do by_kind[i] = base .. key end
+emq_bulk('DEL', nil, by_kind)
 emq_zset_purge(base, KEYS[2], sched)
 emq_tally_write(base, left)
 if removed >= limit then return {removed, cursor, 0} end

@@ -97,9 +97,9 @@ touch[#touch + 1] = 'obliterating'
 if #pushed > 0 then touch[#touch + 1] = 'ring' end
 local keys = {}
 if finished then
-  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'paused', 'completions', 'registered', 'order',
-           'throttled', 'tats', 'tat', 'schedules', 'schedule_due', 'dedup', 'dedup_sweep',
-           'pending_tally', 'pending_since', 'starts', 'start_logs' }
+  keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'wake_any', 'paused', 'completions', 'registered',
+           'order', 'throttled', 'tats', 'tat', 'schedules', 'schedule_due', 'dedup', 'dedup_sweep',
+           'pending_tally', 'pending_since', 'starts', 'start_logs', 'kinds' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end
@@ -108,6 +108,10 @@ if finished then
   end
   for _, name in ipairs(redis.call('SMEMBERS', base .. 'start_logs')) do
     keys[#keys + 1] = 'starts:' .. name
+  end
+  for _, kind in ipairs(redis.call('SMEMBERS', base .. 'kinds')) do
+    keys[#keys + 1] = 'pending:' .. kind
+    keys[#keys + 1] = 'wake:' .. kind
   end
   for _, k in ipairs(keys) do touch[#touch + 1] = k end
 end

@@ -142,30 +142,33 @@ if next_at then
 end
 if #due == 0 and #plans == 0 then return {0, next_ms, 0} end
 -- rows by emq_row_read: a key of another type at a row's key is buried (its defect read here)
-local rows, lanes, order, flat, buried = {}, {}, {}, nil, false
-local function joins(g)
+local rows, lanes, order, flat, buried, kinds = {}, {}, {}, nil, false, {}
+local function joins(g, kind)
   if not g then
     if not flat then flat = emq_flat_read(base) end
+    kinds[kind or ''] = true
   elseif not lanes[g] then
     -- groups in the order their first job came (pairs() order is undefined; the twin must match)
     order[#order + 1] = g
     emq_lane_read(lanes, base, g, true)
   end
 end
-for _, j in ipairs(fired) do joins(j.t.g) end
+for _, j in ipairs(fired) do joins(j.t.g, j.t.kind) end
 for i, id in ipairs(due) do
   local jk = base .. 'job:' .. id
-  local row = emq_row_read(base, id, 'state', 'group', 'waited', 'priority')
+  local row = emq_row_read(base, id, 'state', 'group', 'waited', 'priority', 'kind')
   if row.foreign then
     buried = true
   else
-    -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit)
+    -- whether the payload is there, without copying it into Lua (it may be MiBs, times limit);
+    -- the fields become {state, group, has data, waited, priority, kind}
+    row[6] = row[5]
     row[5] = row[4]
     row[4] = row[3]
     row[3] = redis.call('HEXISTS', jk, 'data') == 1
     local state, g = row[1], row[2]
     if state == 'scheduled' and row[3] then
-      joins(g or nil)
+      joins(g or nil, row[6])
     elseif state then
       buried = true
     end
@@ -176,7 +179,8 @@ local paused = emq_paused_read(base)
 local touch = {}
 if flat or #order > 0 then
   touch[#touch + 1] = 'ring'
-  touch[#touch + 1] = 'wake'
+  emq_wake_touch(touch)
+  for k in pairs(kinds) do emq_flat_touch(touch, flat, k) end
 end
 local ranks = nil
 if flat or #order > 0 then ranks = emq_order_read(base, now, touch) end
@@ -195,11 +199,11 @@ for _, p in ipairs(plans) do
   end
 end
 if #due > 0 then emq_bulk('ZREM', scheduled, due) end
-local moved, failed, nflat, added = 0, 0, 0, {}
+local moved, failed, added, w = 0, 0, {}, emq_wakes()
 for _, j in ipairs(fired) do
   local g = j.t.g
   emq_fire(base, j.id, j.t, g and lanes[g] or flat, ranks)
-  if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
+  if g then added[g] = (added[g] or 0) + 1 else emq_wakes_add(w, j.t.kind, 1) end
 end
 for i, id in ipairs(due) do
   local row = rows[i]
@@ -208,9 +212,9 @@ for i, id in ipairs(due) do
     emq_bury_foreign(base, id, now, row.foreign, row.data)
     failed = failed + 1
   elseif state == 'scheduled' and row[3] then
-    emq_ready(base, id, g, g and lanes[g] or flat, ranks, row[5])
+    emq_ready(base, id, g, g and lanes[g] or flat, ranks, row[5], row[6])
     redis.call('HDEL', base .. 'job:' .. id, 'run_at')
-    if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
+    if g then added[g] = (added[g] or 0) + 1 else emq_wakes_add(w, row[6] or '', 1) end
     moved = moved + 1
   elseif state then
     emq_bury(base, id, now, emq_misplaced(state, 'scheduled', not row[3]))
@@ -219,10 +223,9 @@ for i, id in ipairs(due) do
   end
 end
 if ranks then emq_order_write(base, ranks) end
-local wakes = nflat
 if flat then emq_flat_step(base, flat) end
-for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end
-emq_wake(base, wakes, paused)
+for _, g in ipairs(order) do emq_wakes_add(w, nil, emq_lane_step(base, g, lanes[g], added[g])) end
+emq_wakes_push(base, w, paused)
 emq_count(base, 'failed', failed, now)
 local reply = { moved, next_ms, #fired }
 for _, v in ipairs(refills) do reply[#reply + 1] = v end

@@ -35,15 +35,18 @@ local now = emq_now()
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
 if #lapsed == 0 then return 0 end
 -- rows by emq_row_read: a key of another type at a row's key is buried (its defect read here)
-local rows, lanes, flat, buried = {}, {}, nil, false
+local rows, lanes, flat, buried, kinds = {}, {}, nil, false, {}
 for i, id in ipairs(lapsed) do
-  local row = emq_row_read(base, id, 'state', 'group', 'waited', 'stalled', 'free')
+  local row = emq_row_read(base, id, 'state', 'group', 'waited', 'stalled', 'free', 'kind')
   if row.foreign then
     buried = true
   else
     local state, g = row[1], row[2]
     if g then emq_lane_read(lanes, base, g, true) end
-    if state == 'active' and not g and not flat then flat = emq_flat_read(base) end
+    if state == 'active' and not g then
+      if not flat then flat = emq_flat_read(base) end
+      kinds[row[6] or ''] = true
+    end
     if state and state ~= 'active' then buried = true end
     -- the lapses counted with this one; past the budget the job goes dead
     if budget and state == 'active' then
@@ -54,7 +57,8 @@ for i, id in ipairs(lapsed) do
   rows[i] = row
 end
 local paused = emq_paused_read(base)
-local touch = { 'ring', 'wake', 'metrics:reaped' }
+local touch = { 'ring', 'wake', 'wake_any', 'metrics:reaped' }
+for k in pairs(kinds) do emq_flat_touch(touch, flat, k) end
 if buried then
   touch[#touch + 1] = 'dead'
   touch[#touch + 1] = 'metrics:failed'
@@ -62,7 +66,7 @@ end
 emq_touch(base, touch)
 
 emq_bulk('ZREM', active, lapsed)
-local back, freed, failed = 0, 0, 0
+local back, failed, w = 0, 0, emq_wakes()
 for i = #lapsed, 1, -1 do
   local id = lapsed[i]
   local row = rows[i]
@@ -76,7 +80,7 @@ for i = #lapsed, 1, -1 do
     redis.call('HSET', base .. 'job:' .. id, 'stalled', row.lapses, 'free', (tonumber(row[5]) or 0) + 1)
     emq_bury(base, id, now, 'lease lapsed ' .. row.lapses .. ' times: its worker died or stalled each time')
     emq_notify(base, row[3], id)
-    if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
+    if g then emq_wakes_add(w, nil, emq_lane_leave(base, g, lanes[g])) end
     failed = failed + 1
   elseif state == 'active' then
     -- under a budget: the attempt given back and the lapse counted, before the row turns pending
@@ -86,20 +90,22 @@ for i = #lapsed, 1, -1 do
     if g then
       emq_lane_front(base, g, lanes[g], id)
       emq_lane_leave(base, g, lanes[g])
+      emq_wakes_add(w, nil, 1)
     else
-      emq_flat_ready(base, flat, id, 0)
+      emq_flat_ready(base, flat, id, 0, row[6])
+      emq_wakes_add(w, row[6] or '', 1)
     end
     back = back + 1
   elseif state then
     emq_bury(base, id, now, emq_misplaced(state, 'active'))
     emq_notify(base, row[3], id)
     -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
-    if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
+    if g then emq_wakes_add(w, nil, emq_lane_leave(base, g, lanes[g])) end
     failed = failed + 1
   end
 end
 if flat then emq_flat_step(base, flat) end
-emq_wake(base, back + freed, paused)
+emq_wakes_push(base, w, paused)
 emq_count(base, 'failed', failed, now)
 emq_count(base, 'reaped', back, now)
 return back

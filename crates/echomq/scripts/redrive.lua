@@ -28,13 +28,14 @@ elseif mode == 'all' then
 else
   return emq_bad_args('redrive', 'mode')
 end
-local rows, lanes, order, flat = {}, {}, {}, nil
+local rows, lanes, order, flat, kinds = {}, {}, {}, nil, {}
 for i, id in ipairs(ids) do
-  local row = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free', 'priority')
+  local row = redis.call('HMGET', base .. 'job:' .. id, 'state', 'attempts', 'group', 'free', 'priority', 'kind')
   if row[1] == 'dead' then
     local g = row[3]
     if not g then
       if not flat then flat = emq_flat_read(base) end
+      kinds[row[6] or ''] = true
     elseif not lanes[g] then
       -- groups in the order their first job came (pairs() order is undefined; the twin must match)
       order[#order + 1] = g
@@ -53,7 +54,8 @@ local touch = {}
 if mode == 'one' then touch[1] = 'dead' end
 if flat or #order > 0 then
   touch[#touch + 1] = 'ring'
-  touch[#touch + 1] = 'wake'
+  emq_wake_touch(touch)
+  for k in pairs(kinds) do emq_flat_touch(touch, flat, k) end
 end
 local ranks = nil
 if flat or #order > 0 then ranks = emq_order_read(base, emq_now(), touch) end
@@ -61,22 +63,21 @@ emq_touch(base, touch)
 
 -- every member looked at leaves `dead`; those whose row says dead go ready
 emq_bulk('ZREM', KEYS[1], ids)
-local done, nflat, added = 0, 0, {}
+local done, added, w = 0, {}, emq_wakes()
 for i, id in ipairs(ids) do
   local state, att, g = rows[i][1], emq_used(rows[i][2], rows[i][4]), rows[i][3]
   if state == 'dead' then
     redis.call('HSET', base .. 'job:' .. id, 'max_attempts', att + extra)
     -- a cancel asked of an earlier run is spent: the operator asked for this one
     redis.call('HDEL', base .. 'job:' .. id, 'stalled', 'cancel')
-    emq_ready(base, id, g, g and lanes[g] or flat, ranks, rows[i][5])
-    if g then added[g] = (added[g] or 0) + 1 else nflat = nflat + 1 end
+    emq_ready(base, id, g, g and lanes[g] or flat, ranks, rows[i][5], rows[i][6])
+    if g then added[g] = (added[g] or 0) + 1 else emq_wakes_add(w, rows[i][6] or '', 1) end
     done = done + 1
   end
 end
 if ranks then emq_order_write(base, ranks) end
-local wakes = nflat
 if flat then emq_flat_step(base, flat) end
-for _, g in ipairs(order) do wakes = wakes + emq_lane_step(base, g, lanes[g], added[g]) end
-emq_wake(base, wakes, paused)
+for _, g in ipairs(order) do emq_wakes_add(w, nil, emq_lane_step(base, g, lanes[g], added[g])) end
+emq_wakes_push(base, w, paused)
 if mode == 'one' then return 1 end
 return {done, #ids}

@@ -18,16 +18,22 @@
 local active, jk, scheduled = KEYS[1], KEYS[2], KEYS[3]
 local base, id, token, delay = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if not emq_whole(delay, 0) then return emq_bad_args('release', 'delay') end
-local refused, g, r = emq_fence(jk, token, 'free')
+local refused, g, r = emq_fence(jk, token, 'free', 'kind')
 if refused then return refused end
-local lanes, flat = {}, nil
-if g then emq_lane_read(lanes, base, g, true) elseif delay == 0 then flat = emq_flat_read(base) end
+local lanes, flat, kind = {}, nil, r[4] or ''
+local touch = { 'ring', 'wake', 'wake_any' }
+if g then
+  emq_lane_read(lanes, base, g, true)
+elseif delay == 0 then
+  flat = emq_flat_read(base)
+  emq_flat_touch(touch, flat, kind)
+end
 local paused = emq_paused_read(base)
-emq_touch(base, { 'ring', 'wake' })
+emq_touch(base, touch)
 if redis.call('ZREM', active, id) == 0 then return 0 end
 -- a malformed count (by hand) starts again from 0
 redis.call('HSET', jk, 'free', (tonumber(r[3]) or 0) + 1)
-local wakes = 0
+local wakes, wake_kind = 0, nil
 if delay > 0 then
   local due = emq_now() + delay
   redis.call('HSET', jk, 'state', 'scheduled', 'run_at', due)
@@ -38,9 +44,9 @@ elseif g then
   emq_lane_leave(base, g, lanes[g])
   wakes = 1
 else
-  emq_flat_ready(base, flat, id, 0)
+  emq_flat_ready(base, flat, id, 0, kind)
   emq_flat_step(base, flat)
-  wakes = 1
+  wakes, wake_kind = 1, kind
 end
-emq_wake(base, wakes, paused)
+emq_wake(base, wakes, paused, wake_kind)
 return 1

@@ -22,7 +22,7 @@ if state == 'active' then
   if g then
     emq_lane_read(lanes, base, g)
     paused = emq_paused_read(base)
-    emq_touch(base, { 'ring', 'wake' })
+    emq_touch(base, { 'ring', 'wake', 'wake_any' })
   end
   if redis.call('ZREM', active, id) == 1 and g then
     emq_wake(base, emq_lane_leave(base, g, lanes[g]), paused)

@@ -20,7 +20,7 @@ if not old[3] then return 0 end
 if old[2] ~= '1' then return 1 end
 local queue_paused = emq_paused_read(base)
 local now = emq_now()
-emq_touch(base, { 'schedule_due', 'wake' })
+emq_touch(base, { 'schedule_due', 'wake', 'wake_any' })
 local version = redis.call('INCR', base .. 'id')
 redis.call('HDEL', key, 'paused')
 emq_schedule_slots_write(base, key, name, 3, tonumber(old[1]), now, false, version)

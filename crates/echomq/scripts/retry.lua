@@ -23,14 +23,15 @@ local base, id, token = ARGV[1], ARGV[2], ARGV[3]
 local delay, maxdef, err, recmax = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 if not delay or delay < 0 or not maxdef or maxdef < 1 or not recmax then return emq_bad_args('retry', 'delay, max_attempts or record') end
 if not emq_whole(tonumber(token), 0) then return emq_bad_args('retry', 'token') end
-local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts', 'waited', 'priority')
+local refused, g, r = emq_fence(jk, token, 'free', 'max_attempts', 'waited', 'priority', 'kind')
 if refused then return refused end
 local used = emq_used(r[1], r[3])
 local dead = used >= (tonumber(r[4] or maxdef) or maxdef)
 local lanes, flat = {}, nil
 if g then emq_lane_read(lanes, base, g, true) elseif not dead and delay <= 0 then flat = emq_flat_read(base) end
 local paused = emq_paused_read(base)
-local touch = { 'ring', 'wake' }
+local touch = { 'ring', 'wake', 'wake_any' }
+if flat then emq_flat_touch(touch, flat, r[7] or '') end
 if dead then
   touch[#touch + 1] = 'metrics:failed'
   if recmax > 0 then touch[#touch + 1] = 'completions' end
@@ -55,11 +56,11 @@ else
     redis.call('HSET', jk, 'state', 'scheduled', 'run_at', now + delay)
     redis.call('ZADD', scheduled, now + delay, id)
   else
-    emq_ready(base, id, g, g and lanes[g] or flat, ranks, r[6])
+    emq_ready(base, id, g, g and lanes[g] or flat, ranks, r[6], r[7])
     emq_order_write(base, ranks)
     if not g then
       emq_flat_step(base, flat)
-      wakes = 1
+      emq_wake(base, 1, paused, r[7] or '')
     end
   end
   emq_count(base, 'retried', 1, now)

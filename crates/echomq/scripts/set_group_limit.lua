@@ -19,7 +19,7 @@ if g == '' then
 end
 local s = emq_lane_read({}, base, g)
 local paused = emq_paused_read(base)
-emq_touch(base, { 'ring', 'wake' })
+emq_touch(base, { 'ring', 'wake', 'wake_any' })
 -- the jobs of g claimable under a limit: its ready jobs, bounded by the free slots
 local function claimable(l)
   local free = l - s.a

@@ -44,7 +44,7 @@ elseif target == 'group' then
 else
   for _, name in ipairs(redis.call('SMEMBERS', base .. 'start_logs')) do logs[#logs + 1] = 'starts:' .. name end
 end
-emq_touch(base, { 'ring', 'wake', 'start_logs' })
+emq_touch(base, { 'ring', 'wake', 'wake_any', 'start_logs' })
 
 if spec == '' then redis.call('HDEL', groups, field) else redis.call('HSET', groups, field, spec) end
 if target == 'queue' then

@@ -64,17 +64,60 @@ local function emq_paused_read(base)
   return redis.call('EXISTS', base .. 'paused') == 1
 end
 
--- one wake token per job made claimable, at most 16, then the list trimmed to its newest 16; none
--- while paused (`paused` as emq_paused_read read it before the first write; `wake` reached then)
-local function emq_wake(base, n, paused)
-  if n <= 0 or paused then return end
+-- the wake lists a script pushing tokens for flat jobs of `kind` reaches before its first write,
+-- added to a list of suffixes for emq_touch (`wake` and `wake_any` go in every such list)
+local function emq_wake_touch(touch, kind)
+  touch[#touch + 1] = 'wake'
+  touch[#touch + 1] = 'wake_any'
+  if kind then touch[#touch + 1] = 'wake:' .. kind end
+  return touch
+end
+
+-- n tokens (at most 16) pushed onto the list `key`, then the list trimmed to its newest 16
+local function emq_push_tokens(key, n)
+  if n <= 0 then return end
   if n > 16 then n = 16 end
   local tokens = {}
   for i = 1, n do tokens[i] = '1' end
-  if redis.call('RPUSH', base .. 'wake', unpack(tokens)) > 16 then
-    redis.call('LTRIM', base .. 'wake', '-16', '-1')
+  if redis.call('RPUSH', key, unpack(tokens)) > 16 then
+    redis.call('LTRIM', key, '-16', '-1')
   end
 end
+
+-- the wakes a script gathers, pushed once (emq_wakes_push): `any` counts the jobs of a kind it
+-- does not know, kinds[k] the flat jobs of kind k ('' for raw jobs), in the order first met
+local function emq_wakes()
+  return { any = 0, kinds = {}, order = {} }
+end
+
+-- n jobs made claimable, of `kind` (nil: a kind the script does not know)
+local function emq_wakes_add(w, kind, n)
+  if n <= 0 then return end
+  if kind == nil then
+    w.any = w.any + n
+    return
+  end
+  if not w.kinds[kind] then
+    w.kinds[kind] = 0
+    w.order[#w.order + 1] = kind
+  end
+  w.kinds[kind] = w.kinds[kind] + n
+end
+
+-- the gathered wakes pushed: each kind's onto wake:<kind>, the unknown onto wake_any, all of them
+-- onto wake; none while paused (`paused` as emq_paused_read read it before the first write, the
+-- lists reached then: emq_wake_touch)
+local function emq_wakes_push(base, w, paused)
+  if paused then return end
+  local total = w.any
+  emq_push_tokens(base .. 'wake_any', w.any)
+  for _, k in ipairs(w.order) do
+    emq_push_tokens(base .. 'wake:' .. k, w.kinds[k])
+    total = total + w.kinds[k]
+  end
+  emq_push_tokens(base .. 'wake', total)
+end
+
 -- the length of g's lane (a sorted set ranked as `pending` is: emq_rank). A lane an earlier
 -- version wrote as a list (FIFO, no priorities) is turned into that sorted set here, its order
 -- kept: its jobs ranked 1, 2, … — after recovered jobs (0) and before every job ranked since
@@ -120,6 +163,7 @@ local function emq_lane_jobs_of(base, field)
   until cursor == '0'
   return { n = total, kept = false }
 end
+
 -- emq_lane_jobs_of for a script that moves jobs into lanes, of the groups it read (`lanes`, by
 -- emq_lane_read): summed at most once per script, the first group read with it sharing it
 local function emq_lane_jobs_for(lanes, base, field)
@@ -203,21 +247,58 @@ local function emq_lane_front(base, g, s, id)
   emq_lane_jobs_add(base, s.lj, 1)
 end
 
--- what the flat set's ring step needs, read before the first write: whether '~' is on the ring
--- and how many jobs pending holds
+-- Flat jobs by kind. A flat ready job waits in `pending` and in its kind's set pending:<kind>
+-- (`pending:` for a raw job, the empty kind) at the same rank; the set `kinds` names each kind
+-- whose set may hold jobs. A consumer of every kind claims from `pending`, one of some kinds from
+-- their sets, so no claim reads a job it cannot run. The groups hash's field `by_kind` marks a
+-- queue whose sets by kind hold every flat job (lib/migrations.lua fills them for a queue an
+-- earlier version wrote). emq_flat_add and emq_flat_ready write the two, the claim and
+-- emq_unwait take jobs out of both.
+
+-- what a script making flat jobs of `kind` ready reads before its first write (s from
+-- emq_flat_read): whether the kind's set holds jobs (so that only a kind new to it is added to
+-- `kinds`; the EXISTS reaches the set), and the suffixes it only writes, added to `touch`
+local function emq_flat_touch(touch, s, kind)
+  if s.known[kind] == nil then s.known[kind] = redis.call('EXISTS', s.base .. 'pending:' .. kind) == 1 end
+  touch[#touch + 1] = 'kinds'
+  return emq_wake_touch(touch, kind)
+end
+
+-- what the flat set's ring step needs, read before the first write: whether '~' is on the ring,
+-- how many jobs pending holds and whether its sets by kind hold every one (`by_kind`)
 local function emq_flat_read(base)
+  local f = redis.call('HMGET', base .. 'groups', 'r:~', 'by_kind')
   return {
-    ringed = redis.call('HEXISTS', base .. 'groups', 'r:~') == 1,
+    base = base,
+    ringed = f[1] and true or false,
+    kept = f[2] and true or false,
     len = redis.call('ZCARD', base .. 'pending'),
+    known = {},
   }
 end
 
--- a flat job back in pending at `score` (0 = the front, where recovered jobs go), its row pending
--- (s from emq_flat_read; emq_flat_step follows)
-local function emq_flat_ready(base, s, id, score)
+-- flat jobs of `kind` ('' for raw jobs) ready: `ranked` rank/id pairs into pending and the kind's
+-- set (s from emq_flat_read counts them; a kind emq_flat_touch did not find there joins `kinds`).
+-- A pending found empty is whole by kind from here on.
+local function emq_flat_add(base, s, kind, ranked)
+  if s.len == 0 and not s.kept then
+    redis.call('HSET', base .. 'groups', 'by_kind', '1')
+    s.kept = true
+  end
+  emq_bulk('ZADD', base .. 'pending', ranked)
+  emq_bulk('ZADD', base .. 'pending:' .. kind, ranked)
+  if not s.known[kind] then
+    redis.call('SADD', base .. 'kinds', kind)
+    s.known[kind] = true
+  end
+  s.len = s.len + #ranked / 2
+end
+
+-- a flat job of `kind` (nil for a raw job) back in pending at `score` (0 = the front, where
+-- recovered jobs go), its row pending (s from emq_flat_read; emq_flat_step follows)
+local function emq_flat_ready(base, s, id, score, kind)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
-  redis.call('ZADD', base .. 'pending', score, id)
-  s.len = s.len + 1
+  emq_flat_add(base, s, kind or '', { score, id })
 end
 
 -- the flat set's ring step (s from emq_flat_read): '~' pushed at the ring's tail when off it and
@@ -307,14 +388,14 @@ end
 local now = emq_now()
 local exp = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim)
 
--- The reads. rows[i]: {state, group, stalled, waited} (state nil: a missing row, dropped), or for
+-- The reads. rows[i]: {state, group, stalled, waited, kind} (state nil: a missing row, dropped), or for
 -- a key of another type {foreign = its defect, data = a string's bytes} (emq_row_read); lanes[g]
 -- (emq_lane_read) and flat (emq_flat_read, read when a flat job may recover), kept up to date by
 -- the writes below.
-local rows, lanes, flat = {}, {}, nil
+local rows, lanes, flat, kinds = {}, {}, nil, {}
 local dies, recovers, laned = false, false, false
 for i, id in ipairs(exp) do
-  local row = emq_row_read(base, id, 'state', 'group', 'stalled', 'waited')
+  local row = emq_row_read(base, id, 'state', 'group', 'stalled', 'waited', 'kind')
   if row.foreign then
     dies = true
   elseif row[1] then
@@ -323,8 +404,9 @@ for i, id in ipairs(exp) do
     if g then
       emq_lane_read(lanes, base, g, true)
       laned = true
-    elseif not flat then
-      flat = emq_flat_read(base)
+    else
+      if not flat then flat = emq_flat_read(base) end
+      kinds[row[5] or ''] = true
     end
   end
   rows[i] = row
@@ -339,17 +421,17 @@ end
 if recovers then
   touch[#touch + 1] = 'pending'
   touch[#touch + 1] = 'metrics:stalled'
+  for k in pairs(kinds) do emq_flat_touch(touch, flat, k) end
 end
 if recovers or laned then
   touch[#touch + 1] = 'ring'
-  touch[#touch + 1] = 'wake'
+  emq_wake_touch(touch)
 end
 emq_touch(base, touch)
 
 -- The writes, walked backwards; the reply lists are put back in lapse order below
 local recovered, buried = {}, {}
-local flat_back = false
-local freed = 0 -- groups a dead-lettered lane job put back on the ring: each made a job claimable
+local flat_back, w = false, emq_wakes()
 for i = #exp, 1, -1 do
   local id = exp[i]
   redis.call('ZREM', active, id)
@@ -366,13 +448,15 @@ for i = #exp, 1, -1 do
       buried[#buried + 1] = id
       emq_notify(base, row[4], id)
       -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
-      if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
+      if g then emq_wakes_add(w, nil, emq_lane_leave(base, g, lanes[g])) end
     else
       if g then
         emq_lane_front(base, g, lanes[g], id)
         emq_lane_leave(base, g, lanes[g])
+        emq_wakes_add(w, nil, 1)
       else
-        emq_flat_ready(base, flat, id, 0)
+        emq_flat_ready(base, flat, id, 0, row[5])
+        emq_wakes_add(w, row[5] or '', 1)
         flat_back = true
       end
       recovered[#recovered + 1] = id
@@ -382,7 +466,7 @@ end
 if flat_back then emq_flat_step(base, flat) end
 emq_count(base, 'failed', #buried, now)
 emq_count(base, 'stalled', #recovered, now)
-emq_wake(base, #recovered + freed, paused)
+emq_wakes_push(base, w, paused)
 local function reversed(list)
   local out = {}
   for i = #list, 1, -1 do out[#out + 1] = list[i] end

@@ -34,15 +34,19 @@ local lanes, s = {}, nil
 if t.g then s = emq_lane_read(lanes, base, t.g, true) else s = emq_flat_read(base) end
 local paused = emq_paused_read(base)
 local now = emq_now()
-local touch = { 'job:' .. id, 'ring', 'wake' }
+local touch = { 'job:' .. id, 'ring', 'wake', 'wake_any' }
+if not t.g then emq_flat_touch(touch, s, t.kind) end
 local order = emq_order_read(base, now, touch)
 emq_touch(base, touch)
 
 redis.call('INCRBY', base .. 'id', step)
 emq_fire(base, id, t, s, order)
 emq_order_write(base, order)
-local wakes = 1
-if t.g then wakes = emq_lane_step(base, t.g, s, 1) else emq_flat_step(base, s) end
-emq_wake(base, wakes, paused)
+if t.g then
+  emq_wake(base, emq_lane_step(base, t.g, s, 1), paused)
+else
+  emq_flat_step(base, s)
+  emq_wake(base, 1, paused, t.kind)
+end
 redis.call('HSET', key, 'last_job', id, 'last_fire', now)
 return id

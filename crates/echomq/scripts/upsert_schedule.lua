@@ -32,7 +32,7 @@ local old = redis.call('HMGET', key, 'last_slot', 'paused', 'slots', 'backlog')
 local owed, fresh_life = emq_registration_read(base)
 local queue_paused = emq_paused_read(base)
 local now = emq_now()
-emq_touch(base, { 'schedules', 'schedule_due', 'wake' })
+emq_touch(base, { 'schedules', 'schedule_due', 'wake', 'wake_any' })
 
 local version = redis.call('INCR', base .. 'id')
 local def = {}

@@ -112,6 +112,7 @@ impl Shared {
             lease: self.opts.lease,
             max_attempts: self.opts.max_attempts,
             settle: self.opts.settle_options(),
+            kinds: self.opts.kinds.clone(),
         }
     }
 

@@ -24,6 +24,8 @@ pub const SUFFIXES: &[&str] = &[
     "id",
     "job:",
     "pending",
+    "pending:",
+    "kinds",
     "active",
     "scheduled",
     "dead",
@@ -33,6 +35,8 @@ pub const SUFFIXES: &[&str] = &[
     "completed",
     "cancelled",
     "wake",
+    "wake:",
+    "wake_any",
     "paused",
     "obliterating",
     "metrics:",
@@ -58,6 +62,17 @@ pub const SUFFIXES: &[&str] = &[
     "consumers",
     "consumer_entries",
 ];
+
+/// The length of the queue base `emq:{q}:` of `key` when `key` is one of a queue's wake lists
+/// (`wake`, `wake:<kind>`, `wake_any`); `None` for any other key.
+pub(crate) fn wake_list_base(key: &[u8]) -> Option<usize> {
+    let rest = key.strip_prefix(b"emq:{")?;
+    // a queue name holds no brace: the first `}:` closes the hash tag
+    let close = rest.windows(2).position(|w| w == b"}:")?;
+    let base = 5 + close + 2;
+    let suffix = key.get(base..)?;
+    (suffix == b"wake" || suffix == b"wake_any" || suffix.starts_with(b"wake:")).then_some(base)
+}
 
 /// The metric events counted in `emq:{q}:metrics:<event>` (field `count`).
 pub const METRIC_EVENTS: &[&str] = &["completed", "cancelled", "failed", "retried", "stalled", "reaped"];
@@ -268,9 +283,40 @@ impl QueueKeys {
     pub fn cancelled(&self) -> String {
         self.key("cancelled")
     }
-    /// `emq:{q}:wake` — wake tokens consumers park on.
+    /// `emq:{q}:wake` — wake tokens consumers of every kind park on: one per job made claimable.
     pub fn wake(&self) -> String {
         self.key("wake")
+    }
+    /// `emq:{q}:wake:<kind>` — wake tokens for the flat jobs of one kind (`wake:` for raw jobs),
+    /// which consumers of that kind park on.
+    pub fn wake_kind(&self, kind: &str) -> String {
+        format!("{}wake:{kind}", self.base)
+    }
+    /// `emq:{q}:wake_any` — wake tokens for jobs whose kind the store does not know when it wakes
+    /// (a lane's next job, a schedule's, a lifted limit's), which consumers of some kinds park on.
+    pub fn wake_any(&self) -> String {
+        self.key("wake_any")
+    }
+    /// The wake lists a consumer of `kinds` parks on: the queue's wake for every kind; else each
+    /// kind's wake and `wake_any`.
+    pub fn wakes_of(&self, kinds: &crate::store::Kinds) -> Vec<String> {
+        match kinds.store_list() {
+            None => vec![self.wake()],
+            Some(list) => {
+                let mut keys: Vec<String> = list.iter().map(|k| self.wake_kind(k)).collect();
+                keys.push(self.wake_any());
+                keys
+            }
+        }
+    }
+    /// `emq:{q}:pending:<kind>` — the flat ready jobs of one kind (`pending:` for raw jobs), at the
+    /// same ranks as in `pending`.
+    pub fn pending_kind(&self, kind: &str) -> String {
+        format!("{}pending:{kind}", self.base)
+    }
+    /// `emq:{q}:kinds` — the kinds whose flat sets may hold jobs ("" for raw jobs).
+    pub fn kinds(&self) -> String {
+        self.key("kinds")
     }
     /// `emq:{q}:paused` — present while the queue is paused.
     pub fn paused(&self) -> String {

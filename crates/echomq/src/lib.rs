@@ -113,7 +113,7 @@ pub use queue::{JobHandle, Push, Queue, ScheduleBuilder};
 pub use rate::{RateLimit, RateTarget};
 pub use retry::{Jitter, RetryPolicy};
 pub use schedule::{JobTemplate, Misfire, Overlap, Schedule, ScheduleInfo, ScheduleName, Timing};
-pub use store::{Retention, Store};
+pub use store::{Kinds, Retention, Store};
 pub use worker::{JobError, JobHandler, Worker, WorkerHandle};
 
 /// Opens a store from a URL, shared (`Arc`) so a [`Queue`] and a [`Worker`] can use it at once:

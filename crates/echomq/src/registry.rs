@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::store::Kinds;
 
 /// The most entries [`crate::Store::consumers`] lists for one queue.
 pub const CONSUMERS_LISTED_MAX: usize = 1000;
@@ -45,6 +46,8 @@ pub struct ConsumerEntry {
     pub beat_ms: i64,
     /// How long the entry outlives its last beat unless the consumer beats again.
     pub ttl: Duration,
+    /// The kinds it runs (every kind unless it said otherwise).
+    pub kinds: Kinds,
 }
 
 impl ConsumerEntry {
@@ -64,6 +67,7 @@ impl ConsumerEntry {
             started_ms: unix_ms(),
             beat_ms: 0,
             ttl,
+            kinds: Kinds::all(),
         }
     }
 
@@ -83,6 +87,9 @@ struct Stored {
     in_hand: u32,
     started_ms: i64,
     ttl_ms: i64,
+    /// Absent: every kind; else the kinds run ("" for raw jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kinds: Option<Vec<String>>,
 }
 
 /// Refuses an entry a store cannot keep: an empty id, an id or host over
@@ -133,6 +140,7 @@ pub(crate) fn encode(entry: &ConsumerEntry) -> String {
         in_hand: entry.in_hand,
         started_ms: entry.started_ms,
         ttl_ms: ttl_ms(entry.ttl),
+        kinds: entry.kinds.store_list().map(<[String]>::to_vec),
     };
     // a struct of strings and integers always serializes
     serde_json::to_string(&stored).unwrap_or_default()
@@ -152,10 +160,34 @@ pub(crate) fn decode(id: String, deadline_ms: i64, text: &str) -> Option<Consume
         started_ms: s.started_ms,
         beat_ms: deadline_ms - ttl_ms,
         ttl: Duration::from_millis(ttl_ms as u64),
+        kinds: s.kinds.map_or_else(Kinds::all, |list| {
+            let raw = list.iter().any(String::is_empty);
+            let kinds = Kinds::only(list.into_iter().filter(|k| !k.is_empty()));
+            if raw {
+                kinds.with_raw()
+            } else {
+                kinds
+            }
+        }),
     })
 }
 
 /// The ttl in whole ms, at least 1.
+/// The kinds of `ready_by_kind` (a queue's [`crate::store::Counts::ready_by_kind`]: `None` for
+/// raw jobs) that none of the live `consumers` runs, with their ready jobs: work that waits for a
+/// worker that is not there — during a rolling deploy, or for good when a kind is misspelled on
+/// one side.
+pub fn kinds_without_consumer(
+    ready_by_kind: &[(Option<String>, u64)],
+    consumers: &[ConsumerEntry],
+) -> Vec<(Option<String>, u64)> {
+    ready_by_kind
+        .iter()
+        .filter(|(kind, n)| *n > 0 && !consumers.iter().any(|c| c.kinds.runs(kind.as_deref())))
+        .cloned()
+        .collect()
+}
+
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }

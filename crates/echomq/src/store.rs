@@ -2,6 +2,7 @@
 //! `cancel_requests`, so that nothing above it names Redis. Replies are typed; a store turns its
 //! wire replies into these values and nothing else sees them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -349,7 +350,7 @@ pub enum Obliterated {
 }
 
 /// Sizes per state and the counters of one queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Counts {
     /// Ready jobs, flat and in lanes.
@@ -380,6 +381,9 @@ pub struct Counts {
     /// schedule, but not the jobs put back at the front of their set (recovered from a lapsed
     /// lease or a stall, or released), nor jobs an earlier version made ready.
     pub oldest_pending_age: Option<Duration>,
+    /// The flat ready jobs of each kind that has some (`None`: raw jobs), by kind: what waits for
+    /// a consumer of that kind. Jobs in group lanes are not counted here.
+    pub ready_by_kind: Vec<(Option<String>, u64)>,
 }
 
 /// How many groups a page of [`Store::groups`] holds: at least this many unless it is the last
@@ -531,8 +535,122 @@ pub enum Recovery {
     Redeliver(RedeliveryPolicy),
 }
 
+/// The kinds of job a consumer runs: every kind (the default), or only some — named kinds and,
+/// when asked, raw jobs (pushed without a kind). A consumer of some kinds claims only their jobs:
+/// the store keeps ready flat jobs by kind, so such a claim never reads a job it cannot run, and
+/// it parks on its kinds' wakes, so the jobs of other kinds never wake it. A group's lane whose
+/// next job is of another kind is passed over, its order and its slots untouched.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Kinds {
+    /// `None`: every kind; else the kinds run, sorted, each once ("" for raw jobs).
+    only: Option<Arc<[String]>>,
+}
+
+impl Kinds {
+    /// Every kind, raw jobs included.
+    pub fn all() -> Self {
+        Kinds::default()
+    }
+
+    /// Only these kinds (each 1 to [`crate::job::KIND_MAX`] bytes of printable text, no
+    /// spaces), and no raw job unless [`with_raw`](Self::with_raw) adds them. An empty list runs
+    /// nothing: [`crate::ConsumerOptions::validate`] refuses it.
+    pub fn only<I, S>(kinds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut v: Vec<String> = kinds.into_iter().map(Into::into).collect();
+        v.sort_unstable();
+        v.dedup();
+        Kinds { only: Some(v.into()) }
+    }
+
+    /// These kinds and raw jobs too; every kind stays every kind.
+    pub fn with_raw(self) -> Self {
+        match self.only {
+            None => self,
+            Some(list) => {
+                let mut v = list.to_vec();
+                v.push(String::new());
+                v.sort_unstable();
+                v.dedup();
+                Kinds { only: Some(v.into()) }
+            }
+        }
+    }
+
+    /// Whether every kind is run.
+    pub fn is_all(&self) -> bool {
+        self.only.is_none()
+    }
+
+    /// Whether a job of `kind` (`None`: a raw job) is run.
+    pub fn runs(&self, kind: Option<&str>) -> bool {
+        match &self.only {
+            None => true,
+            Some(list) => list.iter().any(|k| k == kind.unwrap_or("")),
+        }
+    }
+
+    /// The named kinds run, sorted (`None`: every kind); raw jobs are not among them
+    /// ([`runs_raw`](Self::runs_raw)).
+    pub fn names(&self) -> Option<Vec<&str>> {
+        self.only
+            .as_ref()
+            .map(|l| l.iter().filter(|k| !k.is_empty()).map(String::as_str).collect())
+    }
+
+    /// Whether raw jobs are run.
+    pub fn runs_raw(&self) -> bool {
+        self.runs(None)
+    }
+
+    /// The kinds as the store takes them (`None`: every kind; "" for raw jobs).
+    pub(crate) fn store_list(&self) -> Option<&[String]> {
+        self.only.as_deref()
+    }
+
+    /// Refuses an empty list and a kind that is no valid name.
+    pub(crate) fn check(&self) -> Result<()> {
+        let Some(list) = &self.only else { return Ok(()) };
+        if list.is_empty() {
+            return Err(Error::InvalidOption {
+                field: "kinds",
+                value: "[]".into(),
+                reason: "at least one kind (or raw jobs); leave it unset for every kind",
+            });
+        }
+        list.iter().filter(|k| !k.is_empty()).try_for_each(|k| check_kind(k))
+    }
+}
+
+impl<S: Into<String>, const N: usize> From<[S; N]> for Kinds {
+    fn from(kinds: [S; N]) -> Self {
+        Kinds::only(kinds)
+    }
+}
+
+impl<S: Into<String>> From<Vec<S>> for Kinds {
+    fn from(kinds: Vec<S>) -> Self {
+        Kinds::only(kinds)
+    }
+}
+
+impl std::fmt::Display for Kinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.only {
+            None => f.write_str("every kind"),
+            Some(list) => {
+                let shown: Vec<&str> = list.iter().map(|k| if k.is_empty() { "(raw)" } else { k }).collect();
+                f.write_str(&shown.join(" "))
+            }
+        }
+    }
+}
+
 /// A claim ([`Store::claim`], a round's last leg): `n` jobs (0 = none in a round) under `lease`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClaimRequest {
     /// Jobs wanted; 0 sends no claim.
@@ -543,6 +661,8 @@ pub struct ClaimRequest {
     pub max_attempts: u32,
     /// Retention and records for claim-time cancellations.
     pub settle: SettleOptions,
+    /// The kinds claimed (every kind by default).
+    pub kinds: Kinds,
 }
 
 impl ClaimRequest {
@@ -554,6 +674,7 @@ impl ClaimRequest {
             lease,
             max_attempts: crate::consumer::MAX_ATTEMPTS_DEFAULT,
             settle: SettleOptions::default(),
+            kinds: Kinds::all(),
         }
     }
 }
@@ -563,11 +684,13 @@ setters! { ClaimRequest {
     max_attempts: max_attempts: u32;
     /// Retention and records for the jobs the claim finds cancelled.
     settle: settle: SettleOptions;
+    /// The kinds claimed.
+    kinds: kinds: Kinds;
 }}
 
 /// A beat's round ([`Store::recover_promote_claim`]): its recovery leg, its promote (at most
 /// `pump` due jobs; a schedule slot more than `grace` late missed) and its claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RoundRequest {
     /// The recovery leg.
@@ -1004,7 +1127,7 @@ pub trait Store: Send + Sync {
             recovery,
             pump,
             grace,
-            claim,
+            ref claim,
         } = *round;
         let recovered = match recovery {
             Recovery::Off => Ok(()),
@@ -1016,7 +1139,7 @@ pub trait Store: Send + Sync {
         let claimed = if claim.n == 0 {
             Ok(Claimed::default())
         } else {
-            self.claim(queue, claim).await
+            self.claim(queue, claim.clone()).await
         };
         for leg in [
             recovered.as_ref().err(),
@@ -1061,10 +1184,13 @@ pub trait Store: Send + Sync {
         Ok(CompletedThenClaimed { completed, claimed })
     }
 
-    /// park: wait up to `timeout` (at most [`PARK_TIMEOUT_MAX`]) for a wake token of `queue`.
-    /// True when woken, false on timeout. Runs on a connection of the caller's own: a parked wait
-    /// never stalls another caller.
-    async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool>;
+    /// park: wait up to `timeout` (at most [`PARK_TIMEOUT_MAX`]) for a wake token of `queue` for a
+    /// consumer of `kinds`: for every kind, the queue's wake, which every job made claimable
+    /// pushes; for some kinds, their own wakes (the flat jobs of each) and the wake of jobs whose
+    /// kind the store does not know when it wakes (a lane's next job, a schedule's, a lifted
+    /// limit's). True when woken, false on timeout. Runs on a connection of the caller's own: a
+    /// parked wait never stalls another caller.
+    async fn park(&self, queue: &QueueName, kinds: &Kinds, timeout: Duration) -> Result<bool>;
 
     /// park, offering `claim` to the transaction that makes work claimable while the caller waits.
     /// A store that can claim there (the embedded store, for a transaction of this process) does so
@@ -1082,9 +1208,8 @@ pub trait Store: Send + Sync {
         claim: ClaimRequest,
         handoff: Handoff,
     ) -> Result<bool> {
-        let _ = claim;
         drop(handoff);
-        self.park(queue, timeout).await
+        self.park(queue, &claim.kinds, timeout).await
     }
 
     /// Whether [`Store::park_with_handoff`] may serve the offer (call `handoff`); false for a store

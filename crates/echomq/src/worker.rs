@@ -28,12 +28,11 @@ mod route;
 use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::JobError;
-pub use route::{JobHandler, RawOutput, UNKNOWN_KIND_DELAY, UNKNOWN_KIND_DELAY_MAX, UNKNOWN_KIND_RELEASES};
+pub use route::{JobHandler, RawOutput};
 
 use crate::consumer::{Consumer, ConsumerOptions};
 use crate::error::{Error, Result};
@@ -184,7 +183,8 @@ impl Worker {
     }
 
     /// Every consumer option at once (the beat, recovery, retention, …), replacing those set so
-    /// far.
+    /// far. The kinds are the worker's own: those of its handlers (`on`, aliases included, and raw
+    /// jobs with `on_raw`), whatever `opts` says.
     pub fn options(mut self, opts: ConsumerOptions) -> Self {
         self.opts = opts;
         self
@@ -207,22 +207,18 @@ impl Worker {
                 reason: "register at least one with on or on_raw",
             });
         }
-        let unknown = Arc::new(AtomicU64::new(0));
-        let router: Arc<dyn crate::consumer::Handler> = Arc::new(Router {
+        let router = Router {
             routes: self.routes,
             raw: self.raw,
-            unknown: unknown.clone(),
-        });
+        };
+        // the consumers claim the kinds routed here alone: a job of another kind waits for a
+        // worker that runs it, and never wakes these
+        let opts = self.opts.with_kinds(router.kinds());
+        let router: Arc<dyn crate::consumer::Handler> = Arc::new(router);
         let state = Arc::new(self.state);
         let mut consumers = Vec::with_capacity(self.queues.len());
         for queue in self.queues {
-            let consumer = Consumer::start_with(
-                self.store.clone(),
-                queue,
-                router.clone(),
-                self.opts.clone(),
-                state.clone(),
-            );
+            let consumer = Consumer::start_with(self.store.clone(), queue, router.clone(), opts.clone(), state.clone());
             match consumer {
                 Ok(c) => consumers.push(c),
                 Err(e) => {
@@ -233,7 +229,7 @@ impl Worker {
                 }
             }
         }
-        Ok(WorkerHandle { consumers, unknown })
+        Ok(WorkerHandle { consumers })
     }
 }
 
@@ -242,7 +238,6 @@ impl Worker {
 #[derive(Debug)]
 pub struct WorkerHandle {
     consumers: Vec<Consumer>,
-    unknown: Arc<AtomicU64>,
 }
 
 impl WorkerHandle {
@@ -282,11 +277,6 @@ impl WorkerHandle {
     /// Jobs running now, across the worker's queues.
     pub fn in_flight(&self) -> usize {
         self.consumers.iter().map(Consumer::in_flight).sum()
-    }
-
-    /// Jobs released so far because no handler here takes their kind.
-    pub fn unknown_kind_releases(&self) -> u64 {
-        self.unknown.load(Ordering::Relaxed)
     }
 
     /// True once every queue's loop has ended.

@@ -1453,7 +1453,7 @@ async fn run_handed(store: &dyn Store, q: &QueueName, step: &Step, serves_offers
         };
         return Ok(Reply::Handed(e, claim_reply(jobs)));
     }
-    while store.park(q, Duration::from_millis(1)).await? {}
+    while store.park(q, &echomq::Kinds::all(), Duration::from_millis(1)).await? {}
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let handoff: echomq::store::Handoff = Box::new(move |jobs| {
         let _ = tx.send(jobs);
@@ -1624,6 +1624,31 @@ impl Probe {
                     .await
                     .expect("ZRANGE throttled");
                 (ring, groups, throttled)
+            }
+        }
+    }
+}
+
+impl Probe {
+    /// The flat set `pending` and the raw jobs' set by kind (`pending:`), each member with its
+    /// rank: the model's jobs are all raw, so the two hold the same.
+    async fn flat_and_raw(&mut self) -> (Vec<(String, i64)>, Vec<(String, i64)>) {
+        match self {
+            Probe::Redis(conn, keys) => {
+                let read = |key: String| {
+                    let mut conn = conn.clone();
+                    async move {
+                        redis::cmd("ZRANGE")
+                            .arg(key)
+                            .arg(0)
+                            .arg(-1)
+                            .arg("WITHSCORES")
+                            .query_async::<Vec<(String, i64)>>(&mut conn)
+                            .await
+                            .expect("ZRANGE")
+                    }
+                };
+                (read(keys.pending()).await, read(keys.pending_kind("")).await)
             }
         }
     }
@@ -1871,6 +1896,13 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
     if let Some(kept) = hash.remove("lane_jobs") {
         let laned = model.lanes.values().map(BTreeSet::len).sum::<usize>() as u64;
         diff("the lanes' count (lane_jobs)", kept, Some(laned))?;
+    }
+    // the mark that the flat sets by kind hold every flat job; when set, the raw jobs' set (every
+    // job of the model is raw) is pending itself
+    if let Some(mark) = hash.remove("by_kind") {
+        diff("the by-kind mark", mark, Some(1))?;
+        let (flat, raw) = side.probe.flat_and_raw().await;
+        diff("the raw jobs' set against pending", raw, flat)?;
     }
     diff("the groups hash", hash, model.groups_hash())?;
     // the pending tally counts what the ready sets hold, and pending_since names its fields

@@ -100,7 +100,7 @@ script_cases!(
 redis_cases!(redis_only: claim_keeps_the_groups_hash_small_and_its_limits_with_a_duplicate_member);
 
 owned_server_cases!(
-    a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes,
+    a_waiting_flat_job_with_no_priority_takes_at_most_350_bytes,
     every_verb_reloads_its_script_after_a_script_flush,
     every_verb_call_succeeds_through_a_storm_of_script_flushes,
 );
@@ -428,7 +428,9 @@ async fn redis_store_an_enqueue_of_a_registered_queue_sends_its_script_call_alon
     for life in 0..2 {
         let before = command_calls(server.port);
         store.enqueue(&q, &jobs(3)).await.unwrap();
-        assert_eq!(since(&before), (1, 1), "life {life}: the first enqueue registers");
+        // the client's SADD registers the queue; the script's names the jobs' kind (raw) in
+        // `kinds`, once a life
+        assert_eq!(since(&before), (1, 2), "life {life}: the first enqueue registers");
         for _ in 0..3 {
             let before = command_calls(server.port);
             store.enqueue(&q, &jobs(3)).await.unwrap();
@@ -1634,11 +1636,12 @@ async fn the_lanes_count_of_a_queue_an_earlier_version_wrote_starts_at_its_next_
     assert_slot_invariant(ctx).await;
 }
 
-/// The memory a waiting flat job costs the server (its row and its member of `pending`), over
-/// 100,000 jobs of a small payload in a queue of a short name, on a server of its own (the Lua
-/// heap's growth left out: it is the scripts' garbage, not the jobs'): at most 250 bytes, ranks included (a job of priority 0
-/// writes no field for it).
-async fn a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes(ctx: &Ctx) {
+/// The memory a waiting flat job costs the server (its row, its member of `pending` and of its
+/// kind's set), over 100,000 jobs of a small payload in a queue of a short name, on a server of
+/// its own (the Lua heap's growth left out: it is the scripts' garbage, not the jobs'): at most
+/// 350 bytes, ranks included (a job of priority 0 writes no field for it). The kind's set costs
+/// about 90 of them: the price of claims by kind that never read a job they cannot run.
+async fn a_waiting_flat_job_with_no_priority_takes_at_most_350_bytes(ctx: &Ctx) {
     let (mut conn, _) = raw(ctx);
     let n = 100_000;
     async fn used(conn: &mut ProbeConn) -> i64 {
@@ -1660,7 +1663,7 @@ async fn a_waiting_flat_job_with_no_priority_takes_at_most_250_bytes(ctx: &Ctx) 
         ctx.store.enqueue(&q, chunk).await.unwrap();
     }
     let per_job = (used(&mut conn).await - before) as f64 / n as f64;
-    assert!(per_job <= 250.0, "{per_job:.1} bytes per waiting job");
+    assert!(per_job <= 350.0, "{per_job:.1} bytes per waiting job");
 }
 
 /// A queue an earlier version wrote keeps no pending tally: its jobs leave without driving a

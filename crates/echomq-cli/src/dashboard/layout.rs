@@ -24,6 +24,8 @@ th{background:#eef0f4;font-weight:600}td.n{text-align:right;font-variant-numeric
 button{cursor:pointer;padding:.25em .8em}button.danger{color:#a00}
 pre{background:#fff;border:1px solid #e3e6eb;padding:.6em;overflow:auto;white-space:pre-wrap;word-break:break-all}
 .msg{background:#e8f4e8;border:1px solid #9c9;padding:.4em .8em;margin-bottom:1em}
+.msg.warn{background:#fbeee0;border-color:#d9a066}
+.orphan{color:#a33;font-weight:bold}
 .paused{color:#a60;font-weight:600}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}
 dt{font-weight:600}dd{margin:0}
 "#;

@@ -213,7 +213,8 @@ pub(crate) struct QueueQuery {
     msg: Option<String>,
 }
 
-/// `GET /queues/QUEUE?state=…&cursor=…`: the queue's counts, a tab per state, a page of its
+/// `GET /queues/QUEUE?state=…&cursor=…`: the queue's counts, its flat ready jobs by kind (those of
+/// a kind no live consumer runs marked, and named in a warning), a tab per state, a page of its
 /// jobs in that state, and the queue's actions.
 pub(crate) async fn queue(
     State(app): State<Arc<App>>,
@@ -235,6 +236,8 @@ pub(crate) async fn queue(
     };
     let cursor = q.cursor.as_deref().filter(|c| !c.is_empty());
     let counts = app.store.counts(&queue).await.map_err(store_failed)?;
+    let live = app.store.consumers(&queue).await.map_err(store_failed)?;
+    let orphans = echomq::registry::kinds_without_consumer(&counts.ready_by_kind, &live);
     let listed = app.store.list(&queue, state, cursor, PAGE).await.map_err(|e| match e {
         echomq::Error::InvalidOption { .. } => layout::error_page(StatusCode::BAD_REQUEST, &e.to_string()),
         e => store_failed(e),
@@ -268,6 +271,26 @@ pub(crate) async fn queue(
             (action(&app, &format!("{base}/promote-scheduled"), "Promote all scheduled", false, None))
             (action(&app, &format!("{base}/drain"), "Drain", true, None))
             (action(&app, &format!("{base}/obliterate"), "Obliterate", true, Some(queue.as_str())))
+        }
+        @if !counts.ready_by_kind.is_empty() {
+            p.kinds {
+                "ready by kind: "
+                @for (i, (kind, n)) in counts.ready_by_kind.iter().enumerate() {
+                    @if i > 0 { " · " }
+                    @let orphan = orphans.iter().any(|(k, _)| k == kind);
+                    span.orphan[orphan] data-kind=(kind.as_deref().unwrap_or("")) {
+                        (crate::stats::kind_text(kind.as_deref())) " " (n)
+                        @if orphan { " (no live consumer)" }
+                    }
+                }
+            }
+        }
+        @if !orphans.is_empty() {
+            div.msg.warn {
+                "Kinds with no live consumer: "
+                (orphans.iter().map(|(k, _)| crate::stats::kind_text(k.as_deref())).collect::<Vec<_>>().join(", "))
+                ". Their jobs wait for a worker that runs them (a deploy under way, or a kind misspelled on one side)."
+            }
         }
         form method="get" action=(base) {
             input type="text" name="find" placeholder="job id";
@@ -502,8 +525,9 @@ pub(crate) async fn groups(
     Ok(page(&app, &format!("Groups of {queue}"), body, false).into_response())
 }
 
-/// `GET /workers`: the consumers alive now, of every queue — host, pid, queue, concurrency, jobs in
-/// hand, started, last beat — from the registry each consumer writes once a beat.
+/// `GET /workers`: the consumers alive now, of every queue — host, pid, queue, the kinds it runs,
+/// concurrency, jobs in hand, started, last beat — from the registry each consumer writes once a
+/// beat.
 pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
     let queues = app.store.queues().await.map_err(store_failed)?;
     let mut rows = Vec::new();
@@ -520,7 +544,7 @@ pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
         } @else {
             table {
                 thead { tr {
-                    th { "host" } th { "pid" } th { "queue" } th { "concurrency" } th { "in hand" }
+                    th { "host" } th { "pid" } th { "queue" } th { "kinds" } th { "concurrency" } th { "in hand" }
                     th { "started" } th { "last beat" } th { "id" }
                 } }
                 tbody {
@@ -529,6 +553,7 @@ pub(crate) async fn workers(State(app): State<Arc<App>>) -> PageResult {
                             td { (c.host) }
                             td.n { (c.pid) }
                             td { (link(&format!("/queues/{}", seg(q.as_str())), q.as_str())) }
+                            td data-k="kinds" { (c.kinds.to_string()) }
                             td.n { (c.concurrency) }
                             td.n data-k="in_hand" { (c.in_hand) }
                             td { (ms(c.started_ms)) }

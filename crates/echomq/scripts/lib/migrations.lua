@@ -1,7 +1,8 @@
 -- lib/migrations.lua — Data an earlier version wrote, met by today's scripts: a lane kept as a list
--- (converted to today's sorted set, its order kept) and a queue that keeps no count of its lanes'
--- jobs (summed by reads alone). A conversion leaves the same jobs waiting in the same order, so it
--- is the one write a script may make before its reads end.
+-- (converted to today's sorted set, its order kept), a queue that keeps no count of its lanes'
+-- jobs (summed by reads alone) and one whose flat jobs are not kept by kind (filled once). A
+-- conversion leaves the same jobs waiting in the same order, so it is the one write a script may
+-- make before its reads end.
 
 -- the length of g's lane (a sorted set ranked as `pending` is: emq_rank). A lane an earlier
 -- version wrote as a list (FIFO, no priorities) is turned into that sorted set here, its order
@@ -47,4 +48,38 @@ local function emq_lane_jobs_of(base, field)
     end
   until cursor == '0'
   return { n = total, kept = false }
+end
+
+-- the flat sets by kind (lib/ring.lua) of a queue an earlier version wrote, which kept `pending`
+-- alone: filled from pending and its rows' kinds, a page of 1000 at a time, then marked whole (the
+-- groups hash's field `by_kind`, which the caller read as `field`: present, nothing to do). Like a
+-- lane's conversion, the one write a script may make before its reads end: the same jobs wait in
+-- the same order, and a call refused half-way leaves the mark unset, so the next one fills again
+-- (ZADD of a member already there changes nothing).
+local function emq_kinds_fill(base, field)
+  if field then return end
+  local pending = base .. 'pending'
+  local n = redis.call('ZCARD', pending)
+  for from = 0, n - 1, 1000 do
+    local page = redis.call('ZRANGE', pending, from, from + 999, 'WITHSCORES')
+    local by, kinds = {}, {}
+    for i = 1, #page, 2 do
+      -- a missing row (false) or a key of another type (an error) waits with the raw jobs
+      local kind = redis.pcall('HGET', base .. 'job:' .. page[i], 'kind')
+      if type(kind) ~= 'string' then kind = '' end
+      local ranked = by[kind]
+      if not ranked then
+        ranked = {}
+        by[kind] = ranked
+        kinds[#kinds + 1] = kind
+      end
+      ranked[#ranked + 1] = page[i + 1]
+      ranked[#ranked + 1] = page[i]
+    end
+    for _, kind in ipairs(kinds) do
+      emq_bulk('ZADD', base .. 'pending:' .. kind, by[kind])
+      redis.call('SADD', base .. 'kinds', kind)
+    end
+  end
+  redis.call('HSET', base .. 'groups', 'by_kind', '1')
 end

@@ -2,11 +2,12 @@
 -- write, ids from the queue's counter, ready jobs published to their set with the ring step, the
 -- queue's registration.
 
--- ready new jobs published: to the flat set or g's lane (`ready` = rank/id pairs, emq_rank's),
--- then the ring step and one wake per job made claimable. s: the flat set's or g's state
+-- ready new jobs published: to the flat set (under their kinds: kinds[i] the kind of the i-th
+-- pair, '' for a raw job; nil = all raw) or g's lane (`ready` = rank/id pairs, emq_rank's), then
+-- the ring step and one wake per job made claimable. s: the flat set's or g's state
 -- (emq_flat_read, emq_lane_read), `paused` and the ranking `o` (its clock written back), read
 -- before the first write.
-local function emq_publish_ready(base, g, s, ready, paused, o)
+local function emq_publish_ready(base, g, s, ready, paused, o, kinds)
   if #ready == 0 then return end
   local added = #ready / 2
   emq_order_write(base, o)
@@ -15,12 +16,32 @@ local function emq_publish_ready(base, g, s, ready, paused, o)
     emq_lane_jobs_add(base, s.lj, added)
     s.len = s.len + added
     emq_wake(base, emq_lane_step(base, g, s, added), paused)
-  else
-    emq_bulk('ZADD', base .. 'pending', ready)
-    s.len = s.len + added
-    emq_flat_step(base, s)
-    emq_wake(base, added, paused)
+    return
   end
+  local w = emq_wakes()
+  if not kinds then
+    emq_flat_add(base, s, '', ready)
+    emq_wakes_add(w, '', added)
+  else
+    -- each kind's pairs in batch order
+    local by = {}
+    for i = 1, added do
+      local k = kinds[i]
+      local pairs_of = by[k]
+      if not pairs_of then
+        pairs_of = {}
+        by[k] = pairs_of
+        w.order[#w.order + 1] = k
+        w.kinds[k] = 0
+      end
+      pairs_of[#pairs_of + 1] = ready[2 * i - 1]
+      pairs_of[#pairs_of + 1] = ready[2 * i]
+      w.kinds[k] = w.kinds[k] + 1
+    end
+    for _, k in ipairs(w.order) do emq_flat_add(base, s, k, by[k]) end
+  end
+  emq_flat_step(base, s)
+  emq_wakes_push(base, w, paused)
 end
 
 -- the decimal texts of the n sequence values after seq, in order — the prefix of each run of ten
@@ -42,13 +63,19 @@ end
 
 -- what publishing `nready` ready new jobs needs (emq_publish_ready), read before the first write:
 -- the state of the set they join (g's lane, else the flat set), whether the queue is paused and
--- how it ranks them (emq_order_read); `touch` gains the keys only written
-local function emq_publish_read(base, g, nready, touch)
+-- how it ranks them (emq_order_read); `touch` gains the keys only written (for flat jobs, those of
+-- each of `kinds`, a list of the kinds they may have: nil for raw jobs alone)
+local function emq_publish_read(base, g, nready, touch, kinds)
   if nready == 0 then return nil, false, nil end
   touch[#touch + 1] = 'ring'
-  touch[#touch + 1] = 'wake'
+  emq_wake_touch(touch)
   local s
-  if g then s = emq_lane_read({}, base, g, true) else s = emq_flat_read(base) end
+  if g then
+    s = emq_lane_read({}, base, g, true)
+  else
+    s = emq_flat_read(base)
+    for _, k in ipairs(kinds or { '' }) do emq_flat_touch(touch, s, k) end
+  end
   return s, emq_paused_read(base), emq_order_read(base, emq_now(), touch)
 end
 
@@ -237,10 +264,19 @@ local function emq_new_jobs(verb, base, o, g)
     touch[#touch + 1] = 'dedup'
     touch[#touch + 1] = 'dedup_sweep'
   end
-  local s, paused, order = emq_publish_read(base, g, nready, touch)
+  -- the kinds the ready jobs may have ('' for a raw job), each once
+  local kinds, kind_seen = {}, {}
+  for i = 1, n do
+    local kind = ARGV[o + JOB * (i - 1) + KIND]
+    if not kind_seen[kind] then
+      kind_seen[kind] = true
+      kinds[#kinds + 1] = kind
+    end
+  end
+  local s, paused, order = emq_publish_read(base, g, nready, touch, kinds)
   emq_touch(base, touch)
   -- then write
-  local reply, ready, sched, ids = { seq + 1, owed }, {}, {}, {}
+  local reply, ready, sched, ids, ready_kinds = { seq + 1, owed }, {}, {}, {}, {}
   -- the keys taken: each with its holder in `dedup`, and its first look in `dedup_sweep`
   local holders, looks = {}, {}
   if fresh > 0 then redis.call('INCRBY', base .. 'id', fresh) end
@@ -311,6 +347,7 @@ local function emq_new_jobs(verb, base, o, g)
       else
         ready[#ready + 1] = emq_rank(order, tonumber(prio) or 0)
         ready[#ready + 1] = id
+        ready_kinds[#ready_kinds + 1] = kind
       end
     end
   end
@@ -320,7 +357,7 @@ local function emq_new_jobs(verb, base, o, g)
     emq_dedup_sweep_write(base, sweep)
   end
   if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
-  emq_publish_ready(base, g, s, ready, paused, order)
+  emq_publish_ready(base, g, s, ready, paused, order, ready_kinds)
   emq_registration_write(base, owed, fresh_life)
   return reply
 end

@@ -100,21 +100,58 @@ local function emq_lane_front(base, g, s, id)
   emq_lane_jobs_add(base, s.lj, 1)
 end
 
--- what the flat set's ring step needs, read before the first write: whether '~' is on the ring
--- and how many jobs pending holds
+-- Flat jobs by kind. A flat ready job waits in `pending` and in its kind's set pending:<kind>
+-- (`pending:` for a raw job, the empty kind) at the same rank; the set `kinds` names each kind
+-- whose set may hold jobs. A consumer of every kind claims from `pending`, one of some kinds from
+-- their sets, so no claim reads a job it cannot run. The groups hash's field `by_kind` marks a
+-- queue whose sets by kind hold every flat job (lib/migrations.lua fills them for a queue an
+-- earlier version wrote). emq_flat_add and emq_flat_ready write the two, the claim and
+-- emq_unwait take jobs out of both.
+
+-- what a script making flat jobs of `kind` ready reads before its first write (s from
+-- emq_flat_read): whether the kind's set holds jobs (so that only a kind new to it is added to
+-- `kinds`; the EXISTS reaches the set), and the suffixes it only writes, added to `touch`
+local function emq_flat_touch(touch, s, kind)
+  if s.known[kind] == nil then s.known[kind] = redis.call('EXISTS', s.base .. 'pending:' .. kind) == 1 end
+  touch[#touch + 1] = 'kinds'
+  return emq_wake_touch(touch, kind)
+end
+
+-- what the flat set's ring step needs, read before the first write: whether '~' is on the ring,
+-- how many jobs pending holds and whether its sets by kind hold every one (`by_kind`)
 local function emq_flat_read(base)
+  local f = redis.call('HMGET', base .. 'groups', 'r:~', 'by_kind')
   return {
-    ringed = redis.call('HEXISTS', base .. 'groups', 'r:~') == 1,
+    base = base,
+    ringed = f[1] and true or false,
+    kept = f[2] and true or false,
     len = redis.call('ZCARD', base .. 'pending'),
+    known = {},
   }
 end
 
--- a flat job back in pending at `score` (0 = the front, where recovered jobs go), its row pending
--- (s from emq_flat_read; emq_flat_step follows)
-local function emq_flat_ready(base, s, id, score)
+-- flat jobs of `kind` ('' for raw jobs) ready: `ranked` rank/id pairs into pending and the kind's
+-- set (s from emq_flat_read counts them; a kind emq_flat_touch did not find there joins `kinds`).
+-- A pending found empty is whole by kind from here on.
+local function emq_flat_add(base, s, kind, ranked)
+  if s.len == 0 and not s.kept then
+    redis.call('HSET', base .. 'groups', 'by_kind', '1')
+    s.kept = true
+  end
+  emq_bulk('ZADD', base .. 'pending', ranked)
+  emq_bulk('ZADD', base .. 'pending:' .. kind, ranked)
+  if not s.known[kind] then
+    redis.call('SADD', base .. 'kinds', kind)
+    s.known[kind] = true
+  end
+  s.len = s.len + #ranked / 2
+end
+
+-- a flat job of `kind` (nil for a raw job) back in pending at `score` (0 = the front, where
+-- recovered jobs go), its row pending (s from emq_flat_read; emq_flat_step follows)
+local function emq_flat_ready(base, s, id, score, kind)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
-  redis.call('ZADD', base .. 'pending', score, id)
-  s.len = s.len + 1
+  emq_flat_add(base, s, kind or '', { score, id })
 end
 
 -- the flat set's ring step (s from emq_flat_read): '~' pushed at the ring's tail when off it and
@@ -126,17 +163,18 @@ local function emq_flat_step(base, s)
   s.ringed = true
 end
 
--- a job made ready again, in the flat set or its lane at a fresh rank of its priority `p` (the
--- row's `priority`, 0 when absent; o: emq_order_read's, written back by the caller with
--- emq_order_write); its state pending; s (emq_lane_read's for g, else emq_flat_read's) counts it
-local function emq_ready(base, id, g, s, o, p)
+-- a job made ready again, in the flat set (under its `kind`, nil for a raw job) or its lane at a
+-- fresh rank of its priority `p` (the row's `priority`, 0 when absent; o: emq_order_read's,
+-- written back by the caller with emq_order_write); its state pending; s (emq_lane_read's for g,
+-- else emq_flat_read's) counts it
+local function emq_ready(base, id, g, s, o, p, kind)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
   local rank = emq_rank(o, tonumber(p) or 0)
   if g then
     redis.call('ZADD', base .. 'lane:' .. g, rank, id)
     emq_lane_jobs_add(base, s.lj, 1)
+    s.len = s.len + 1
   else
-    redis.call('ZADD', base .. 'pending', rank, id)
+    emq_flat_add(base, s, kind or '', { rank, id })
   end
-  s.len = s.len + 1
 end

@@ -42,7 +42,8 @@ local function emq_schedule_slots_write(base, key, name, o, last_slot, now, paus
 end
 
 -- a schedule's job template (the fields upsert_schedule wrote) as a fired job's row fields (all but
--- its state, which emq_ready writes), with its group and priority; read before the first write
+-- its state, which emq_ready writes), with its group, priority and kind ('' for raw jobs); read
+-- before the first write
 local function emq_template_read(key)
   local f = redis.call('HMGET', key, 'data', 'group', 'priority', 'max_attempts', 'retry', 'kind')
   local row = { 'data', f[1] or '' }
@@ -51,8 +52,9 @@ local function emq_template_read(key)
   if f[3] and f[3] ~= '' then p = tonumber(f[3]) or 0; row[#row + 1] = 'priority'; row[#row + 1] = f[3] end
   if f[4] and f[4] ~= '' then row[#row + 1] = 'max_attempts'; row[#row + 1] = f[4] end
   if f[5] and f[5] ~= '' then row[#row + 1] = 'retry'; row[#row + 1] = f[5] end
-  if f[6] and f[6] ~= '' then row[#row + 1] = 'kind'; row[#row + 1] = f[6] end
-  return { row = row, g = g, p = p }
+  local kind = ''
+  if f[6] and f[6] ~= '' then kind = f[6]; row[#row + 1] = 'kind'; row[#row + 1] = kind end
+  return { row = row, g = g, p = p, kind = kind }
 end
 
 -- a fired job (a schedule's slot, or a trigger) written ready from its template (t from
@@ -60,5 +62,5 @@ end
 -- emq_flat_read or emq_lane_read; o from emq_order_read), as emq_ready makes a job ready
 local function emq_fire(base, id, t, s, o)
   redis.call('HSET', base .. 'job:' .. id, unpack(t.row))
-  emq_ready(base, id, t.g, s, o, t.p)
+  emq_ready(base, id, t.g, s, o, t.p, t.kind)
 end

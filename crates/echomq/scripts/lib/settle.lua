@@ -53,7 +53,7 @@ local function emq_settle_finished(base, active, args, first, n, state, recmax)
   if next(lanes) then
     paused = emq_paused_read(base)
     touch[#touch + 1] = 'ring'
-    touch[#touch + 1] = 'wake'
+    emq_wake_touch(touch)
   end
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)

@@ -6,7 +6,7 @@
 -- (a suffix of the queue base; a lane by emq_lane_len, which converts one an earlier version
 -- wrote) for emq_touch and emq_unwait; for a lane, w.lj, the count of the lanes' jobs
 -- (emq_lane_jobs_of); for a pending job, w.left, the pending tally of its leaving (its rank and
--- priority read, the tally's keys reached)
+-- priority read, the tally's keys reached) and w.by_kind, its kind's set (lib/ring.lua), reached
 local function emq_waits_in_read(base, state, g, id)
   if state == 'scheduled' then return { key = 'scheduled' } end
   local w = { key = 'pending' }
@@ -17,10 +17,15 @@ local function emq_waits_in_read(base, state, g, id)
   end
   local rank = tonumber(redis.call('ZSCORE', base .. w.key, id))
   if rank then
-    local p = tonumber(redis.call('HGET', base .. 'job:' .. id, 'priority')) or 0
+    local f = redis.call('HMGET', base .. 'job:' .. id, 'priority', 'kind')
     w.left = emq_tally_new()
-    emq_tally(w.left, rank, p, -1)
-    emq_touch(base, emq_tally_touch({}))
+    emq_tally(w.left, rank, tonumber(f[1]) or 0, -1)
+    local touch = emq_tally_touch({})
+    if not g then
+      w.by_kind = 'pending:' .. (f[2] or '')
+      touch[#touch + 1] = w.by_kind
+    end
+    emq_touch(base, touch)
   end
   return w
 end
@@ -29,6 +34,7 @@ end
 -- waits but it is not there
 local function emq_unwait(base, id, w)
   local gone = redis.call('ZREM', base .. w.key, id) == 1
+  if gone and w.by_kind then redis.call('ZREM', base .. w.by_kind, id) end
   if gone and w.lj then emq_lane_jobs_add(base, w.lj, -1) end
   if gone and w.left then emq_tally_write(base, w.left) end
   return gone

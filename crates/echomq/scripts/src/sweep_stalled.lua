@@ -33,14 +33,14 @@ end
 local now = emq_now()
 local exp = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim)
 
--- The reads. rows[i]: {state, group, stalled, waited} (state nil: a missing row, dropped), or for
+-- The reads. rows[i]: {state, group, stalled, waited, kind} (state nil: a missing row, dropped), or for
 -- a key of another type {foreign = its defect, data = a string's bytes} (emq_row_read); lanes[g]
 -- (emq_lane_read) and flat (emq_flat_read, read when a flat job may recover), kept up to date by
 -- the writes below.
-local rows, lanes, flat = {}, {}, nil
+local rows, lanes, flat, kinds = {}, {}, nil, {}
 local dies, recovers, laned = false, false, false
 for i, id in ipairs(exp) do
-  local row = emq_row_read(base, id, 'state', 'group', 'stalled', 'waited')
+  local row = emq_row_read(base, id, 'state', 'group', 'stalled', 'waited', 'kind')
   if row.foreign then
     dies = true
   elseif row[1] then
@@ -49,8 +49,9 @@ for i, id in ipairs(exp) do
     if g then
       emq_lane_read(lanes, base, g, true)
       laned = true
-    elseif not flat then
-      flat = emq_flat_read(base)
+    else
+      if not flat then flat = emq_flat_read(base) end
+      kinds[row[5] or ''] = true
     end
   end
   rows[i] = row
@@ -65,17 +66,17 @@ end
 if recovers then
   touch[#touch + 1] = 'pending'
   touch[#touch + 1] = 'metrics:stalled'
+  for k in pairs(kinds) do emq_flat_touch(touch, flat, k) end
 end
 if recovers or laned then
   touch[#touch + 1] = 'ring'
-  touch[#touch + 1] = 'wake'
+  emq_wake_touch(touch)
 end
 emq_touch(base, touch)
 
 -- The writes, walked backwards; the reply lists are put back in lapse order below
 local recovered, buried = {}, {}
-local flat_back = false
-local freed = 0 -- groups a dead-lettered lane job put back on the ring: each made a job claimable
+local flat_back, w = false, emq_wakes()
 for i = #exp, 1, -1 do
   local id = exp[i]
   redis.call('ZREM', active, id)
@@ -92,13 +93,15 @@ for i = #exp, 1, -1 do
       buried[#buried + 1] = id
       emq_notify(base, row[4], id)
       -- the slot invariant, and the ring step: the freed slot may make the lane's next job claimable
-      if g then freed = freed + emq_lane_leave(base, g, lanes[g]) end
+      if g then emq_wakes_add(w, nil, emq_lane_leave(base, g, lanes[g])) end
     else
       if g then
         emq_lane_front(base, g, lanes[g], id)
         emq_lane_leave(base, g, lanes[g])
+        emq_wakes_add(w, nil, 1)
       else
-        emq_flat_ready(base, flat, id, 0)
+        emq_flat_ready(base, flat, id, 0, row[5])
+        emq_wakes_add(w, row[5] or '', 1)
         flat_back = true
       end
       recovered[#recovered + 1] = id
@@ -108,7 +111,7 @@ end
 if flat_back then emq_flat_step(base, flat) end
 emq_count(base, 'failed', #buried, now)
 emq_count(base, 'stalled', #recovered, now)
-emq_wake(base, #recovered + freed, paused)
+emq_wakes_push(base, w, paused)
 local function reversed(list)
   local out = {}
   for i = #list, 1, -1 do out[#out + 1] = list[i] end

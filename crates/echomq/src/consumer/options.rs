@@ -29,7 +29,7 @@ pub const DEGRADED_CAP: Duration = Duration::from_secs(30);
 /// length is allowed: nothing has to keep it.
 pub const LEASE_RENEWED_MIN: Duration = Duration::from_secs(1);
 
-pub use crate::store::Recovery;
+pub use crate::store::{Kinds, Recovery};
 
 /// How a consumer runs. Build with [`ConsumerOptions::default`] and the `with_` setters;
 /// [`validate`](Self::validate) (called by `Consumer::start`) refuses zero durations and counts.
@@ -68,6 +68,9 @@ pub struct ConsumerOptions {
     /// dropped and the attempt fails with `timed out after …` (retried, or dead on its last
     /// attempt). Separate from the lease, which only says how long a silent consumer keeps a job.
     pub timeout: Option<Duration>,
+    /// The kinds of job it runs ([`Kinds::all`] by default): a consumer of some kinds claims only
+    /// their jobs and is woken only for them; the jobs of a kind no live consumer runs wait.
+    pub kinds: Kinds,
 }
 
 impl Default for ConsumerOptions {
@@ -85,6 +88,7 @@ impl Default for ConsumerOptions {
             locks: true,
             cancel: true,
             timeout: None,
+            kinds: Kinds::all(),
         }
     }
 }
@@ -115,6 +119,15 @@ setters! { ConsumerOptions {
     /// Sets the run-time cap of one handler run.
     with_timeout: timeout: Option<Duration>;
 }}
+
+impl ConsumerOptions {
+    /// Runs only these kinds: `with_kinds(["resize", "thumbnail"])`, or a [`Kinds`]
+    /// (`Kinds::only([...]).with_raw()` adds raw jobs). Unset, it runs every kind.
+    pub fn with_kinds(mut self, kinds: impl Into<Kinds>) -> Self {
+        self.kinds = kinds.into();
+        self
+    }
+}
 
 /// The most handlers one consumer runs at once.
 pub const CONCURRENCY_MAX: usize = 100_000;
@@ -155,6 +168,7 @@ impl ConsumerOptions {
         if self.max_attempts == 0 {
             return Err(refuse("max_attempts", self.max_attempts, "must be at least 1"));
         }
+        self.kinds.check()?;
         if let Recovery::Stalled(p) = self.recovery {
             if p.max_stalled == 0 || p.limit == 0 {
                 return Err(refuse(

@@ -109,7 +109,8 @@ pub(crate) async fn run(
     let slots = launcher.slots.clone();
     let concurrency = u32::try_from(shared.opts.concurrency).unwrap_or(u32::MAX);
     let ttl = (shared.opts.beat * REGISTRY_TTL_BEATS).min(crate::registry::CONSUMER_TTL_MAX);
-    let entry = crate::registry::ConsumerEntry::for_this_process(concurrency, ttl);
+    let mut entry = crate::registry::ConsumerEntry::for_this_process(concurrency, ttl);
+    entry.kinds = shared.opts.kinds.clone();
     let mut beat = Beat {
         shared: shared.clone(),
         launcher,

@@ -9,7 +9,8 @@
 //! * **one writer at a time**: transactions serialize (several processes may share the file;
 //!   a writer waits up to the busy timeout for another);
 //! * **wakes**: a consumer in the same process is woken at once by an enqueue (the wake tokens its
-//!   script pushed are kept in memory, at most 16 a queue as the wake list keeps them) — and when
+//!   script pushed are kept in memory, at most 16 a wake list as the list keeps them; a consumer of
+//!   some kinds takes only the tokens of its kinds' lists and of `wake_any`) — and when
 //!   it parked offering a claim (`park_with_handoff`, the consumer does with a batch of free
 //!   slots), that enqueue's own transaction runs the claim for it and hands the jobs over after the
 //!   commit: one durable transaction between the enqueue and the handler's start, not two. One in
@@ -165,10 +166,12 @@ impl Hosts {
 
 type Job = Box<dyn FnOnce(&mut Hosts) + Send>;
 
-/// A parked consumer's claim, offered to the next transaction of this process that makes its
-/// queue's work claimable.
+/// A parked consumer's claim, offered to the next transaction of this process that pushes a token
+/// onto one of the wake lists it parks on.
 struct Offer {
     id: u64,
+    /// The wake lists its consumer parks on (their keys).
+    listens: Vec<Vec<u8>>,
     call: HostCall<'static>,
     handoff: Handoff,
     served: Arc<AtomicBool>,
@@ -177,11 +180,12 @@ struct Offer {
     ended: Arc<AtomicBool>,
 }
 
-/// A queue's in-process wake: the tokens its scripts pushed and not yet taken, its parked
-/// consumers and their offers.
+/// A queue's in-process wake: the tokens its scripts pushed onto each of its wake lists and not
+/// yet taken, its parked consumers (woken together, each looking at its own lists) and their
+/// offers.
 #[derive(Default)]
 struct Wake {
-    tokens: Mutex<u32>,
+    tokens: Mutex<HashMap<Vec<u8>, u32>>,
     notify: Notify,
     offers: Mutex<Vec<Offer>>,
     /// Jobs handed over to parked consumers so far.
@@ -189,24 +193,30 @@ struct Wake {
 }
 
 impl Wake {
-    /// Takes one token (as `BLPOP` pops one): true when there was one.
-    fn take(&self) -> bool {
+    /// Takes one token of the first of `lists` that holds one (as `BLPOP` pops one of the first
+    /// non-empty list it names): true when there was one.
+    fn take(&self, lists: &[Vec<u8>]) -> bool {
         let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
-        let had = *tokens > 0;
-        *tokens = tokens.saturating_sub(1);
-        had
+        for list in lists {
+            if let Some(n) = tokens.get_mut(list).filter(|n| **n > 0) {
+                *n -= 1;
+                return true;
+            }
+        }
+        false
     }
 
-    fn push(&self, n: u32) {
+    fn push(&self, list: &[u8], n: u32) {
         let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
-        *tokens = (*tokens + n).min(WAKE_TOKENS_MAX);
+        let held = tokens.entry(list.to_vec()).or_default();
+        *held = (*held + n).min(WAKE_TOKENS_MAX);
     }
 }
 
 /// What the store handles and the store's thread share.
 #[derive(Default)]
 struct Shared {
-    /// Each queue's wake, by its wake list's key.
+    /// Each queue's wake, by its queue base `emq:{q}:`.
     wakes: Mutex<HashMap<Vec<u8>, Arc<Wake>>>,
     /// `PRAGMA data_version` of the store's connection as of its last transaction: it moves when
     /// another connection (another process, another handle) commits.
@@ -215,13 +225,20 @@ struct Shared {
 }
 
 impl Shared {
-    fn wake_of(&self, key: &[u8]) -> Arc<Wake> {
+    /// The wake of the queue whose base is `base`.
+    fn wake_of(&self, base: &[u8]) -> Arc<Wake> {
         self.wakes
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .entry(key.to_vec())
+            .entry(base.to_vec())
             .or_default()
             .clone()
+    }
+
+    /// The wake of the queue of a wake list's key, and the list; `None` for any other key.
+    fn wake_of_list<'k>(&self, list: &'k [u8]) -> Option<(Arc<Wake>, &'k [u8])> {
+        let base = crate::keyspace::wake_list_base(list)?;
+        Some((self.wake_of(&list[..base]), list))
     }
 }
 
@@ -446,7 +463,7 @@ impl EmbeddedStore {
     }
 
     fn wake(&self, queue: &QueueName) -> Arc<Wake> {
-        self.inner.shared.wake_of(QueueKeys::new(queue).wake().as_bytes())
+        self.inner.shared.wake_of(QueueKeys::new(queue).base().as_bytes())
     }
 
     /// Runs `f` on the store's thread.
@@ -503,11 +520,16 @@ impl EmbeddedStore {
             }
             let mut taken: Vec<(Arc<Wake>, Offer)> = Vec::new();
             let ran = hosts.main.run_then(&calls, |published| {
+                // the offers parked on a list the calls pushed tokens onto
                 for (channel, _) in published {
-                    if channel.ends_with(b":wake") {
-                        let wake = shared.wake_of(channel);
-                        let offers = std::mem::take(&mut *wake.offers.lock().unwrap_or_else(PoisonError::into_inner));
-                        taken.extend(offers.into_iter().map(|o| (wake.clone(), o)));
+                    if let Some((wake, list)) = shared.wake_of_list(channel) {
+                        let mut offers = wake.offers.lock().unwrap_or_else(PoisonError::into_inner);
+                        let (hit, kept): (Vec<Offer>, Vec<Offer>) = std::mem::take(&mut *offers)
+                            .into_iter()
+                            .partition(|o| o.listens.iter().any(|l| l == list));
+                        *offers = kept;
+                        drop(offers);
+                        taken.extend(hit.into_iter().map(|o| (wake.clone(), o)));
                     }
                 }
                 taken.iter().map(|(_, o)| o.call.clone()).collect()
@@ -605,29 +627,31 @@ impl EmbeddedStore {
     async fn park_offering(
         &self,
         queue: &QueueName,
+        kinds: &crate::store::Kinds,
         timeout: Duration,
         offer: Option<(ClaimRequest, Handoff)>,
     ) -> Result<bool> {
         let wake = self.wake(queue);
+        let k = QueueKeys::new(queue);
+        let lists: Vec<Vec<u8>> = k.wakes_of(kinds).into_iter().map(String::into_bytes).collect();
         let seen = self.inner.shared.data_version.load(Ordering::Acquire);
         // registered before the look, so a wake between the look and the wait is not missed
         let notified = wake.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if wake.take() {
+        if wake.take(&lists) {
             return Ok(true);
         }
         let served = Arc::new(AtomicBool::new(false));
         let ended = Arc::new(AtomicBool::new(false));
         let _offer = match offer {
             Some((claim, handoff)) => {
-                let k = QueueKeys::new(queue);
                 let n = (claim.n as usize).min(BATCH_MAX);
-                let call =
-                    crate::store::verbs::claim::claim_call(self, &k, n, claim.lease, claim.max_attempts, claim.settle);
+                let call = crate::store::verbs::claim::claim_call(self, &k, n, &claim);
                 let id = self.inner.shared.next_offer.fetch_add(1, Ordering::Relaxed);
                 wake.offers.lock().unwrap_or_else(PoisonError::into_inner).push(Offer {
                     id,
+                    listens: lists.clone(),
                     call: host_call(&call),
                     handoff,
                     served: served.clone(),
@@ -648,13 +672,13 @@ impl EmbeddedStore {
                 // left a token for it (taken, as BLPOP takes one); a wake whose work went to
                 // other parks leaves this one parked, as BLPOP wakes one consumer per token
                 _ = &mut notified => {
-                    if served.load(Ordering::Acquire) || wake.take() {
+                    if served.load(Ordering::Acquire) || wake.take(&lists) {
                         return Ok(true);
                     }
                     notified.set(wake.notify.notified());
                     notified.as_mut().enable();
                     // a token pushed between the look and the re-arm
-                    if wake.take() {
+                    if wake.take(&lists) {
                         return Ok(true);
                     }
                 }
@@ -724,9 +748,10 @@ fn offer_back(wake: &Wake, offer: Offer) {
 }
 
 /// After a commit: the jobs claimed for the offers `taken` (their replies `served`) handed over;
-/// the tokens pushed onto each wake list kept for the queue's parks (less the jobs handed over)
-/// and its parks woken, unless every job made claimable went to an offer; each message sent to its
-/// channel's subscribers.
+/// the tokens pushed onto each wake list kept for the queue's parks, less those of the jobs handed
+/// over (each job made claimable pushed one onto the queue's `wake` and one onto its kind's list,
+/// or `wake_any` for a lane's), and its parks woken, unless every job made claimable went to an
+/// offer; each message sent to its channel's subscribers.
 fn hand_out(
     shared: &Shared,
     notices: &broadcast::Sender<Arc<Notice>>,
@@ -734,7 +759,8 @@ fn hand_out(
     taken: Vec<(Arc<Wake>, Offer)>,
     served: Vec<Reply>,
 ) {
-    let mut handed: HashMap<*const Wake, u32> = HashMap::new();
+    // the jobs handed over to the offers parked on each list
+    let mut handed: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut replies = served.into_iter();
     for (wake, offer) in taken {
         let mut claimed = Claimed::default();
@@ -747,17 +773,34 @@ fn hand_out(
             continue;
         }
         let n = claimed.jobs.len();
-        *handed.entry(Arc::as_ptr(&wake)).or_default() += n as u32;
+        if let Some(base) = offer
+            .listens
+            .first()
+            .and_then(|l| Some(&l[..crate::keyspace::wake_list_base(l)?]))
+        {
+            for job in &claimed.jobs {
+                let mut own = base.to_vec();
+                if job.group.is_some() {
+                    own.extend_from_slice(b"wake_any");
+                } else {
+                    own.extend_from_slice(b"wake:");
+                    own.extend_from_slice(job.kind.as_deref().unwrap_or("").as_bytes());
+                }
+                let mut all = base.to_vec();
+                all.extend_from_slice(b"wake");
+                *handed.entry(own).or_default() += 1;
+                *handed.entry(all).or_default() += 1;
+            }
+        }
         wake.handed.fetch_add(n as u64, Ordering::Relaxed);
         offer.served.store(true, Ordering::Release);
         (offer.handoff)(claimed.jobs);
     }
     for notice in published {
-        if notice.0.ends_with(b":wake") {
+        if let Some((wake, list)) = shared.wake_of_list(&notice.0) {
             let pushed: u32 = String::from_utf8_lossy(&notice.1).parse().unwrap_or(1);
-            let wake = shared.wake_of(&notice.0);
-            let jobs = handed.remove(&Arc::as_ptr(&wake)).unwrap_or(0);
-            wake.push(pushed.saturating_sub(jobs));
+            let jobs = handed.remove(list).unwrap_or(0);
+            wake.push(list, pushed.saturating_sub(jobs));
             // a served park's caller has its jobs: a wake would put its task beside them
             if jobs == 0 || pushed > jobs {
                 wake.notify.notify_waiters();
@@ -883,8 +926,8 @@ impl Engine for EmbeddedStore {
 }
 
 crate::store::verbs::script_store!(EmbeddedStore, {
-    async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
-        self.park_offering(queue, timeout, None).await
+    async fn park(&self, queue: &QueueName, kinds: &crate::store::Kinds, timeout: Duration) -> Result<bool> {
+        self.park_offering(queue, kinds, timeout, None).await
     }
 
     async fn park_with_handoff(
@@ -895,10 +938,12 @@ crate::store::verbs::script_store!(EmbeddedStore, {
         handoff: crate::store::Handoff,
     ) -> Result<bool> {
         if claim.n == 0 {
-            return self.park_offering(queue, timeout, None).await;
+            return self.park_offering(queue, &claim.kinds, timeout, None).await;
         }
         crate::store::check_claim(claim.lease, claim.max_attempts)?;
-        self.park_offering(queue, timeout, Some((claim, handoff))).await
+        claim.kinds.check()?;
+        let kinds = claim.kinds.clone();
+        self.park_offering(queue, &kinds, timeout, Some((claim, handoff))).await
     }
 
     fn serves_handoffs(&self) -> bool {

@@ -324,8 +324,8 @@ crate::store::verbs::script_store!(RedisStore, {
         wait::finished_waits(self, queue).await
     }
 
-    async fn park(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
-        self.park_on_own_connection(queue, timeout).await
+    async fn park(&self, queue: &QueueName, kinds: &crate::store::Kinds, timeout: Duration) -> Result<bool> {
+        self.park_on_own_connection(queue, kinds, timeout).await
     }
 
     /// Four: a consumer's round trips wait on the network and on Redis's one thread, so with two

@@ -107,9 +107,9 @@ macro_rules! script_store {
                     }
 
                     async fn claim(&self, queue: &QueueName, request: ClaimRequest) -> Result<Claimed> {
-                        let ClaimRequest { n, lease, max_attempts, settle } = request;
-                        claim::claim(self, queue, n, lease, max_attempts, settle)
-                            .instrument($crate::store::verbs::span(self, "claim", Some(queue), n as usize))
+                        let n = request.n as usize;
+                        claim::claim(self, queue, &request)
+                            .instrument($crate::store::verbs::span(self, "claim", Some(queue), n))
                             .await
                     }
 
@@ -233,7 +233,7 @@ macro_rules! script_store {
                         settle: SettleOptions,
                         claim: ClaimRequest,
                     ) -> Result<CompletedThenClaimed> {
-                        round::complete_then_claim(self, queue, jobs, settle, claim)
+                        round::complete_then_claim(self, queue, jobs, settle, &claim)
                             .instrument($crate::store::verbs::span(self, "complete_then_claim", Some(queue), jobs.len()))
                             .await
                     }

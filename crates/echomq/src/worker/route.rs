@@ -1,12 +1,10 @@
-//! Routing by kind: a handler per kind (typed, decoded from the JSON payload), one for raw jobs,
-//! and what becomes of a job no handler here takes.
+//! Routing by kind: a handler per kind (typed, decoded from the JSON payload) and one for raw
+//! jobs; the kinds a worker claims are those of its routes.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -15,6 +13,7 @@ use serde::Serialize;
 use super::JobError;
 use crate::consumer::{Handler, JobContext, Verdict};
 use crate::job::Job;
+use crate::store::Kinds;
 
 /// A handler of one kind of typed job.
 ///
@@ -151,20 +150,23 @@ where
     }
 }
 
-/// The first wait before a job no handler here takes runs again (doubling per release).
-pub const UNKNOWN_KIND_DELAY: Duration = Duration::from_secs(1);
-/// The longest wait between two releases of such a job.
-pub const UNKNOWN_KIND_DELAY_MAX: Duration = Duration::from_secs(60);
-/// Releases after which such a job goes dead naming its kind: with the delays above, about 25
-/// minutes — a rolling deploy's window.
-pub const UNKNOWN_KIND_RELEASES: u64 = 30;
-
-/// The handler a worker's consumers run: picks the route by the job's kind.
+/// The handler a worker's consumers run: picks the route by the job's kind. The worker claims
+/// only the kinds it has a route for, so every job it is handed has one.
 pub(crate) struct Router {
     pub(crate) routes: HashMap<&'static str, Arc<dyn Route>>,
     pub(crate) raw: Option<Arc<dyn Route>>,
-    /// Jobs released because no handler here takes their kind.
-    pub(crate) unknown: Arc<AtomicU64>,
+}
+
+impl Router {
+    /// The kinds the routes run: the claims ask the store for these alone.
+    pub(crate) fn kinds(&self) -> Kinds {
+        let kinds = Kinds::only(self.routes.keys().copied());
+        if self.raw.is_some() {
+            kinds.with_raw()
+        } else {
+            kinds
+        }
+    }
 }
 
 #[async_trait]
@@ -176,37 +178,12 @@ impl Handler for Router {
         };
         match route {
             Some(route) => route.run(ctx).await,
-            None => self.unknown(&ctx),
+            // only a row whose kind was changed by hand after its claim reaches here: dead, named
+            // (an operator redrives it), never given back to come round again
+            None => Verdict::Discard(match ctx.kind() {
+                Some(kind) => format!("no handler for kind {kind} on the worker that claimed it"),
+                None => "no handler for raw jobs on the worker that claimed it".to_string(),
+            }),
         }
-    }
-}
-
-impl Router {
-    /// A job whose kind no handler here takes (a raw job, when no raw handler is registered):
-    /// given back with its attempt unused, later each time, for a worker that has the handler —
-    /// during a rolling deploy, the next version's. Dead, naming the kind, after
-    /// [`UNKNOWN_KIND_RELEASES`] releases.
-    fn unknown(&self, ctx: &JobContext) -> Verdict {
-        let what = match ctx.kind() {
-            Some(kind) => format!("kind {kind}"),
-            None => "a raw job (no kind)".to_string(),
-        };
-        // the claims that used no attempt: its releases so far
-        let released = ctx.token.saturating_sub(ctx.attempt);
-        if released >= UNKNOWN_KIND_RELEASES {
-            return Verdict::Discard(format!(
-                "no handler for {what}: released {released} times and no worker took it"
-            ));
-        }
-        self.unknown.fetch_add(1, Ordering::Relaxed);
-        let delay = UNKNOWN_KIND_DELAY
-            .checked_mul(1 << released.min(16))
-            .map_or(UNKNOWN_KIND_DELAY_MAX, |d| d.min(UNKNOWN_KIND_DELAY_MAX));
-        tracing::warn!(
-            ?delay,
-            released,
-            "no handler here for {what}; releasing the job for another worker"
-        );
-        Verdict::Release(delay)
     }
 }

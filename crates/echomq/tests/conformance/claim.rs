@@ -892,11 +892,15 @@ pub async fn park_waits_for_a_wake_and_returns_false_on_timeout(ctx: &Ctx) {
     // a verb first: the embedded store reports a commit of another connection it has not seen
     // yet (the harness's setup) as a possible wake from another process
     ctx.store.counts(&ctx.q).await.unwrap();
-    let parked = ctx.store.park(&ctx.q, Duration::from_millis(50)).await.unwrap();
+    let parked = ctx
+        .store
+        .park(&ctx.q, &echomq::Kinds::all(), Duration::from_millis(50))
+        .await
+        .unwrap();
     assert!(!parked, "no wake: the park times out");
     // the longest timeout there is waits for the wake (and must not overflow a deadline)
     let (store, q) = (ctx.store.clone(), ctx.q.clone());
-    let parked = tokio::spawn(async move { store.park(&q, Duration::MAX).await });
+    let parked = tokio::spawn(async move { store.park(&q, &echomq::Kinds::all(), Duration::MAX).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!parked.is_finished(), "parked until a wake");
     ctx.store.enqueue(&ctx.q, &named(&["f1"])).await.unwrap();

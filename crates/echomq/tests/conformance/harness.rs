@@ -153,6 +153,17 @@ impl Probe {
         each_store!(self, p => p.score(set, id).await)
     }
 
+    /// Forgets the flat sets of `kinds` and the mark that they are whole, as a queue an earlier
+    /// version wrote keeps neither.
+    pub async fn forget_kinds(&self, kinds: &[&str]) {
+        each_store!(self, p => p.forget_kinds(kinds).await)
+    }
+
+    /// The length of the list `list` (a wake list: `wake`, `wake:<kind>`, `wake_any`).
+    pub async fn list_len(&self, list: &str) -> u64 {
+        each_store!(self, p => p.list_len(list).await)
+    }
+
     /// The number of members of the sorted set `set`.
     pub async fn set_len(&self, set: &str) -> u64 {
         each_store!(self, p => p.set_len(set).await)

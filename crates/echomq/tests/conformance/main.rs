@@ -12,6 +12,7 @@ mod enqueue;
 mod groups;
 mod history;
 mod inputs;
+mod kinds;
 mod pending_age;
 mod priority;
 mod promote;
@@ -44,6 +45,7 @@ fn every_verb_has_a_case() {
         groups::CASES,
         registry::CASES,
         inputs::CASES,
+        kinds::CASES,
         pending_age::CASES,
         spans::CASES,
     ]

@@ -191,6 +191,27 @@ impl RedisProbe {
         let _: () = self.conn.clone().hdel(self.row_key(id), field).await.expect("HDEL");
     }
 
+    pub async fn forget_kinds(&self, kinds: &[&str]) {
+        for kind in kinds {
+            let _: () = self
+                .conn
+                .clone()
+                .del(self.key(&format!("pending:{kind}")))
+                .await
+                .expect("DEL");
+        }
+        let _: () = self
+            .conn
+            .clone()
+            .hdel(self.key("groups"), "by_kind")
+            .await
+            .expect("HDEL");
+    }
+
+    pub async fn list_len(&self, list: &str) -> u64 {
+        self.conn.clone().llen(self.key(list)).await.expect("LLEN")
+    }
+
     pub async fn del_row(&self, id: &JobId) -> bool {
         let n: u64 = self.conn.clone().del(self.row_key(id)).await.expect("DEL");
         n == 1

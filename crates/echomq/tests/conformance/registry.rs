@@ -118,7 +118,7 @@ pub async fn consumers_registering_wake_no_parked_consumer(ctx: &Ctx) {
     other.counts(q).await.unwrap();
     let park = {
         let (other, q) = (other.clone(), q.clone());
-        tokio::spawn(async move { other.park(&q, Duration::from_millis(600)).await })
+        tokio::spawn(async move { other.park(&q, &echomq::Kinds::all(), Duration::from_millis(600)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     for i in 0..5 {
@@ -131,7 +131,7 @@ pub async fn consumers_registering_wake_no_parked_consumer(ctx: &Ctx) {
     // the control: an enqueue wakes it
     let park = {
         let (other, q) = (other.clone(), q.clone());
-        tokio::spawn(async move { other.park(&q, Duration::from_millis(600)).await })
+        tokio::spawn(async move { other.park(&q, &echomq::Kinds::all(), Duration::from_millis(600)).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     store.enqueue(q, &[NewJob::new("x")]).await.unwrap();

@@ -1800,7 +1800,7 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
     assert_eq!(warm, [Settled::Stale]);
     let r = ctx
         .store
-        .complete_then_claim(&ctx.q, &batch, plain(), claim_two)
+        .complete_then_claim(&ctx.q, &batch, plain(), claim_two.clone())
         .await
         .unwrap();
     assert_eq!(r.completed.unwrap(), [Settled::Ok, Settled::Stale]);

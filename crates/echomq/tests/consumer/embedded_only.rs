@@ -61,9 +61,15 @@ async fn a_parked_offer_is_served_by_the_enqueue_that_wakes_it_and_a_withdrawn_o
     assert!(handed.try_recv().is_err(), "handed once");
     assert_eq!(ctx.handed_over(&q).unwrap(), 2);
     // the served park left the third job's wake token to other parks: one plain park takes it
-    assert!(store.park(&q, Duration::from_millis(10)).await.unwrap());
+    assert!(store
+        .park(&q, &echomq::Kinds::all(), Duration::from_millis(10))
+        .await
+        .unwrap());
     assert!(
-        !store.park(&q, Duration::from_millis(10)).await.unwrap(),
+        !store
+            .park(&q, &echomq::Kinds::all(), Duration::from_millis(10))
+            .await
+            .unwrap(),
         "one token, for job 3"
     );
 
@@ -123,7 +129,11 @@ async fn handed_by<F: std::future::Future<Output = ()>>(
     n: u32,
     enqueue: F,
 ) -> Vec<echomq::ClaimedJob> {
-    while store.park(q, Duration::from_millis(1)).await.unwrap() {}
+    while store
+        .park(q, &echomq::Kinds::all(), Duration::from_millis(1))
+        .await
+        .unwrap()
+    {}
     let (handoff, mut handed) = forward();
     let park = store.park_with_handoff(q, Duration::from_millis(300), offer(n), handoff);
     tokio::pin!(park);
@@ -297,7 +307,7 @@ async fn a_round_leg_that_fails_midway_leaves_nothing_of_itself_behind(ctx: &Ctx
     let round = store
         .recover_promote_claim(
             &q,
-            &echomq::store::RoundRequest::new(Recovery::Reap, claim)
+            &echomq::store::RoundRequest::new(Recovery::Reap, claim.clone())
                 .pump(10)
                 .grace(echomq::schedule::GRACE_MIN),
         )

@@ -532,7 +532,10 @@ async fn slowest_park(store: &RedisStore, q: &QueueName, timeout: Duration, n: u
     let mut slowest = Duration::ZERO;
     for _ in 0..n {
         let t = Instant::now();
-        assert!(!store.park(q, timeout).await.unwrap(), "nothing woke it");
+        assert!(
+            !store.park(q, &echomq::Kinds::all(), timeout).await.unwrap(),
+            "nothing woke it"
+        );
         slowest = slowest.max(t.elapsed());
     }
     slowest

@@ -101,7 +101,10 @@ async fn one_wake_token_wakes_one_parked_caller(ctx: &Ctx) {
         .map(|_| {
             let (store, q, ended) = (store.clone(), q.clone(), ended.clone());
             tokio::spawn(async move {
-                let woken = store.park(&q, Duration::from_secs(20)).await.unwrap();
+                let woken = store
+                    .park(&q, &echomq::Kinds::all(), Duration::from_secs(20))
+                    .await
+                    .unwrap();
                 ended.fetch_add(1, Ordering::SeqCst);
                 woken
             })

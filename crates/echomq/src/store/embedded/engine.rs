@@ -97,7 +97,8 @@ end
 "#;
 
 /// What a command that succeeded tells beyond the keyspace: a message published on a channel, or
-/// a push onto a queue's wake list (a notice on the list's key, its message the count of tokens).
+/// a push onto one of a queue's wake lists (a notice on the list's key, its message the count of
+/// tokens).
 fn notice(argv: &[Vec<u8>]) -> Option<Notice> {
     let name = argv.first()?;
     if name.eq_ignore_ascii_case(b"PUBLISH") || name.eq_ignore_ascii_case(b"SPUBLISH") {
@@ -105,7 +106,11 @@ fn notice(argv: &[Vec<u8>]) -> Option<Notice> {
             return Some((ch.clone(), msg.clone()));
         }
     }
-    if name.eq_ignore_ascii_case(b"RPUSH") && argv.get(1).is_some_and(|k| k.ends_with(b":wake")) {
+    if name.eq_ignore_ascii_case(b"RPUSH")
+        && argv
+            .get(1)
+            .is_some_and(|k| crate::keyspace::wake_list_base(k).is_some())
+    {
         return Some((argv[1].clone(), (argv.len() - 2).to_string().into_bytes()));
     }
     None

@@ -453,7 +453,8 @@ impl RedisStore {
         unreachable_or(&self.addr, verb, e)
     }
 
-    /// The park: a `BLPOP` on the queue's wake list, on a parking connection of its own to the
+    /// The park: a `BLPOP` on the wake lists of the queue a consumer of `kinds` parks on (one hash
+    /// tag: one slot, one node), on a parking connection of its own to the
     /// server that holds the queue (taken from the pool, or opened), returned to the pool after a
     /// reply and dropped after an error. On a cluster moving the queue's slot the park ends at once
     /// as woken (the `BLPOP` did not run; the consumer's next claim follows the slot), with the
@@ -464,9 +465,16 @@ impl RedisStore {
     /// fires first, ends the block itself (`CLIENT UNBLOCK` of the parking connection, from the
     /// node's shared one): the connection stays open and goes back to the pool. A user the server
     /// refuses `CLIENT ID` or `CLIENT UNBLOCK` waits for the server's own step instead.
-    pub(super) async fn park_on_own_connection(&self, queue: &QueueName, timeout: Duration) -> Result<bool> {
-        let wake = QueueKeys::new(queue).wake();
-        let node = self.node_for(&wake).await?;
+    pub(super) async fn park_on_own_connection(
+        &self,
+        queue: &QueueName,
+        kinds: &crate::store::Kinds,
+        timeout: Duration,
+    ) -> Result<bool> {
+        let k = QueueKeys::new(queue);
+        let wakes = k.wakes_of(kinds);
+        // every list of the queue is in its slot: its wake list names the node
+        let node = self.node_for(&k.wake()).await?;
         let pooled = self.parkers.lock().await.get_mut(&node.addr).and_then(Vec::pop);
         let Parker { mut conn, id } = match pooled {
             Some(p) => p,
@@ -483,7 +491,7 @@ impl RedisStore {
         let secs = format!("{:.3}", timeout.as_secs_f64().max(0.001));
         let mut blpop_conn = conn.clone();
         let mut cmd = redis::cmd("BLPOP");
-        cmd.arg(&wake).arg(secs);
+        cmd.arg(&wakes).arg(secs);
         let blpop = cmd.query_async::<Value>(&mut blpop_conn);
         tokio::pin!(blpop);
         let precise = id.filter(|_| timeout <= PRECISE_PARK);
@@ -950,6 +958,7 @@ mod tests {
             lease: Duration::from_secs(30),
             max_attempts: 3,
             settle: SettleOptions::default(),
+            kinds: crate::store::Kinds::all(),
         };
         let round = store
             .recover_promote_claim(

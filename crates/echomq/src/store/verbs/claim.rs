@@ -11,24 +11,23 @@ use super::{reply, Engine};
 use crate::error::{Error, Result};
 use crate::job::ClaimedJob;
 use crate::keyspace::{GroupName, JobId, QueueKeys, QueueName};
-use crate::store::{check_claim, positive, Claimed, SettleOptions, BATCH_BYTES_MAX, BATCH_MAX};
+use crate::store::{check_claim, positive, ClaimRequest, Claimed, BATCH_BYTES_MAX, BATCH_MAX};
 
 pub(crate) async fn claim(
     store: &(impl Engine + ?Sized),
     queue: &QueueName,
-    n: u32,
-    lease: Duration,
-    max_attempts: u32,
-    settle: SettleOptions,
+    request: &ClaimRequest,
 ) -> Result<Claimed> {
+    let n = request.n;
     positive("n", n as u64)?;
-    check_claim(lease, max_attempts)?;
+    check_claim(request.lease, request.max_attempts)?;
+    request.kinds.check()?;
     let k = QueueKeys::new(queue);
     let mut out = Claimed::default();
     let mut left = n as usize;
     while left > 0 {
         let take = left.min(BATCH_MAX);
-        let call = claim_call(store, &k, take, lease, max_attempts, settle);
+        let call = claim_call(store, &k, take, request);
         let v = store.run(call.script, &call.keys, call.args).await?;
         let got = parse_claimed(v, &mut out)?;
         if got < take {
@@ -39,16 +38,27 @@ pub(crate) async fn claim(
     Ok(out)
 }
 
-/// One claim script call of `n` jobs (at most [`BATCH_MAX`]).
+/// One claim script call of `n` jobs (at most [`BATCH_MAX`]) as `request` asks them (its lease,
+/// budget, settle options and kinds; its `n` is the caller's to split).
 pub(crate) fn claim_call<'a>(
     store: &'a (impl Engine + ?Sized),
     k: &QueueKeys,
     n: usize,
-    lease: Duration,
-    max_attempts: u32,
-    settle: SettleOptions,
+    request: &ClaimRequest,
 ) -> Call<'a> {
-    let recmax = settle_arg(settle);
+    let recmax = settle_arg(request.settle);
+    let mut args = vec![
+        k.base().as_bytes().to_vec(),
+        num(n),
+        ms(request.lease),
+        num(request.max_attempts),
+        recmax,
+        num(BATCH_BYTES_MAX),
+    ];
+    if let Some(kinds) = request.kinds.store_list() {
+        args.push(num(kinds.len()));
+        args.extend(kinds.iter().map(|kind| kind.as_bytes().to_vec()));
+    }
     Call {
         script: &store.scripts().claim,
         keys: vec![
@@ -62,14 +72,7 @@ pub(crate) fn claim_call<'a>(
             k.tats(),
             k.tat(),
         ],
-        args: vec![
-            k.base().as_bytes().to_vec(),
-            num(n),
-            ms(lease),
-            num(max_attempts),
-            recmax,
-            num(BATCH_BYTES_MAX),
-        ],
+        args,
     }
 }
 

@@ -26,8 +26,8 @@ pub(crate) async fn counts(store: &(impl Engine + ?Sized), queue: &QueueName) ->
             )
             .await?;
         let items = reply::array(verb, v)?;
-        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, age, next, groups, kept] =
-            <[Reply; 15]>::try_from(items).map_err(|_| Error::Protocol {
+        let [pending, scheduled, active, dead, paused, completed, cancelled, failed, retried, stalled, reaped, age, next, groups, kept, kinds] =
+            <[Reply; 16]>::try_from(items).map_err(|_| Error::Protocol {
                 verb,
                 reply: "counts shape".into(),
             })?;
@@ -44,6 +44,13 @@ pub(crate) async fn counts(store: &(impl Engine + ?Sized), queue: &QueueName) ->
             } else {
                 lanes.values().sum::<u64>()
             };
+            let mut ready_by_kind = Vec::new();
+            let mut it = reply::array(verb, kinds)?.into_iter();
+            while let (Some(kind), Some(count)) = (it.next(), it.next()) {
+                let kind = reply::string(verb, kind)?;
+                ready_by_kind.push(((!kind.is_empty()).then_some(kind), n(&count)?));
+            }
+            ready_by_kind.sort();
             return Ok(Counts {
                 pending: n(&pending)? + laned,
                 scheduled: n(&scheduled)?,
@@ -57,6 +64,7 @@ pub(crate) async fn counts(store: &(impl Engine + ?Sized), queue: &QueueName) ->
                 reaped: n(&reaped)?,
                 paused: n(&paused)? == 1,
                 oldest_pending_age: u64::try_from(reply::int(verb, &age)?).ok().map(Duration::from_millis),
+                ready_by_kind,
             });
         }
     }

@@ -24,7 +24,7 @@ pub(crate) async fn recover_promote_claim(
         recovery,
         pump,
         grace,
-        claim,
+        ref claim,
     } = *request;
     positive("pump", pump as u64)?;
     let k = QueueKeys::new(queue);
@@ -39,7 +39,7 @@ pub(crate) async fn recover_promote_claim(
     if claim.n > 0 {
         check_claim(claim.lease, claim.max_attempts)?;
         let n = (claim.n as usize).min(BATCH_MAX);
-        calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
+        calls.push(claim_call(store, &k, n, claim));
     }
     let mut replies = store.run_calls(calls).await?.into_iter();
     let mut next = || {
@@ -76,7 +76,7 @@ pub(crate) async fn complete_then_claim(
     queue: &QueueName,
     jobs: &[Completion],
     settle: SettleOptions,
-    claim: ClaimRequest,
+    claim: &ClaimRequest,
 ) -> Result<CompletedThenClaimed> {
     let k = QueueKeys::new(queue);
     // a batch refused before sending (an output over the limit) sends no claim either: the
@@ -86,7 +86,7 @@ pub(crate) async fn complete_then_claim(
     if claim.n > 0 {
         check_claim(claim.lease, claim.max_attempts)?;
         let n = (claim.n as usize).min(BATCH_MAX);
-        calls.push(claim_call(store, &k, n, claim.lease, claim.max_attempts, claim.settle));
+        calls.push(claim_call(store, &k, n, claim));
     }
     let mut replies = store.run_calls(calls).await?;
     let claimed = if claim.n > 0 {
