@@ -668,7 +668,8 @@ fn stats_of_a_never_used_queue_prints_zeros_and_exits_0() {
     assert_eq!(
         v,
         serde_json::json!({"queue": q, "pending": 0, "scheduled": 0, "active": 0, "dead": 0,
-            "completed": 0, "cancelled": 0, "paused": false, "oldest_pending_age_ms": null})
+            "completed": 0, "cancelled": 0, "paused": false, "oldest_pending_age_ms": null,
+            "ready_by_kind": {}, "kinds_with_no_live_consumer": []})
     );
 }
 
@@ -697,9 +698,14 @@ fn stats_without_json_prints_an_aligned_table() {
     assert_exit(&o, 0);
     let out = stdout(&o);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(lines.len(), 6, "{out}");
     assert_eq!(lines[2], "priority_aging=1m", "the queue's settings under its table");
     assert_eq!(lines[3], "rate_limit=none", "then its rate limits");
+    assert_eq!(lines[4], "ready_kind[(raw)]=1", "then its ready jobs by kind");
+    assert_eq!(
+        lines[5], "kinds_with_no_live_consumer=(raw)",
+        "and those no worker runs"
+    );
     assert!(lines[0].starts_with("QUEUE") && lines[0].contains("PENDING"), "{out}");
     assert!(lines[1].starts_with(&q), "{out}");
     // the numbers line up under their headings

@@ -6,11 +6,13 @@
 -- once. A paused (or obliterating) queue claims nothing.
 -- Kinds (ARGV[7] on): a consumer of some kinds takes flat jobs from their sets by kind (lib/ring.lua;
 -- the lowest rank among their heads first, so FIFO and priorities hold across its kinds) and never
--- reads a row of another kind there; a lane whose head job is of another kind (its kind read once,
--- by a field) is passed over untouched — its order and its group's slots as they were. A member
--- holding only other kinds' jobs stays on the ring for their consumers, moved to its tail, and is
--- not walked again in this claim. A queue whose flat sets by kind are not yet whole is filled first
--- (emq_kinds_fill).
+-- reads a row of another kind there; a lane whose head job is of another kind is passed over
+-- untouched — its order and its group's slots as they were — and one wake token goes to that
+-- kind's consumers (wake:<kind>: the lane's own token went to wake_any, which any pool may have
+-- taken). The head's kind is read from its row once per head: the groups hash keeps it
+-- (hk:<g> = '<id> <kind>') until a claim takes that job. A member holding only other kinds' jobs
+-- stays on the ring for their consumers, moved to its tail, and is not walked again in this claim.
+-- A queue whose flat sets by kind are not yet whole is filled first (emq_kinds_fill).
 -- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua; an exact limit's log of
 -- its last starts: `starts`, a group's `starts:<g>`, named in the set `start_logs`): the queue's
 -- own (rate) gates every start — the walk stops while it admits none, leaving the ring as it is; a
@@ -148,11 +150,12 @@ local function member(m)
   elseif m == '~' then
     s = { key = pending, size = call('ZCARD', pending), ids = {}, ranks = {}, read = 0, taken = 0 }
   else
-    local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m)
+    local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m, 'hk:' .. m)
     local lane = base .. 'lane:' .. m
     local spec = f[4] or default_rate
     s = { key = lane, size = emq_lane_len(base, m), ids = {}, ranks = {}, read = 0, taken = 0, group = m,
           a = tonumber(f[1]) or 0, limit = tonumber(f[2]) or tonumber(f[3]) or 1, a0 = tonumber(f[1]) or 0,
+          hk = f[5] or nil,
           rate = spec and emq_rate_read(spec, redis.pcall('ZSCORE', tats, m), now_us, base .. 'starts:' .. m) or nil }
   end
   members[m] = s
@@ -197,18 +200,27 @@ local function next_id(s, ahead)
 end
 
 -- whether the consumer runs the job at the head of a group's lane (s): always without kinds; else
--- by its row's kind, read once per head (a key of another type: taken, to be set aside)
+-- by its kind (s.head_kind), as hk:<g> keeps it for that head or read from its row (then kept:
+-- s.hk_new); a key of another type is taken, to be set aside
 local function runs_head(s)
   if not runs then return true end
   read_ahead(s, 1)
   local id = s.ids[s.taken + 1]
   if not id then return true end
   if s.head ~= id then
-    local kind = redis.pcall('HGET', jobs .. id, 'kind')
     s.head = id
-    if type(kind) == 'table' then s.head_runs = true else s.head_runs = runs[kind or ''] or false end
+    local kept_id, kept_kind = nil, nil
+    if s.hk then kept_id, kept_kind = string.match(s.hk, '^(%S+) (.*)$') end
+    if kept_id == id then
+      s.head_kind = kept_kind
+    else
+      local kind = redis.pcall('HGET', jobs .. id, 'kind')
+      if type(kind) == 'table' then return true end
+      s.head_kind = kind or ''
+      s.hk_new = id .. ' ' .. s.head_kind
+    end
   end
-  return s.head_runs
+  return runs[s.head_kind] or false
 end
 
 -- the queue's priority aging (ms), read when a job of a priority above 0 is first handed out
@@ -427,6 +439,14 @@ while got < n and bytes < maxbytes and budget > 0 do
   end
   push_back(s, m)
 end
+-- the wake tokens forwarded to the kinds of the lanes passed over
+local forward, forward_kinds = {}, {}
+for _, s in ipairs(order) do
+  if s.foreign then
+    if not forward[s.head_kind] then forward_kinds[#forward_kinds + 1] = s.head_kind end
+    forward[s.head_kind] = (forward[s.head_kind] or 0) + 1
+  end
+end
 -- the wait: the queue's next admission while it admits none, else the earliest group's in
 -- throttled once this claim's moves are written (the first not taken due, or one throttled here)
 local wake_at = nil
@@ -455,6 +475,12 @@ if #settled > 0 then
   if cancelled > 0 then touch[#touch + 1] = 'metrics:cancelled' end
   if recmax > 0 then touch[#touch + 1] = 'completions' end
   emq_touch(base, touch)
+end
+-- the wake lists of the kinds forwarded to
+if #forward_kinds > 0 then
+  local lists = {}
+  for i, k in ipairs(forward_kinds) do lists[i] = 'wake:' .. k end
+  emq_touch(base, lists)
 end
 -- the sets by kind a claim of every kind takes its jobs out of
 local by_kind_keys = {}
@@ -498,15 +524,22 @@ for _, s in ipairs(order) do
 end
 for k, ids in pairs(by_kind) do emq_bulk('ZREM', base .. 'pending:' .. k, ids) end
 emq_tally_write(base, left)
--- the groups hash: the dropped members' flags first, then each group's active count and the lanes'
--- count (the hash holds no more fields than before the claim but for a first count, so it keeps
--- its encoding)
+-- the groups hash: the dropped members' flags (and the kept head kinds of the lanes taken from)
+-- first, then each group's active count, the lanes' count and the head kinds of the lanes passed
+-- over
+for _, s in ipairs(order) do
+  if s.hk and s.taken > 0 then dropped[#dropped + 1] = 'hk:' .. s.group end
+end
 if #dropped > 0 then emq_bulk('HDEL', groups, dropped) end
 local counts = {}
 for _, s in ipairs(order) do
   if s.group and s.a ~= s.a0 then
     counts[#counts + 1] = 'a:' .. s.group
     counts[#counts + 1] = s.a
+  end
+  if s.hk_new and s.foreign then
+    counts[#counts + 1] = 'hk:' .. s.group
+    counts[#counts + 1] = s.hk_new
   end
 end
 if lj then
@@ -539,6 +572,7 @@ emq_rate_log_write(qrate, now_us)
 for _, s in ipairs(order) do
   if emq_rate_log_write(s.rate, now_us) then call('SADD', base .. 'start_logs', s.group) end
 end
+for _, k in ipairs(forward_kinds) do emq_push_tokens(base .. 'wake:' .. k, forward[k]) end
 for _, j in ipairs(settled) do
   if j.kind == 'cancelled' then
     emq_finish(base, j.id, 'cancelled', now, ret, 'last_error', j.reason)

@@ -2,7 +2,9 @@
 //! (concurrency 4), with `--backlog` of its jobs waiting; `--jobs` `resize` jobs are pushed; worker
 //! B, which runs only `resize`, starts `--start-after-ms` later. The figure is how long after B's
 //! start its jobs are all done: a queue that keeps pools apart finishes them at once (worker A
-//! never claims a `resize` job, however many of its own wait).
+//! never claims a `resize` job, however many of its own wait). Then, B parked and A still busy,
+//! `--singles` more `resize` jobs are pushed one at a time: how long each took from its push to its
+//! handler's start (a parked pool is woken by its own kind's jobs).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +34,9 @@ pub struct PoolsArgs {
     /// The longest the run waits for pool B's jobs.
     #[arg(long, default_value_t = 180)]
     pub timeout_secs: u64,
+    /// `resize` jobs pushed one at a time (100 ms apart) once pool B is idle.
+    #[arg(long, default_value_t = 10)]
+    pub singles: usize,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -81,8 +86,13 @@ pub async fn run(store: &Arc<dyn Store>, q: &QueueName, args: PoolsArgs) -> anyh
     }
     tokio::time::sleep(Duration::from_millis(args.start_after_ms)).await;
     let b_started = Instant::now();
+    // each start of a job of pool B, by its n
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Instant)>();
     let b = Worker::new(store.clone(), q.as_str())?
-        .on(|_job: Resize, _ctx: JobContext| async move { Ok::<_, JobError>(()) })
+        .on(move |job: Resize, _ctx: JobContext| {
+            let _ = started_tx.send((job.n, Instant::now()));
+            async move { Ok::<_, JobError>(()) }
+        })
         .concurrency(4)
         .start()?;
     let timeout = Duration::from_secs(args.timeout_secs);
@@ -98,6 +108,22 @@ pub async fn run(store: &Arc<dyn Store>, q: &QueueName, args: PoolsArgs) -> anyh
         }
     }
     let all_done = (each.len() == handles.len()).then(|| b_started.elapsed().as_secs_f64());
+    // pool B parked, pool A busy: each single's push to its start
+    while started_rx.try_recv().is_ok() {}
+    let mut singles_ms = Vec::with_capacity(args.singles);
+    for i in 0..args.singles {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let pushed = Instant::now();
+        queue.push(Resize { n: args.jobs + i }).await?;
+        let started = tokio::time::timeout(Duration::from_secs(10), started_rx.recv()).await;
+        if let Ok(Some((_, at))) = started {
+            singles_ms.push(at.saturating_duration_since(pushed).as_secs_f64() * 1000.0);
+        }
+    }
+    let mut sorted = singles_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied();
+    let max = sorted.last().copied();
     b.stop(Duration::from_secs(5)).await?;
     a.stop(Duration::from_secs(5)).await?;
     emit(
@@ -109,6 +135,8 @@ pub async fn run(store: &Arc<dyn Store>, q: &QueueName, args: PoolsArgs) -> anyh
             "all_done_after_b_start_s": all_done,
             "first_done_after_b_start_s": each.iter().copied().reduce(f64::min),
             "a_jobs_done_meanwhile": a_done.load(Ordering::Relaxed),
+            "singles": args.singles, "singles_started": singles_ms.len(),
+            "single_push_to_start_ms_median": median, "single_push_to_start_ms_max": max,
         }),
     );
     anyhow::ensure!(all_done.is_some(), "pool B's jobs were not all done within {timeout:?}");
