@@ -1,5 +1,5 @@
-//! `emq rate-limit`: at most MAX job starts per PER, for a whole queue, one group or every group
-//! without its own — a setting in the store that every consumer of the queue, on every machine,
+//! `emq rate-limit`: at most MAX job starts per PER, for a whole queue, one group, every group
+//! without its own or one kind of job — a setting in the store that every consumer of the queue, on every machine,
 //! obeys.
 
 use std::time::Duration;
@@ -11,8 +11,8 @@ use echomq::{GroupName, QueueName, RateLimit, RateTarget};
 #[derive(clap::Args, Debug)]
 #[command(
     group(clap::ArgGroup::new("change").args(["limit", "off"])),
-    override_usage = "emq rate-limit QUEUE [--group G | --group-default] [--burst N] [--exact] MAX/PER\n       \
-                      emq rate-limit QUEUE [--group G | --group-default] --off\n       \
+    override_usage = "emq rate-limit QUEUE [--group G | --group-default | --kind K] [--burst N] [--exact] MAX/PER\n       \
+                      emq rate-limit QUEUE [--group G | --group-default | --kind K] --off\n       \
                       emq rate-limit QUEUE"
 )]
 pub struct Args {
@@ -22,8 +22,12 @@ pub struct Args {
     #[arg(value_name = "MAX/PER", value_parser = limit)]
     pub limit: Option<RateLimit>,
     /// One group's limit instead of the queue's.
-    #[arg(long, value_name = "G", conflicts_with = "group_default")]
+    #[arg(long, value_name = "G", conflicts_with_all = ["group_default", "kind"])]
     pub group: Option<String>,
+    /// One kind's limit instead of the queue's: the starts of that kind's jobs, flat and in
+    /// groups. While it admits none, they wait and the queue's other kinds go on.
+    #[arg(long, value_name = "K", conflicts_with = "group_default")]
+    pub kind: Option<String>,
     /// The default of groups without a limit of their own instead of the queue's.
     #[arg(long)]
     pub group_default: bool,
@@ -55,8 +59,8 @@ fn wait(d: Duration) -> String {
 
 /// The lines `emq stats QUEUE` and `emq rate-limit QUEUE` print for a queue's limits:
 /// `rate_limit=200/1s next=now`, `rate_limit_group_default=5/1m burst 2`,
-/// `rate_limit_group[G]=1/1h next=59m59s`, `throttled_groups=N next=…`; `rate_limit=none` when
-/// the queue has none of them.
+/// `rate_limit_group[G]=1/1h next=59m59s`, `rate_limit_kind[K]=5/1s next=now`,
+/// `throttled_groups=N next=…`; `rate_limit=none` when the queue has none of them.
 pub fn lines(l: &RateLimits) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(q) = &l.queue {
@@ -73,6 +77,14 @@ pub fn lines(l: &RateLimits) -> Vec<String> {
             wait(g.state.wait)
         ));
     }
+    for k in &l.kinds {
+        out.push(format!(
+            "rate_limit_kind[{}]={} next={}",
+            k.kind,
+            k.state.limit,
+            wait(k.state.wait)
+        ));
+    }
     if let Some(next) = l.next_admission {
         out.push(format!("throttled_groups={} next={}", l.throttled, wait(next)));
     }
@@ -86,10 +98,11 @@ pub fn lines(l: &RateLimits) -> Vec<String> {
 #[allow(clippy::print_stdout, clippy::print_stderr)] // the limits on stdout; a change on stderr
 pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
     let queue = QueueName::new(&args.queue)?;
-    let target = match (&args.group, args.group_default) {
-        (Some(g), _) => RateTarget::Group(GroupName::new(g.as_str())?),
-        (None, true) => RateTarget::GroupDefault,
-        (None, false) => RateTarget::Queue,
+    let target = match (&args.group, args.group_default, &args.kind) {
+        (Some(g), _, _) => RateTarget::Group(GroupName::new(g.as_str())?),
+        (None, true, _) => RateTarget::GroupDefault,
+        (None, false, Some(k)) => RateTarget::Kind(k.clone()),
+        (None, false, None) => RateTarget::Queue,
     };
     let change = match (args.limit, args.off) {
         (Some(l), _) => {
@@ -101,7 +114,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         }
         (None, true) => Some(None),
         (None, false) if target != RateTarget::Queue => {
-            anyhow::bail!("--group and --group-default need MAX/PER or --off")
+            anyhow::bail!("--group, --group-default and --kind need MAX/PER or --off")
         }
         (None, false) => None,
     };
@@ -112,6 +125,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             RateTarget::Queue => format!("queue {queue}"),
             RateTarget::Group(g) => format!("group {g} of queue {queue}"),
             RateTarget::GroupDefault => format!("queue {queue}: groups without their own limit"),
+            RateTarget::Kind(k) => format!("kind {k} of queue {queue}"),
             other => format!("{other:?} of queue {queue}"),
         };
         match limit {

@@ -13,6 +13,10 @@
 -- (hk:<g> = '<id> <kind>') until a claim takes that job. A member holding only other kinds' jobs
 -- stays on the ring for their consumers, moved to its tail, and is not walked again in this claim.
 -- A queue whose flat sets by kind are not yet whole is filled first (emq_kinds_fill).
+-- A kind's own limit (kind_rates: kind -> limit; its TAT in kind_tats, an exact one's log in
+-- kind_starts:<kind>) gates the starts of that kind's jobs: while it admits none, the kind's flat
+-- set is left out of the walk (so a claim of every kind walks the sets by kind too once any kind
+-- has a limit) and a lane headed by such a job is passed over; the queue's other kinds go on.
 -- Rate limits (GCRA on the store's clock, emq_rate_read in lib/rate.lua; an exact limit's log of
 -- its last starts: `starts`, a group's `starts:<g>`, named in the set `start_logs`): the queue's
 -- own (rate) gates every start — the walk stops while it admits none, leaving the ring as it is; a
@@ -100,7 +104,31 @@ local call, jobs = redis.call, base .. 'job:'
 -- the queue's limit and the groups' default (each group's own is read with its fields), and the
 -- count of the lanes' jobs as the queue keeps it
 local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs', 'by_kind')
-if runs then emq_kinds_fill(base, specs[4]) end
+-- whether any kind has a limit of its own
+local kind_limited = call('HLEN', base .. 'kind_rates') > 0
+if runs or kind_limited then emq_kinds_fill(base, specs[4]) end
+-- each kind's own limit met (kind_rate), false for none; kind_wake: the earliest admission of a
+-- kind whose limit held a job back
+local krates, krate_list, kind_wake = {}, {}, nil
+local function kind_rate(kind)
+  if not kind_limited or not kind then return nil end
+  local r = krates[kind]
+  if r == nil then
+    local spec = call('HGET', base .. 'kind_rates', kind)
+    r = false
+    if spec then
+      r = emq_rate_read(spec, redis.pcall('ZSCORE', base .. 'kind_tats', kind), now_us, base .. 'kind_starts:' .. kind) or false
+    end
+    krates[kind] = r
+    if r then krate_list[#krate_list + 1] = { kind = kind, r = r } end
+  end
+  return r
+end
+-- a job held back by its kind's limit r: the claim's wait counts r's next admission
+local function kind_held(r)
+  local at = emq_rate_next(r)
+  if not kind_wake or at < kind_wake then kind_wake = at end
+end
 local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us, base .. 'starts')
 local default_rate = specs[2]
 
@@ -135,15 +163,19 @@ local members, order = {}, {}
 local function member(m)
   local s = members[m]
   if s then return s end
-  if m == '~' and runs then
-    -- the sets of the kinds run ({key, kind, size, ids, ranks, read, taken} each); total: pending's
-    -- jobs of every kind; flat_ids: the ids taken, which leave pending too
+  if m == '~' and (runs or kind_limited) then
+    -- the sets of the kinds run, or of every kind named in `kinds` ({key, kind, size, ids, ranks,
+    -- read, taken, rate} each); total: pending's jobs of every kind; flat_ids: the ids taken,
+    -- which leave pending too
     s = { kinds = {}, size = 0, total = call('ZCARD', pending), taken = 0, flat_ids = {} }
-    for _, k in ipairs(kind_list) do
+    local list = kind_list
+    if not runs then list = call('SMEMBERS', base .. 'kinds') end
+    for _, k in ipairs(list) do
       local key = base .. 'pending:' .. k
       local size = call('ZCARD', key)
       if size > 0 then
-        s.kinds[#s.kinds + 1] = { key = key, kind = k, size = size, ids = {}, ranks = {}, read = 0, taken = 0 }
+        s.kinds[#s.kinds + 1] = { key = key, kind = k, size = size, ids = {}, ranks = {}, read = 0, taken = 0,
+                                  rate = kind_rate(k) }
         s.size = s.size + size
       end
     end
@@ -176,20 +208,27 @@ local function read_ahead(s, ahead)
   end
 end
 
--- the next job id of s and its rank; its next page holds `ahead` ids. For the flat sets of the
--- kinds run, the lowest-ranked of their heads.
+-- the next job id of s and its rank; its next page holds `ahead` ids. For the flat sets by kind,
+-- the lowest-ranked of the heads of the kinds whose limits admit a start (s.last: its set); nil
+-- when none is left (s.stuck when a limit holds the rest back).
 local function next_id(s, ahead)
   if s.kinds then
     local best, best_rank = nil, nil
     for _, ks in ipairs(s.kinds) do
       if ks.taken < ks.size then
-        read_ahead(ks, ahead)
-        local r = tonumber(ks.ranks[ks.taken + 1])
-        if r and (not best or r < best_rank) then best, best_rank = ks, r end
+        if emq_rate_admits(ks.rate, now_us) then
+          read_ahead(ks, ahead)
+          local r = tonumber(ks.ranks[ks.taken + 1])
+          if r and (not best or r < best_rank) then best, best_rank = ks, r end
+        else
+          kind_held(ks.rate)
+          s.stuck = true
+        end
       end
     end
-    s.taken = s.taken + 1
     if not best then return nil, nil end
+    s.taken = s.taken + 1
+    s.last = best
     local id, rank = next_id(best, ahead)
     s.flat_ids[#s.flat_ids + 1] = id
     return id, rank
@@ -203,7 +242,7 @@ end
 -- by its kind (s.head_kind), as hk:<g> keeps it for that head or read from its row (then kept:
 -- s.hk_new); a key of another type is taken, to be set aside
 local function runs_head(s)
-  if not runs then return true end
+  if not runs and not kind_limited then return true end
   read_ahead(s, 1)
   local id = s.ids[s.taken + 1]
   if not id then return true end
@@ -215,12 +254,16 @@ local function runs_head(s)
       s.head_kind = kept_kind
     else
       local kind = redis.pcall('HGET', jobs .. id, 'kind')
-      if type(kind) == 'table' then return true end
+      if type(kind) == 'table' then
+        s.head_kind = nil
+        return true
+      end
       s.head_kind = kind or ''
       s.hk_new = id .. ' ' .. s.head_kind
     end
   end
-  return runs[s.head_kind] or false
+  if not s.head_kind then return true end
+  return not runs or runs[s.head_kind] or false
 end
 
 -- the queue's priority aging (ms), read when a job of a priority above 0 is first handed out
@@ -355,7 +398,7 @@ local function take(id, g, rank)
   local p = 0
   if r.priority then p = tonumber(r.priority) or 0 end
   met[id] = p
-  if not g and not runs then
+  if not g and not runs and not kind_limited then
     local k = r.kind or ''
     local ids = by_kind[k]
     if not ids then
@@ -391,7 +434,7 @@ local stopped = false
 -- longer admits is held in `throttled` instead; any other member leaves the ring (its r: flag
 -- cleared).
 local function push_back(s, m)
-  if s.foreign or (s.kinds and s.taken >= s.size and s.total > 0) then
+  if s.foreign or s.kind_held or (s.kinds and (s.taken >= s.size or s.stuck) and s.total > 0) then
     passed[#passed + 1] = m
   elseif s.taken < s.size and (not s.group or s.a < s.limit) then
     if s.group and not emq_rate_admits(s.rate, now_us) then
@@ -420,21 +463,32 @@ while got < n and bytes < maxbytes and budget > 0 do
     while used < want and bytes < maxbytes and s.taken < s.size and emq_rate_admits(qrate, now_us) do
       used = used + 1
       local id, rank = next_id(s, n - got)
-      if id and take(id, nil, rank) then
+      if not id then break end
+      if take(id, nil, rank) then
         got = got + 1
         emq_rate_take(qrate)
+        if s.last then emq_rate_take(s.last.rate) end
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
     s.foreign = not runs_head(s)
+    -- a head its kind's limit holds back: the lane is passed over
+    local kr = not s.foreign and kind_rate(s.head_kind)
+    if kr and not emq_rate_admits(kr, now_us) then
+      s.kind_held = true
+      kind_held(kr)
+    end
   end
-  if s.group and not s.foreign and s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
+  if s.group and not s.foreign and not s.kind_held and s.a < s.limit and s.taken < s.size
+      and emq_rate_admits(s.rate, now_us) then
+    local kr = kind_rate(s.head_kind)
     local id, rank = next_id(s, n - got)
     if take(id, m, rank) then
       got = got + 1
       s.a = s.a + 1
       emq_rate_take(s.rate)
       emq_rate_take(qrate)
+      emq_rate_take(kr)
     end
   end
   push_back(s, m)
@@ -458,6 +512,7 @@ else
   for _, h in ipairs(held) do
     if not wake_at or h[2] < wake_at then wake_at = h[2] end
   end
+  if kind_wake and (not wake_at or kind_wake < wake_at) then wake_at = kind_wake end
 end
 local wait = 0
 if wake_at then
@@ -537,7 +592,7 @@ for _, s in ipairs(order) do
     counts[#counts + 1] = 'a:' .. s.group
     counts[#counts + 1] = s.a
   end
-  if s.hk_new and s.foreign then
+  if s.hk_new and (s.foreign or s.kind_held) then
     counts[#counts + 1] = 'hk:' .. s.group
     counts[#counts + 1] = s.hk_new
   end
@@ -568,6 +623,18 @@ if #moved > 0 then
   emq_bulk('ZADD', tats, moved)
 end
 if qrate and qrate.moved then call('SET', KEYS[9], math.ceil(qrate.tat)) end
+local kmoved = {}
+for _, k in ipairs(krate_list) do
+  if k.r.moved then
+    kmoved[#kmoved + 1] = math.ceil(k.r.tat)
+    kmoved[#kmoved + 1] = k.kind
+  end
+  emq_rate_log_write(k.r, now_us)
+end
+if #kmoved > 0 then
+  call('ZREMRANGEBYSCORE', base .. 'kind_tats', '-inf', now_us)
+  emq_bulk('ZADD', base .. 'kind_tats', kmoved)
+end
 emq_rate_log_write(qrate, now_us)
 for _, s in ipairs(order) do
   if emq_rate_log_write(s.rate, now_us) then call('SADD', base .. 'start_logs', s.group) end

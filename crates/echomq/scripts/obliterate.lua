@@ -99,7 +99,7 @@ local keys = {}
 if finished then
   keys = { 'id', 'ring', 'groups', 'retention', 'wake', 'wake_any', 'paused', 'completions', 'registered',
            'order', 'throttled', 'tats', 'tat', 'schedules', 'schedule_due', 'dedup', 'dedup_sweep',
-           'pending_tally', 'pending_since', 'starts', 'start_logs', 'kinds' }
+           'pending_tally', 'pending_since', 'starts', 'start_logs', 'kinds', 'kind_rates', 'kind_tats' }
   for _, event in ipairs({ 'completed', 'cancelled', 'failed', 'retried', 'stalled', 'reaped' }) do
     keys[#keys + 1] = 'metrics:' .. event
   end
@@ -108,6 +108,9 @@ if finished then
   end
   for _, name in ipairs(redis.call('SMEMBERS', base .. 'start_logs')) do
     keys[#keys + 1] = 'starts:' .. name
+  end
+  for _, kind in ipairs(redis.call('HKEYS', base .. 'kind_rates')) do
+    keys[#keys + 1] = 'kind_starts:' .. kind
   end
   for _, kind in ipairs(redis.call('SMEMBERS', base .. 'kinds')) do
     keys[#keys + 1] = 'pending:' .. kind

@@ -8,7 +8,8 @@
 -- ARGV[1] the queue base emq:{q}: (an exact limit's log of starts: `starts`, a group's `starts:<g>`)
 --
 -- Replies: {queue limit or '', µs until it admits a start (0: now), default or '', throttled
--- groups, µs until the first of them may run (0: none or now), then group, limit, µs until it
+-- groups, µs until the first of them may run (0: none or now), {kind, limit, µs until it admits a
+-- start, for every kind with a limit of its own (`kind_rates`)}, then group, limit, µs until it
 -- admits a start, for every group with a limit of its own}. A limit is 'max/per ms/burst' as
 -- stored (a malformed one as it stands: the caller names it).
 local groups, throttled, tats = KEYS[1], KEYS[2], KEYS[3]
@@ -29,6 +30,14 @@ if first[2] then
   local w = math.ceil(tonumber(first[2]) - now_us)
   if w > 0 then out[5] = w end
 end
+local kinds = {}
+local kr = redis.call('HGETALL', base .. 'kind_rates')
+for i = 1, #kr, 2 do
+  kinds[#kinds + 1] = kr[i]
+  kinds[#kinds + 1] = kr[i + 1]
+  kinds[#kinds + 1] = wait_of(kr[i + 1], redis.pcall('ZSCORE', base .. 'kind_tats', kr[i]), base .. 'kind_starts:' .. kr[i])
+end
+out[#out + 1] = kinds
 local cursor = '0'
 repeat
   local page = redis.call('HSCAN', groups, cursor, 'MATCH', 'rate:*', 'COUNT', 1000)

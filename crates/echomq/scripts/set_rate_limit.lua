@@ -3,7 +3,10 @@
 -- budget) or a group's own `rate:<g>`; '' removes it. A change starts the limit afresh: the queue's
 -- TAT `tat`, the group's in `tats` (the default's: every group's) is dropped, so its budget is full,
 -- and so is an exact limit's log of starts (`starts`, a group's `starts:<g>`; the default's: every
--- group's named in `start_logs`).
+-- group's named in `start_logs`). A kind's own limit is kept apart, in the hash `kind_rates`
+-- (kind -> limit; its TAT in `kind_tats`, an exact one's log in `kind_starts:<kind>`): a change
+-- drops its TAT and log and wakes the consumers of the kind, a token per ready flat job of it (at
+-- most 16).
 -- The groups it held back in `throttled` (the group, or for the default every throttled group) go
 -- back on the ring's tail, their r: flags kept (a group with an own limit the default does not
 -- govern is throttled again at its next pop), with a wake per group, at most 16 — as the queue's
@@ -15,14 +18,28 @@
 -- KEYS[3] emq:{q}:tats        (zset)
 -- KEYS[4] emq:{q}:tat         (string)
 -- ARGV[1] the queue base emq:{q}:
--- ARGV[2] the target: 'queue', 'default' or 'group'
--- ARGV[3] the group (target 'group'), else ''
+-- ARGV[2] the target: 'queue', 'default', 'group' or 'kind'
+-- ARGV[3] the group (target 'group') or the kind (target 'kind', '' for raw jobs), else ''
 -- ARGV[4] the limit 'max/per ms/burst' (with '/exact' for an exact window), or '' to remove it
 --
 -- Replies: 1; error EMQARGS.
 local groups, throttled, tats = KEYS[1], KEYS[2], KEYS[3]
 local base, target, g, spec = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if spec ~= '' and not emq_rate_read(spec, nil, 0) then return emq_bad_args('set_rate_limit', 'limit') end
+if target == 'kind' then
+  local paused = emq_paused_read(base)
+  local ready = redis.call('ZCARD', base .. 'pending:' .. g)
+  emq_touch(base, emq_wake_touch({ 'kind_rates', 'kind_tats', 'kind_starts:' .. g }, g))
+  if spec == '' then
+    redis.call('HDEL', base .. 'kind_rates', g)
+  else
+    redis.call('HSET', base .. 'kind_rates', g, spec)
+  end
+  redis.call('ZREM', base .. 'kind_tats', g)
+  redis.call('DEL', base .. 'kind_starts:' .. g)
+  emq_wake(base, ready, paused, g)
+  return 1
+end
 local field
 if target == 'queue' then field = 'rate'
 elseif target == 'default' then field = 'rate:~'

@@ -192,6 +192,11 @@ pub enum RateTarget {
     Group(GroupName),
     /// The starts of each group without a limit of its own (each group its own budget).
     GroupDefault,
+    /// The starts of one kind's jobs, flat and in lanes, on every consumer: "at most 5 a second
+    /// of this API call" without a queue or group of its own. While it admits none, the kind's
+    /// jobs wait in their set by kind (a lane headed by one is passed over) and the queue's other
+    /// kinds go on.
+    Kind(String),
 }
 
 /// A limit and its state.
@@ -212,6 +217,15 @@ pub struct GroupRate {
     pub state: RateState,
 }
 
+/// One kind's own limit and its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindRate {
+    /// The kind.
+    pub kind: String,
+    /// Its limit and state.
+    pub state: RateState,
+}
+
 /// A queue's rate limits, as `rate_limits` reads them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateLimits {
@@ -221,6 +235,8 @@ pub struct RateLimits {
     pub group_default: Option<RateLimit>,
     /// Every group with a limit of its own, by name.
     pub groups: Vec<GroupRate>,
+    /// Every kind with a limit of its own, by name.
+    pub kinds: Vec<KindRate>,
     /// How many groups wait for their limit to admit their next start (off the ring meanwhile).
     pub throttled: u64,
     /// How long until the first of them may run again.
@@ -234,6 +250,7 @@ pub(crate) fn target_parts(target: &RateTarget) -> (&'static str, &str) {
         RateTarget::Queue => ("queue", ""),
         RateTarget::GroupDefault => ("default", ""),
         RateTarget::Group(g) => ("group", g.as_str()),
+        RateTarget::Kind(k) => ("kind", k.as_str()),
     }
 }
 
@@ -258,6 +275,7 @@ pub(crate) struct RateParts {
     pub(crate) throttled: u64,
     pub(crate) first_wait_us: u64,
     pub(crate) groups: Vec<(String, String, u64)>,
+    pub(crate) kinds: Vec<(String, String, u64)>,
 }
 
 impl RateParts {
@@ -280,10 +298,21 @@ impl RateParts {
             }
         }
         groups.sort_by(|a, b| a.group.as_str().cmp(b.group.as_str()));
+        let mut kinds = Vec::with_capacity(self.kinds.len());
+        for (kind, spec, us) in self.kinds {
+            if let Some(limit) = stored(verb, &format!("kind {kind}"), &spec)? {
+                kinds.push(KindRate {
+                    kind,
+                    state: state(limit, us),
+                });
+            }
+        }
+        kinds.sort_by(|a, b| a.kind.cmp(&b.kind));
         Ok(RateLimits {
             queue: stored(verb, "the queue", &self.queue)?.map(|l| state(l, self.queue_wait_us)),
             group_default: stored(verb, "the group default", &self.group_default)?,
             groups,
+            kinds,
             throttled: self.throttled,
             next_admission: (self.throttled > 0).then(|| Duration::from_micros(self.first_wait_us)),
         })

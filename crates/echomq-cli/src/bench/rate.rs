@@ -7,7 +7,9 @@
 //! exact window): a window over the bound fails the run. With `--groups G`: one group under the limit
 //! among G unlimited groups, run twice — first with no limit, then with it — and each unlimited
 //! group's starts with the limit against its starts without it, as counts and as its share of all
-//! starts.
+//! starts. With `--kind K`: the limit is kind K's own, over a flat backlog of K's jobs beside as many
+//! jobs of another kind: the figures are K's, and the other kind's starts per second (which the
+//! limit must not hold back).
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -48,6 +50,9 @@ pub struct RateArgs {
     /// Jobs waiting in each group (--groups).
     #[arg(long, default_value_t = 20_000)]
     pub jobs_per_group: usize,
+    /// The limit is this kind's own (RateTarget::Kind), over its jobs beside another kind's.
+    #[arg(long, value_name = "K", conflicts_with = "groups")]
+    pub kind: Option<String>,
 }
 
 pub(super) fn limit(s: &str) -> Result<RateLimit, String> {
@@ -66,10 +71,16 @@ pub struct ChildArgs {
     /// Read each job's claim time back (the queue-limit run).
     #[arg(long)]
     pub times: bool,
+    /// Read back the claim times of this kind's jobs only.
+    #[arg(long, value_name = "K")]
+    pub times_kind: Option<String>,
 }
 
 /// The lease of the child consumers: a job's claim time is its lease deadline less this.
 const LEASE: Duration = Duration::from_secs(30);
+
+/// The kind beside the limited one (--kind).
+const OTHER_KIND: &str = "unlimited";
 
 /// The limited group's name.
 const LIMITED: &str = "limited";
@@ -81,17 +92,23 @@ fn now_ms() -> u64 {
 }
 
 /// Runs one consumer for `secs`, then prints one JSON line: `starts` (each job's claim time, ms,
-/// with --times) and `groups` (starts per group).
+/// with --times; of --times-kind's jobs only when given), `groups` (starts per group) and `kinds`
+/// (starts per kind).
 pub async fn child(store: Arc<dyn Store>, q: &QueueName, args: ChildArgs) -> anyhow::Result<()> {
     let starts = Arc::new(Mutex::new(Vec::<u64>::new()));
     let groups = Arc::new(Mutex::new(HashMap::<String, u64>::new()));
-    let (s, g, times, reader) = (starts.clone(), groups.clone(), args.times, store.clone());
+    let kinds = Arc::new(Mutex::new(HashMap::<String, u64>::new()));
+    let (s, g, k, times, reader) = (starts.clone(), groups.clone(), kinds.clone(), args.times, store.clone());
+    let times_kind = args.times_kind.clone();
     let handler = move |job: JobContext| {
-        let (s, g, reader) = (s.clone(), g.clone(), reader.clone());
+        let (s, g, k, reader) = (s.clone(), g.clone(), k.clone(), reader.clone());
+        let timed = times && times_kind.as_deref().is_none_or(|t| job.kind() == Some(t));
         async move {
             let name = job.group().map_or("", |g| g.as_str()).to_string();
             *g.lock().unwrap_or_else(|e| e.into_inner()).entry(name).or_insert(0) += 1;
-            if times {
+            let kind = job.kind().unwrap_or("").to_string();
+            *k.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_insert(0) += 1;
+            if timed {
                 if let Ok(Some(row)) = reader.get(job.queue(), job.id()).await {
                     if let Some(deadline) = row.score {
                         s.lock()
@@ -111,7 +128,8 @@ pub async fn child(store: Arc<dyn Store>, q: &QueueName, args: ChildArgs) -> any
     consumer.stop(Duration::from_secs(10)).await?;
     let starts = std::mem::take(&mut *starts.lock().unwrap_or_else(|e| e.into_inner()));
     let groups = std::mem::take(&mut *groups.lock().unwrap_or_else(|e| e.into_inner()));
-    out!("{}", json!({ "starts": starts, "groups": groups }));
+    let kinds = std::mem::take(&mut *kinds.lock().unwrap_or_else(|e| e.into_inner()));
+    out!("{}", json!({ "starts": starts, "groups": groups, "kinds": kinds }));
     Ok(())
 }
 
@@ -129,6 +147,9 @@ async fn consumers(url: &str, args: &RateArgs, times: bool) -> anyhow::Result<Ve
             .kill_on_drop(true);
         if times {
             cmd.arg("--times");
+            if let Some(k) = &args.kind {
+                cmd.arg("--times-kind").arg(k);
+            }
         }
         children.push(cmd.spawn().context("starting a consumer process")?);
     }
@@ -173,8 +194,25 @@ async fn queue_limit(
     limit: RateLimit,
     per_s: f64,
 ) -> anyhow::Result<()> {
-    super::push(store, q, (per_s * args.secs as f64 * 1.2) as usize + 1000, false).await?;
-    store.set_rate_limit(q, &RateTarget::Queue, Some(limit)).await?;
+    let backlog = (per_s * args.secs as f64 * 1.2) as usize + 1000;
+    let target = match &args.kind {
+        None => {
+            super::push(store, q, backlog, false).await?;
+            RateTarget::Queue
+        }
+        Some(kind) => {
+            // the limited kind's jobs, each followed by one of another kind
+            let jobs: Vec<echomq::NewJob> = super::payloads(backlog)
+                .into_iter()
+                .flat_map(|j| [j.clone().with_kind(kind.as_str()), j.with_kind(OTHER_KIND)])
+                .collect();
+            for chunk in jobs.chunks(1000) {
+                store.enqueue(q, chunk).await?;
+            }
+            RateTarget::Kind(kind.clone())
+        }
+    };
+    store.set_rate_limit(q, &target, Some(limit)).await?;
     let began = now_ms();
     let reports = consumers(url, args, true).await?;
     let mut starts: Vec<u64> = reports
@@ -191,10 +229,12 @@ async fn queue_limit(
     let rate = steady as f64 * 1000.0 / (hi - lo) as f64;
     let period = limit.per().as_millis() as u64;
     let most = max_window(&starts, period);
+    let other: u64 = reports.iter().filter_map(|r| r["kinds"][OTHER_KIND].as_u64()).sum();
     emit(
         "e_rate_limit",
         json!({
             "limit": limit.to_string(), "burst": limit.burst(), "consumers": args.consumers,
+            "kind": args.kind, "other_kind_starts": args.kind.as_ref().map(|_| other),
             "concurrency": args.concurrency, "secs": args.secs, "started_after_ms": first.saturating_sub(began),
             "starts": starts.len(), "starts_per_s": rate, "pct_of_limit": 100.0 * rate / per_s,
             "max_starts_in_a_period": most,

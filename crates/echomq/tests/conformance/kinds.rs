@@ -234,7 +234,16 @@ pub async fn claim_refuses_an_empty_list_of_kinds_and_a_kind_that_is_no_name(ctx
 }
 
 pub async fn drain_deletes_the_sets_by_kind_and_obliterate_every_kind_key(ctx: &Ctx) {
+    let exact = echomq::RateLimit::new(5, Duration::from_secs(1))
+        .unwrap()
+        .exact_window()
+        .unwrap();
+    ctx.store
+        .set_rate_limit(&ctx.q, &echomq::RateTarget::Kind("a".into()), Some(exact))
+        .await
+        .unwrap();
     enqueue_mixed(ctx).await;
+    assert_eq!(claim(ctx, 1).await.len(), 1, "a start logged");
     ctx.store.drain(&ctx.q).await.unwrap();
     for kind in ["a", "b", ""] {
         assert_eq!(ctx.probe.set_len(&format!("pending:{kind}")).await, 0, "kind {kind:?}");
@@ -295,7 +304,67 @@ pub async fn promote_release_retry_reap_and_redrive_make_a_job_ready_under_its_k
     assert_eq!(j.payload, b"a1");
 }
 
+pub async fn claim_under_a_kind_rate_limit_holds_that_kind_back_and_lets_the_others_go(ctx: &Ctx) {
+    let once = echomq::RateLimit::new(1, Duration::from_secs(3600)).unwrap();
+    let target = echomq::RateTarget::Kind("a".into());
+    ctx.store.set_rate_limit(&ctx.q, &target, Some(once)).await.unwrap();
+    let limits = ctx.store.rate_limits(&ctx.q).await.unwrap();
+    assert_eq!(limits.kinds.len(), 1);
+    assert_eq!(
+        (limits.kinds[0].kind.as_str(), limits.kinds[0].state.limit),
+        ("a", once)
+    );
+    let jobs = [
+        job("a1", Some("a")),
+        job("b1", Some("b")),
+        job("a2", Some("a")),
+        job("r1", None),
+    ];
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    // a lane headed by a job of a: passed over while a's limit admits none, its order kept
+    ctx.store
+        .genqueue(&ctx.q, &group("g"), &[job("a3", Some("a")), job("b3", Some("b"))])
+        .await
+        .unwrap();
+    let req = ClaimRequest::new(10, LEASE).max_attempts(MAX);
+    let got = ctx.store.claim(&ctx.q, req.clone()).await.unwrap();
+    let mut names = payloads(&got.jobs);
+    names.sort();
+    // one start of a (a1: the flat set comes first on the ring); the lane, headed by a3, passed over
+    // with b3 behind it (FIFO within the group); b and the raw job go on
+    assert_eq!(names, ["a1", "b1", "r1"]);
+    assert!(
+        got.wait.is_some_and(|w| w > Duration::from_secs(3000)),
+        "told a's next admission: {:?}",
+        got.wait
+    );
+    assert!(!got.queue_limited, "not the queue's own limit");
+    assert!(claim_kinds(ctx, 10, Kinds::only(["a"])).await.is_empty(), "a held back");
+    let limits = ctx.store.rate_limits(&ctx.q).await.unwrap();
+    assert!(limits.kinds[0].state.wait > Duration::from_secs(3000));
+    // lifted: a's jobs go on, the lane's in order
+    ctx.store.set_rate_limit(&ctx.q, &target, None).await.unwrap();
+    assert!(ctx.store.rate_limits(&ctx.q).await.unwrap().kinds.is_empty());
+    let mut rest = payloads(&claim(ctx, 10).await);
+    rest.sort();
+    assert_eq!(rest, ["a2", "a3"], "b3 waits for a3's slot");
+    assert_slot_invariant(ctx).await;
+}
+
+pub async fn set_rate_limit_refuses_a_kind_that_is_no_name(ctx: &Ctx) {
+    let limit = echomq::RateLimit::new(1, Duration::from_secs(1)).unwrap();
+    let target = echomq::RateTarget::Kind("has space".into());
+    let e = ctx
+        .store
+        .set_rate_limit(&ctx.q, &target, Some(limit))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("invalid job kind"), "{e}");
+}
+
 crate::conformance!(
+    claim_under_a_kind_rate_limit_holds_that_kind_back_and_lets_the_others_go,
+    set_rate_limit_refuses_a_kind_that_is_no_name,
     promote_release_retry_reap_and_redrive_make_a_job_ready_under_its_kind,
     claim_of_some_kinds_takes_only_their_flat_jobs_in_rank_order,
     claim_of_some_kinds_keeps_priorities_across_its_kinds,

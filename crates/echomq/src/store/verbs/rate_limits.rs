@@ -1,6 +1,7 @@
 //! set_rate_limit and rate_limits (`scripts/set_rate_limit.lua`, `scripts/rate_limits.lua`): the
-//! queue's rate limits, the fields `rate`, `rate:~` and `rate:<g>` of `emq:{q}:groups`, and their
-//! state (`emq:{q}:tat`, `emq:{q}:tats`, `emq:{q}:throttled`, an exact limit's `emq:{q}:starts`).
+//! queue's rate limits, the fields `rate`, `rate:~` and `rate:<g>` of `emq:{q}:groups` and the
+//! kinds' own in `emq:{q}:kind_rates`, and their state (`emq:{q}:tat`, `emq:{q}:tats`,
+//! `emq:{q}:kind_tats`, `emq:{q}:throttled`, an exact limit's log of starts).
 
 use super::{reply, Engine};
 use crate::error::Result;
@@ -19,6 +20,9 @@ pub(crate) async fn set_rate_limit(
     limit: Option<RateLimit>,
 ) -> Result<()> {
     let k = QueueKeys::new(queue);
+    if let RateTarget::Kind(kind) = target {
+        crate::store::check_kind(kind)?;
+    }
     let (name, group) = target_parts(target);
     let spec = limit.map(|l| l.spec()).unwrap_or_default();
     let args = vec![
@@ -37,7 +41,7 @@ pub(crate) async fn rate_limits(store: &(impl Engine + ?Sized), queue: &QueueNam
     let args = vec![k.base().as_bytes().to_vec()];
     let v = store.run(&store.scripts().rate_limits, &keys(&k), args).await?;
     let items = reply::array(verb, v)?;
-    if items.len() < 5 || (items.len() - 5) % 3 != 0 {
+    if items.len() < 6 || (items.len() - 6) % 3 != 0 {
         return Err(reply::protocol_text(verb, &format!("{} elements", items.len())));
     }
     let count = |v: &Reply| u64::try_from(reply::int(verb, v)?).map_err(|_| reply::protocol(verb, v));
@@ -48,6 +52,11 @@ pub(crate) async fn rate_limits(store: &(impl Engine + ?Sized), queue: &QueueNam
     let group_default = reply::string(verb, next())?;
     let throttled = count(&next())?;
     let first_wait_us = count(&next())?;
+    let mut kinds = Vec::new();
+    let mut by_kind = reply::array(verb, next())?.into_iter();
+    while let (Some(kind), Some(spec), Some(wait)) = (by_kind.next(), by_kind.next(), by_kind.next()) {
+        kinds.push((reply::string(verb, kind)?, reply::string(verb, spec)?, count(&wait)?));
+    }
     let mut groups = Vec::new();
     let mut rest = it;
     while let (Some(g), Some(spec), Some(wait)) = (rest.next(), rest.next(), rest.next()) {
@@ -60,6 +69,7 @@ pub(crate) async fn rate_limits(store: &(impl Engine + ?Sized), queue: &QueueNam
         throttled,
         first_wait_us,
         groups,
+        kinds,
     }
     .read(verb)
 }
