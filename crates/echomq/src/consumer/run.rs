@@ -346,10 +346,14 @@ impl Beat {
     /// A rate limit that held work back shortens the park to its next admission: within
     /// [`PRECISE_WAIT`] of it the park ends at the admission (the next beat claims then). The
     /// queue's own limit admits nothing sooner, so that park is a sleep on the consumer's timer;
-    /// under a group's it is a park on the wake list, which work of other groups still ends.
+    /// under a group's or a kind's it is a park on the wake lists, which other work still ends,
+    /// until [`FINE_SLEEP`] before the admission, then (not woken) a sleep to the admission itself:
+    /// a park's own end is a round trip and a ms of timer late, each lost to the rate.
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
         let mut timeout = next_due.map_or(beat, |d| d.min(beat));
+        // the admission a park that times out sleeps on to
+        let mut then_at = None;
         if let Some((at, queue_limited)) = self.admits_at {
             let left = at.saturating_duration_since(Instant::now());
             if left <= PRECISE_WAIT && queue_limited {
@@ -358,7 +362,12 @@ impl Beat {
                     _ = self.shared.stop.cancelled() => Leg::Exit,
                 };
             }
-            timeout = timeout.min(left.checked_sub(PRECISE_WAIT).unwrap_or(left));
+            if left <= PRECISE_WAIT {
+                then_at = Some(at);
+                timeout = timeout.min(left.saturating_sub(FINE_SLEEP));
+            } else {
+                timeout = timeout.min(left - PRECISE_WAIT);
+            }
         }
         let timeout = timeout.max(Duration::from_millis(1));
         let shared = self.shared.clone();
@@ -386,9 +395,14 @@ impl Beat {
         });
         let slots = self.slots.clone();
         let leg = tokio::select! {
-            r = shared.store.park_with_handoff(&shared.queue, timeout, claim, handoff) => match r {
-                Ok(_) => Leg::Healthy,
-                Err(e) => Leg::Degraded(e),
+            r = shared.store.park_with_handoff(&shared.queue, timeout, claim, handoff) => match (r, then_at) {
+                // timed out before a limit's admission: on to the admission itself
+                (Ok(false), Some(at)) => tokio::select! {
+                    _ = sleep_until_precisely(at) => Leg::Healthy,
+                    _ = shared.stop.cancelled() => Leg::Exit,
+                },
+                (Ok(_), _) => Leg::Healthy,
+                (Err(e), _) => Leg::Degraded(e),
             },
             _ = shared.stop.cancelled() => Leg::Exit,
             // a handler finishing frees a slot; the ring may still hold work for it
