@@ -103,7 +103,7 @@ impl JobContext {
     }
 
     /// This attempt's number: 1 on the first run. A run that used no attempt (the job was
-    /// released: a snooze, a kind no worker had, a stop) does not count. A run whose lease lapsed
+    /// released: a snooze, a stop) does not count. A run whose lease lapsed
     /// (its worker died or stalled) counts under [`Recovery::Reap`](crate::store::Recovery::Reap)
     /// and `Stalled`, so the next run sees the next number; under
     /// [`Recovery::Redeliver`](crate::store::Recovery::Redeliver) it does not, so the next run sees
