@@ -629,7 +629,7 @@ fn the_workers_page_lists_the_consumers_alive_now(b: &Backend) {
     assert_eq!(empty.status, 200);
     assert!(empty.body.contains("No consumer is running"), "{}", empty.body);
     let calm = b.work(&q, "cat >/dev/null", &["--concurrency", "4"]);
-    let killed = b.work(&q, "cat >/dev/null", &[]);
+    let killed = b.work(&q, "cat >/dev/null", &["--kind", "resize"]);
     let row = |pid: u32| format!("<td class=\"n\">{pid}</td>");
     wait_until(Duration::from_secs(20), "both workers listed", || {
         let body = d.get("/workers").body;
@@ -638,6 +638,11 @@ fn the_workers_page_lists_the_consumers_alive_now(b: &Backend) {
     let body = d.get("/workers").body;
     assert!(body.contains(&format!(">{q}</a>")), "each line links its queue");
     assert!(body.contains("<td class=\"n\">4</td>"), "the concurrency shows: {body}");
+    assert!(
+        body.contains("data-k=\"kinds\">every kind<"),
+        "a worker of every kind: {body}"
+    );
+    assert!(body.contains("data-k=\"kinds\">resize<"), "a pool's kinds: {body}");
     // a worker that stops leaves at once; one killed, once it has missed its beats
     let (calm_pid, killed_pid) = (calm.pid(), killed.pid());
     calm.stop();
@@ -645,6 +650,13 @@ fn the_workers_page_lists_the_consumers_alive_now(b: &Backend) {
         !d.get("/workers").body.contains(&row(calm_pid)),
         "a stopped worker leaves at once"
     );
+    // a job of a kind only the stopped worker ran waits, named on the queue page and in /metrics
+    b.enqueue(&q, "y", &["--kind", "email"]);
+    let page = d.get(&format!("/queues/{q}")).body;
+    assert!(page.contains("Kinds with no live consumer: email"), "{page}");
+    let metrics = d.get("/metrics").body;
+    let line = format!("emq_ready_jobs_no_consumer{{queue=\"{q}\",kind=\"email\"}} 1");
+    assert!(metrics.contains(&line), "{metrics}");
     killed.kill();
     wait_until(Duration::from_secs(10), "the killed worker lapsed", || {
         !d.get("/workers").body.contains(&row(killed_pid))
