@@ -23,9 +23,10 @@ pub struct Args {
     /// oldest_pending_age_ms (how long the oldest pending job has waited ready, to within a
     /// second; null when none is counted — jobs put back at the front by a recovery or a release
     /// are not), ready_by_kind (the flat ready jobs of each kind, "" for raw jobs) and
-    /// kinds_with_no_live_consumer (those of them no live consumer runs; "" for raw jobs). The table
-    /// of one queue is followed by `ready_kind[K]=N` per kind and
-    /// `kinds_with_no_live_consumer=K,…` (`(raw)` for raw jobs, `none` when every kind has one).
+    /// kinds_with_no_live_consumer (those of them no live consumer runs; "" for raw jobs) and
+    /// consumers (each live consumer's id and kinds, null for every kind). The table of one queue
+    /// is followed by `ready_kind[K]=N` per kind, `kinds_with_no_live_consumer=K,…` (`(raw)` for
+    /// raw jobs, `none` when every kind has one) and `consumer[ID]=KINDS` per live consumer.
     #[arg(long)]
     pub json: bool,
     /// Redraw every second with rates since the last draw (completed, retried and dead-lettered
@@ -87,10 +88,15 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
                 .into_iter()
                 .map(|(k, _)| k.unwrap_or_default())
                 .collect();
+            let consumers: Vec<serde_json::Value> = live
+                .iter()
+                .map(|c| serde_json::json!({ "id": c.id, "kinds": c.kinds.store_names() }))
+                .collect();
             out!(
-                "{},\"kinds_with_no_live_consumer\":{}}}",
+                "{},\"kinds_with_no_live_consumer\":{},\"consumers\":{}}}",
                 &line[..line.len() - 1],
-                serde_json::Value::from(orphans)
+                serde_json::Value::from(orphans),
+                serde_json::Value::from(consumers)
             );
         }
     } else {
@@ -209,6 +215,7 @@ fn kind_lines(ready: &[(Option<String>, u64)], live: &[echomq::registry::Consume
             orphans.join(",")
         }
     ));
+    lines.extend(live.iter().map(|c| format!("consumer[{}]={}", c.id, c.kinds)));
     lines
 }
 

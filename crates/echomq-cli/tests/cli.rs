@@ -669,7 +669,7 @@ fn stats_of_a_never_used_queue_prints_zeros_and_exits_0() {
         v,
         serde_json::json!({"queue": q, "pending": 0, "scheduled": 0, "active": 0, "dead": 0,
             "completed": 0, "cancelled": 0, "paused": false, "oldest_pending_age_ms": null,
-            "ready_by_kind": {}, "kinds_with_no_live_consumer": []})
+            "ready_by_kind": {}, "kinds_with_no_live_consumer": [], "consumers": []})
     );
 }
 

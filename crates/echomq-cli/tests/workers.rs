@@ -355,6 +355,17 @@ fn work_with_kind_runs_only_its_kinds_and_stats_names_the_kinds_no_worker_runs(b
     let json = b.stats(&q);
     assert_eq!(json["ready_by_kind"], serde_json::json!({"b": 1}), "{json}");
     assert_eq!(json["kinds_with_no_live_consumer"], serde_json::json!(["b"]), "{json}");
+    assert!(
+        table.contains("]=a (raw)\n") || table.contains("]=(raw) a\n"),
+        "the worker's kinds: {table}"
+    );
+    let kinds: Vec<serde_json::Value> = json["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kinds"].clone())
+        .collect();
+    assert_eq!(kinds, [serde_json::json!(["", "a"])], "{json}");
     w.stop();
     let waiting = l.job(&q, &other).unwrap();
     assert_eq!(

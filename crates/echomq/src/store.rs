@@ -601,6 +601,12 @@ impl Kinds {
             .map(|l| l.iter().filter(|k| !k.is_empty()).map(String::as_str).collect())
     }
 
+    /// The kinds run as the registry and `emq stats --json` list them (`None`: every kind; `""`
+    /// for raw jobs).
+    pub fn store_names(&self) -> Option<Vec<String>> {
+        self.only.as_ref().map(|l| l.to_vec())
+    }
+
     /// Whether raw jobs are run.
     pub fn runs_raw(&self) -> bool {
         self.runs(None)
