@@ -67,7 +67,9 @@ pub const SUFFIXES: &[&str] = &[
 ];
 
 /// The length of the queue base `emq:{q}:` of `key` when `key` is one of a queue's wake lists
-/// (`wake`, `wake:<kind>`, `wake_any`); `None` for any other key.
+/// (`wake`, `wake:<kind>`, `wake_any`); `None` for any other key. The embedded store's wakes
+/// are kept by these lists.
+#[cfg(feature = "embedded")]
 pub(crate) fn wake_list_base(key: &[u8]) -> Option<usize> {
     let rest = key.strip_prefix(b"emq:{")?;
     // a queue name holds no brace: the first `}:` closes the hash tag
