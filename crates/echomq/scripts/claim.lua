@@ -86,9 +86,12 @@ end
 local runs, kind_list = nil, {}
 if nkinds > 0 then
   runs = {}
+  -- each kind once: two walks of one set would take its jobs out twice
   for i = 1, nkinds do
-    runs[ARGV[7 + i]] = true
-    kind_list[i] = ARGV[7 + i]
+    if not runs[ARGV[7 + i]] then
+      runs[ARGV[7 + i]] = true
+      kind_list[#kind_list + 1] = ARGV[7 + i]
+    end
   end
 end
 -- paused or obliterating (strings); the MGET reaches the pending tally's keys too (a hash and a
@@ -254,7 +257,8 @@ local function runs_head(s)
       s.head_kind = kept_kind
     else
       local kind = redis.pcall('HGET', jobs .. id, 'kind')
-      if type(kind) == 'table' then
+      -- a key of another type, or a missing row: taken, to be set aside or dropped
+      if type(kind) == 'table' or (not kind and call('EXISTS', jobs .. id) == 0) then
         s.head_kind = nil
         return true
       end
@@ -433,8 +437,18 @@ local stopped = false
 -- Push a member back at the ring's tail while it is still eligible; a group its rate limit no
 -- longer admits is held in `throttled` instead; any other member leaves the ring (its r: flag
 -- cleared).
+-- whether a kind of the flat sets by kind (s) still has a job whose limit admits a start
+local function flat_left(s)
+  for _, ks in ipairs(s.kinds) do
+    if ks.taken < ks.size and emq_rate_admits(ks.rate, now_us) then return true end
+  end
+  return false
+end
+
 local function push_back(s, m)
-  if s.foreign or s.kind_held or (s.kinds and (s.taken >= s.size or s.stuck) and s.total > 0) then
+  if s.kinds and s.total > 0 and flat_left(s) then
+    back[#back + 1] = m
+  elseif s.foreign or s.kind_held or (s.kinds and s.total > 0) then
     passed[#passed + 1] = m
   elseif s.taken < s.size and (not s.group or s.a < s.limit) then
     if s.group and not emq_rate_admits(s.rate, now_us) then
@@ -464,7 +478,12 @@ while got < n and bytes < maxbytes and budget > 0 do
       used = used + 1
       local id, rank = next_id(s, n - got)
       if not id then break end
-      if take(id, nil, rank) then
+      -- `pending` is the truth: an id of a set by kind that left it (taken by a claim of an earlier
+      -- version, or its row deleted) is a stale entry, dropped with the set's head and not taken
+      -- (its tally left with it)
+      if s.kinds and not call('ZSCORE', pending, id) then
+        used = used - 1
+      elseif take(id, nil, rank) then
         got = got + 1
         emq_rate_take(qrate)
         if s.last then emq_rate_take(s.last.rate) end

@@ -56,7 +56,7 @@ local function emq_lanes_read(base, budget, fields)
         local len = emq_lane_len(base, g)
         local ranks = {}
         local ids = emq_zset_head_read(lane, budget - removed, ranks)
-        cuts[#cuts + 1] = { lane = lane, ids = ids, ranks = ranks }
+        cuts[#cuts + 1] = { lane = lane, ids = ids, ranks = ranks, group = g }
         if not cuts.lj then cuts.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs')) end
         removed = removed + #ids
         if len > #ids then return cuts, removed, false end
@@ -73,6 +73,8 @@ local function emq_lanes_cut(base, cuts)
     if #c.ids > 0 then
       emq_del_rows(base, c.ids)
       redis.call('ZREMRANGEBYRANK', c.lane, 0, #c.ids - 1)
+      -- the lane's head is gone: so is the kind a claim kept of it (hk:<g>)
+      redis.call('HDEL', base .. 'groups', 'hk:' .. c.group)
       cut = cut + #c.ids
     end
   end

@@ -14,6 +14,9 @@ local function emq_waits_in_read(base, state, g, id)
     emq_lane_len(base, g)
     w.key = 'lane:' .. g
     w.lj = emq_lane_jobs_of(base, redis.call('HGET', base .. 'groups', 'lane_jobs'))
+    -- the kind the claims keep of g's head (hk:<g>, lib/ring.lua's claim), when it is this job's
+    local hk = redis.call('HGET', base .. 'groups', 'hk:' .. g)
+    if hk and string.sub(hk, 1, #id + 1) == id .. ' ' then w.hk = 'hk:' .. g end
   end
   local rank = tonumber(redis.call('ZSCORE', base .. w.key, id))
   if rank then
@@ -35,6 +38,8 @@ end
 local function emq_unwait(base, id, w)
   local gone = redis.call('ZREM', base .. w.key, id) == 1
   if gone and w.by_kind then redis.call('ZREM', base .. w.by_kind, id) end
+  -- a head that leaves its lane takes the kind kept of it along: its id may come again
+  if gone and w.hk then redis.call('HDEL', base .. 'groups', w.hk) end
   if gone and w.lj then emq_lane_jobs_add(base, w.lj, -1) end
   if gone and w.left then emq_tally_write(base, w.left) end
   return gone

@@ -362,7 +362,74 @@ pub async fn set_rate_limit_refuses_a_kind_that_is_no_name(ctx: &Ctx) {
     assert!(e.to_string().contains("invalid job kind"), "{e}");
 }
 
+pub async fn claim_under_a_held_kind_takes_its_other_kinds_whole_batch(ctx: &Ctx) {
+    let once = echomq::RateLimit::new(1, Duration::from_secs(3600)).unwrap();
+    let target = echomq::RateTarget::Kind("a".into());
+    ctx.store.set_rate_limit(&ctx.q, &target, Some(once)).await.unwrap();
+    let jobs = [job("a1", Some("a")), job("a2", Some("a"))];
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    assert_eq!(claim(ctx, 1).await.len(), 1, "a's one start");
+    // other members on the ring: the flat set must not step aside while b's jobs may start
+    ctx.store
+        .genqueue(&ctx.q, &group("g1"), &[job("g1", Some("c"))])
+        .await
+        .unwrap();
+    ctx.store
+        .genqueue(&ctx.q, &group("g2"), &[job("g2", Some("c"))])
+        .await
+        .unwrap();
+    let bs: Vec<NewJob> = (1..=5).map(|i| job(&format!("b{i}"), Some("b"))).collect();
+    ctx.store.enqueue(&ctx.q, &bs).await.unwrap();
+    let got = claim_kinds(ctx, 10, Kinds::only(["a", "b"])).await;
+    assert_eq!(payloads(&got), ["b1", "b2", "b3", "b4", "b5"]);
+}
+
+pub async fn claim_of_some_kinds_skips_an_entry_that_left_pending_without_touching_its_job(ctx: &Ctx) {
+    let ids = ctx
+        .store
+        .enqueue(&ctx.q, &[job("a1", Some("a")), job("a2", Some("a"))])
+        .await
+        .unwrap();
+    // a claim that knew nothing of the sets by kind took a1: out of pending, its row active
+    assert!(ctx.probe.remove_from_set("pending", ids[0].id()).await);
+    ctx.probe.set_row_field(ids[0].id(), "state", "active").await;
+    let got = claim_kinds(ctx, 10, Kinds::only(["a"])).await;
+    assert_eq!(payloads(&got), ["a2"]);
+    assert_eq!(
+        ctx.probe.row_field(ids[0].id(), "state").await.as_deref(),
+        Some("active"),
+        "left alone"
+    );
+    assert_eq!(ctx.probe.set_len("pending:a").await, 0, "the stale entry dropped");
+}
+
+pub async fn remove_of_a_lane_head_forgets_the_kind_kept_of_it(ctx: &Ctx) {
+    let x = || echomq::JobId::new("x").unwrap();
+    let g = group("g");
+    ctx.store
+        .genqueue(&ctx.q, &g, &[job("old", Some("b")).with_id(x())])
+        .await
+        .unwrap();
+    assert!(
+        claim_kinds(ctx, 10, Kinds::only(["a"])).await.is_empty(),
+        "passed over, its kind kept"
+    );
+    ctx.store.remove(&ctx.q, &x(), false).await.unwrap();
+    assert!(
+        !ctx.probe.group_fields().await.iter().any(|f| f.starts_with("hk:")),
+        "forgotten"
+    );
+    ctx.store
+        .genqueue(&ctx.q, &g, &[job("new", Some("a")).with_id(x())])
+        .await
+        .unwrap();
+    assert_eq!(payloads(&claim_kinds(ctx, 10, Kinds::only(["a"])).await), ["new"]);
+}
+
 crate::conformance!(
+    claim_under_a_held_kind_takes_its_other_kinds_whole_batch,
+    claim_of_some_kinds_skips_an_entry_that_left_pending_without_touching_its_job,
+    remove_of_a_lane_head_forgets_the_kind_kept_of_it,
     claim_under_a_kind_rate_limit_holds_that_kind_back_and_lets_the_others_go,
     set_rate_limit_refuses_a_kind_that_is_no_name,
     promote_release_retry_reap_and_redrive_make_a_job_ready_under_its_kind,
