@@ -3,7 +3,8 @@
 -- (attempts - free), which its budget counts and a user sees, are those before the claim; its
 -- attempts — the fencing token — stay, so the released holder's late settle is refused as stale.
 -- Delay 0: ready at once at the front of its set (flat: pending at score 0, where recovered jobs
--- go; a lane job: its lane's head); else scheduled until now + delay. A lane job frees its slot
+-- go; a lane job: its lane's head); else scheduled until now + delay (ahead of every other job
+-- scheduled, it wakes the parked consumers: emq_due_wake). A lane job frees its slot
 -- with the ring step. A wake per job made claimable. Reads first (lib/keys.lua).
 --
 -- KEYS[1] emq:{q}:active      (zset, score = lease deadline ms)
@@ -29,6 +30,8 @@ elseif delay == 0 then
   emq_flat_touch(touch, flat, kind)
 end
 local paused = emq_paused_read(base)
+local head = nil
+if delay > 0 then head = emq_due_read(base) end
 emq_touch(base, touch)
 if redis.call('ZREM', active, id) == 0 then return 0 end
 -- a malformed count (by hand) starts again from 0
@@ -38,6 +41,7 @@ if delay > 0 then
   local due = emq_now() + delay
   redis.call('HSET', jk, 'state', 'scheduled', 'run_at', due)
   redis.call('ZADD', scheduled, due, id)
+  emq_due_wake(base, head, due, paused)
   if g then wakes = emq_lane_leave(base, g, lanes[g]) end
 elseif g then
   emq_lane_front(base, g, lanes[g], id)

@@ -1,7 +1,8 @@
 -- retry — fenced: the holder hands the job back after a failure. When the attempts it has used
 -- (attempts - free) reach its budget (its own max_attempts, else ARGV[5]) the job goes dead (metrics
 -- failed); else it waits in `scheduled` until now + delay (delay 0: ready at once: pending or its
--- lane at a fresh rank of its priority), with the error as last_error (metrics retried). A lane job
+-- lane at a fresh rank of its priority), with the error as last_error (metrics retried); a job
+-- scheduled ahead of every other wakes the parked consumers (emq_due_wake). A lane job
 -- frees its slot either way; a waited job's id is published when it goes dead. Reads first (lib/keys.lua): the row, its group or the flat set, then the
 -- writes.
 --
@@ -39,8 +40,9 @@ else
   touch[#touch + 1] = 'metrics:retried'
 end
 local now = emq_now()
-local ranks = nil
+local ranks, head = nil, nil
 if not dead and delay <= 0 then ranks = emq_order_read(base, now, touch) end
+if not dead and delay > 0 then head = emq_due_read(base) end
 emq_touch(base, touch)
 if redis.call('ZREM', active, id) == 0 then return 0 end
 local reply, wakes = 1, 0
@@ -55,6 +57,7 @@ else
   if delay > 0 then
     redis.call('HSET', jk, 'state', 'scheduled', 'run_at', now + delay)
     redis.call('ZADD', scheduled, now + delay, id)
+    emq_due_wake(base, head, now + delay, paused)
   else
     emq_ready(base, id, g, g and lanes[g] or flat, ranks, r[6], r[7])
     emq_order_write(base, ranks)

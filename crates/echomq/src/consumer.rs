@@ -91,6 +91,10 @@ pub(crate) struct Shared {
     pub(crate) refused: Mutex<Option<Error>>,
     /// Each handler's run time, by outcome ([`crate::telemetry`]).
     pub(crate) timings: crate::telemetry::JobTimings,
+    /// The earliest due time of a job this consumer's settles scheduled (a retry, a delayed
+    /// release) since its last park began: the park ends by then, as the promote that bounded it
+    /// ran before these jobs were scheduled.
+    pub(crate) due: Mutex<Option<std::time::Instant>>,
 }
 
 /// How long a cancel request for a job not tracked here is remembered: the race it covers (a
@@ -103,6 +107,15 @@ impl Shared {
         !self.stop.is_cancelled()
             && !self.closing.is_cancelled()
             && self.opts.ttl.is_none_or(|ttl| self.started.elapsed() < ttl)
+    }
+
+    /// A job this consumer's settle scheduled is due `after` from now: the next park ends by then.
+    pub(crate) fn due_in(&self, after: Duration) {
+        let at = std::time::Instant::now() + after;
+        let mut due = lock(&self.due);
+        if due.is_none_or(|d| at < d) {
+            *due = Some(at);
+        }
     }
 
     /// A claim of `n` jobs under the consumer's options.
@@ -245,6 +258,7 @@ impl Consumer {
             closing: CancellationToken::new(),
             refused: Mutex::new(None),
             timings,
+            due: Mutex::new(None),
         });
         let mut aborts = Vec::new();
         if shared.opts.cancel {

@@ -258,7 +258,13 @@ local function emq_new_jobs(verb, base, o, g)
   for i = 1, n do
     if bounce[i] and type(held[i]) == 'string' then bounced = true end
   end
-  if nsched > 0 or bounced then touch[#touch + 1] = 'scheduled' end
+  -- the head of `scheduled`, which a job scheduled ahead of it replaces (emq_due_wake)
+  local due_head, due_paused = nil, true
+  if nsched > 0 or bounced then
+    touch[#touch + 1] = 'scheduled'
+    emq_wake_touch(touch)
+    due_head, due_paused = emq_due_read(base), emq_paused_read(base)
+  end
   for _, u in pairs(unwait) do touch[#touch + 1] = u.key end
   if sweep then
     touch[#touch + 1] = 'dedup'
@@ -356,7 +362,14 @@ local function emq_new_jobs(verb, base, o, g)
     emq_bulk('ZADD', base .. 'dedup_sweep', looks)
     emq_dedup_sweep_write(base, sweep)
   end
-  if #sched > 0 then emq_bulk('ZADD', base .. 'scheduled', sched) end
+  if #sched > 0 then
+    emq_bulk('ZADD', base .. 'scheduled', sched)
+    local first = sched[1]
+    for i = 3, #sched, 2 do
+      if sched[i] < first then first = sched[i] end
+    end
+    emq_due_wake(base, due_head, first, due_paused)
+  end
   emq_publish_ready(base, g, s, ready, paused, order, ready_kinds)
   emq_registration_write(base, owed, fresh_life)
   return reply

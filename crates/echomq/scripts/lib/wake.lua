@@ -74,3 +74,19 @@ local function emq_wake(base, n, paused, kind)
   emq_wakes_add(w, kind, n)
   emq_wakes_push(base, w, paused)
 end
+
+-- the earliest due time a parked consumer knows of: the head of `scheduled` (its due ms, nil when
+-- none), read before the first write by a script that schedules jobs (emq_due_wake)
+local function emq_due_read(base)
+  return tonumber(redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')[2])
+end
+
+-- a job scheduled at `due` (ms) ahead of the head read (emq_due_read): a parked consumer's park
+-- ends at the head its last promote saw, and would end past this job's due time; one token on
+-- `wake` and one on `wake_any` end a park of each sort, whose next promote sees the new head.
+-- None while paused (resume wakes them); the lists reached before the first write (emq_wake_touch)
+local function emq_due_wake(base, head, due, paused)
+  if paused or (head and head <= due) then return end
+  emq_push_tokens(base .. 'wake', 1)
+  emq_push_tokens(base .. 'wake_any', 1)
+end

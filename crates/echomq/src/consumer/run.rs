@@ -352,6 +352,11 @@ impl Beat {
     async fn park(&mut self, next_due: Option<Duration>) -> Leg {
         let beat = self.shared.opts.beat;
         let mut timeout = next_due.map_or(beat, |d| d.min(beat));
+        // a job this consumer's settles scheduled since the promote: due by then (taken: the next
+        // promote sees the job in `scheduled`)
+        if let Some(at) = lock(&self.shared.due).take() {
+            timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+        }
         // the admission a park that times out sleeps on to
         let mut then_at = None;
         if let Some((at, queue_limited)) = self.admits_at {

@@ -285,31 +285,31 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
                 .retry
                 .delay(f.attempt, e)
                 .min(Duration::from_millis(DURATION_MAX_MS - 1));
-            retried(
-                store
-                    .retry(q, &f.id, f.token, &retry_request(delay, opts.max_attempts, e, settle))
-                    .await?,
-                e,
-            )
+            let r = store
+                .retry(q, &f.id, f.token, &retry_request(delay, opts.max_attempts, e, settle))
+                .await?;
+            scheduled(shared, matches!(r, Retried::Retrying), delay);
+            retried(r, e)
         }
         Verdict::RetryAfter(delay) => {
             // the longest delay a store takes: a handler's "after forever" is as late as it goes
             let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));
-            retried(
-                store
-                    .retry(
-                        q,
-                        &f.id,
-                        f.token,
-                        &retry_request(delay, opts.max_attempts, "retry requested", settle),
-                    )
-                    .await?,
-                "retry requested",
-            )
+            let r = store
+                .retry(
+                    q,
+                    &f.id,
+                    f.token,
+                    &retry_request(delay, opts.max_attempts, "retry requested", settle),
+                )
+                .await?;
+            scheduled(shared, matches!(r, Retried::Retrying), delay);
+            retried(r, "retry requested")
         }
         Verdict::Release(delay) => {
             let delay = (*delay).min(Duration::from_millis(DURATION_MAX_MS - 1));
-            store.release(q, &f.id, f.token, delay).await?
+            let r = store.release(q, &f.id, f.token, delay).await?;
+            scheduled(shared, matches!(r, Settled::Ok), delay);
+            r
         }
         Verdict::Discard(reason) => match store
             .discard(q, &f.id, f.token, &DiscardRequest::new(reason).settle(settle))
@@ -328,6 +328,15 @@ async fn settle_one(shared: &Shared, f: &Finished) -> Result<Settled> {
                 .await?
         }
     })
+}
+
+/// A settle that `landed` scheduled its job `delay` from now (a delay of 0 made it ready at once,
+/// and the settle's wake token tells the parks): the loop's next park ends by its due time, as
+/// the promote that bounded that park may have run before the job was scheduled.
+fn scheduled(shared: &Shared, landed: bool, delay: Duration) {
+    if landed && !delay.is_zero() {
+        shared.due_in(delay);
+    }
 }
 
 fn report(shared: &Shared, f: &Finished, r: std::result::Result<Settled, String>) {

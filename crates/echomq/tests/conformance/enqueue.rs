@@ -156,11 +156,16 @@ pub async fn enqueue_pushes_one_wake_per_ready_job_at_most_16(ctx: &Ctx) {
     ctx.store.enqueue(&ctx.q, &jobs(40)).await.unwrap();
     assert_eq!(ctx.probe.wakes().await, 16);
     ctx.probe.clear_wakes().await;
-    ctx.store
-        .enqueue(&ctx.q, &[NewJob::new("x").with_delay(Duration::from_secs(60))])
-        .await
-        .unwrap();
-    assert_eq!(ctx.probe.wakes().await, 0, "a delayed job is not claimable: no wake");
+    // a delayed job is not claimable; one due before anything else scheduled wakes one parked
+    // consumer of each sort (its park ends at the earliest due time its last promote saw)
+    let later = |s: u64| [NewJob::new("x").with_delay(Duration::from_secs(s))];
+    ctx.store.enqueue(&ctx.q, &later(60)).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 1, "the new head of scheduled: one wake");
+    ctx.probe.clear_wakes().await;
+    ctx.store.enqueue(&ctx.q, &later(120)).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 0, "due after the head: no wake");
+    ctx.store.enqueue(&ctx.q, &later(30)).await.unwrap();
+    assert_eq!(ctx.probe.wakes().await, 1, "due before the head: one wake");
 }
 
 pub async fn genqueue_puts_jobs_in_their_lane(ctx: &Ctx) {

@@ -264,7 +264,12 @@ pub async fn promote_pushes_one_wake_per_job_made_claimable(ctx: &Ctx) {
         .iter()
         .map(|r| r.id().clone())
         .collect();
-    assert_eq!(ctx.probe.wakes().await, 0, "delayed jobs are not claimable: no wake");
+    assert_eq!(
+        ctx.probe.wakes().await,
+        1,
+        "delayed jobs are not claimable: one wake for the new head of scheduled only"
+    );
+    ctx.probe.clear_wakes().await;
     wait_until_due(ctx, &ids).await;
     assert_eq!(promote(ctx, 100).await.moved, 3);
     assert_eq!(ctx.probe.wakes().await, 3);
@@ -396,12 +401,19 @@ pub async fn genqueue_pushes_wakes_bounded_by_free_slots(ctx: &Ctx) {
     assert_slot_invariant(ctx).await;
 }
 
-pub async fn genqueue_of_delayed_jobs_pushes_no_wake(ctx: &Ctx) {
+/// Delayed lane jobs make nothing claimable: their group stays off the ring; only the first, the
+/// new head of scheduled, wakes a parked consumer (to see its due time).
+pub async fn genqueue_of_delayed_jobs_wakes_only_for_a_new_head(ctx: &Ctx) {
     ctx.store
         .genqueue(&ctx.q, &group("a"), &[delayed("a1", LATER)])
         .await
         .unwrap();
-    assert_eq!(ctx.probe.wakes().await, 0);
+    assert_eq!(ctx.probe.wakes().await, 1);
+    ctx.store
+        .genqueue(&ctx.q, &group("a"), &[delayed("a2", LATER * 2)])
+        .await
+        .unwrap();
+    assert_eq!(ctx.probe.wakes().await, 1, "due after the head: no wake");
     assert!(ctx.probe.ring().await.is_empty());
 }
 
@@ -491,7 +503,7 @@ crate::conformance!(
     promote_of_a_lane_job_at_its_group_limit_pushes_no_wake,
     promote_of_lane_jobs_pushes_wakes_bounded_by_free_slots,
     genqueue_pushes_wakes_bounded_by_free_slots,
-    genqueue_of_delayed_jobs_pushes_no_wake,
+    genqueue_of_delayed_jobs_wakes_only_for_a_new_head,
     claim_pushes_no_wake,
     complete_of_a_flat_job_pushes_no_wake,
     complete_of_a_lane_job_that_puts_its_group_back_on_the_ring_pushes_one_wake,

@@ -129,8 +129,96 @@ async fn one_wake_token_wakes_one_parked_caller(ctx: &Ctx) {
     }
 }
 
+/// Each start of a job that fails every attempt, retried after a fixed 200 ms, beat 5 s: each
+/// retry starts at its delay, not at the next beat (the park that follows the settle ends by the
+/// retry's due time, though the promote that bounded it ran before the retry was scheduled).
+async fn a_retry_starts_at_its_delay_not_at_the_next_beat(ctx: &Ctx) {
+    let (store, q) = (&ctx.store, &ctx.q);
+    let (tx, mut started) = mpsc::unbounded_channel::<Instant>();
+    let handler = move |_job: JobContext| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(Instant::now());
+            Verdict::Error("fails every time".into())
+        }
+    };
+    let delay = Duration::from_millis(200);
+    let opts = ConsumerOptions::default()
+        .with_beat(Duration::from_secs(5))
+        .with_max_attempts(4)
+        .with_retry(echomq::RetryPolicy::fixed(delay));
+    let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // parked by now
+    store.enqueue(q, &[NewJob::new("x")]).await.unwrap();
+    let mut starts = Vec::new();
+    for _ in 0..4 {
+        let at = tokio::time::timeout(Duration::from_secs(12), started.recv())
+            .await
+            .expect("every attempt starts within two beats")
+            .unwrap();
+        starts.push(at);
+    }
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1].duration_since(w[0])).collect();
+    for gap in &gaps {
+        assert!(*gap >= delay, "a retry started before its delay: {gaps:?}");
+        // a beat is 5 s: a retry that waited for it would show a gap of seconds
+        assert!(*gap < Duration::from_millis(1500), "a retry waited for the beat: {gaps:?}");
+    }
+}
+
+/// A job enqueued with a delay, ahead of everything scheduled, starts at its due time, not at the
+/// parked consumer's next beat: enqueued by another handle (as another process would) on Redis; on
+/// the embedded store, whose wakes reach the parks of their own process only (another process's
+/// commits are seen at the next park's end, within a beat), by the consumer's own handle.
+async fn a_delayed_enqueue_starts_at_its_due_time(ctx: &Ctx) {
+    let (store, q) = (&ctx.store, &ctx.q);
+    let other = if store.serves_handoffs() {
+        store.clone()
+    } else {
+        ctx.other_handle().await
+    };
+    let (tx, mut started) = mpsc::unbounded_channel::<Instant>();
+    let handler = move |_job: JobContext| {
+        let tx = tx.clone();
+        async move {
+            let _ = tx.send(Instant::now());
+            Verdict::Done
+        }
+    };
+    let opts = ConsumerOptions::default().with_beat(Duration::from_secs(5));
+    let c = Consumer::start(store.clone(), q.clone(), handler, opts).unwrap();
+    // a job due far later first: the consumer's parks end at it, not at the beat alone
+    other
+        .enqueue(q, &[NewJob::new("later").with_delay(Duration::from_secs(60))])
+        .await
+        .unwrap();
+    let delay = Duration::from_millis(300);
+    let mut lates = Vec::new();
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await; // parked by now
+        let at = Instant::now();
+        other
+            .enqueue(q, &[NewJob::new(format!("{i}")).with_delay(delay)])
+            .await
+            .unwrap();
+        let began = tokio::time::timeout(Duration::from_secs(12), started.recv())
+            .await
+            .expect("the delayed job started within two beats")
+            .unwrap();
+        lates.push(began.duration_since(at));
+    }
+    c.stop(Duration::from_secs(5)).await.unwrap();
+    for late in &lates {
+        assert!(*late >= delay, "a delayed job started before its delay: {lates:?}");
+        assert!(*late < Duration::from_millis(1500), "a delayed job waited for the beat: {lates:?}");
+    }
+}
+
 crate::consumer_cases!(
     a_parked_consumer_is_woken_by_an_enqueue_well_inside_one_beat,
     an_enqueue_from_another_handle_starts_within_a_beat,
     one_wake_token_wakes_one_parked_caller,
+    a_retry_starts_at_its_delay_not_at_the_next_beat,
+    a_delayed_enqueue_starts_at_its_due_time,
 );
