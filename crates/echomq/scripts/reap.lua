@@ -31,7 +31,11 @@ if ARGV[3] and ARGV[3] ~= '' then
   budget = tonumber(ARGV[3])
   if not emq_whole(budget, 1) then return emq_bad_args('reap', 'max_redeliveries') end
 end
+-- the idle path (an idle consumer's beat, a lease not yet lapsed): the earliest deadline alone
+local head = tonumber(redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')[2])
+if not head then return 0 end
 local now = emq_now()
+if head > now then return 0 end
 local lapsed = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', '0', limit)
 if #lapsed == 0 then return 0 end
 -- rows by emq_row_read: a key of another type at a row's key is buried (its defect read here)

@@ -6,8 +6,10 @@ use crate::error::Error;
 use crate::retry::RetryPolicy;
 
 /// Default beat: the longest park, and the longest a drain leg runs before recover and promote run
-/// again.
-pub const BEAT_DEFAULT: Duration = Duration::from_millis(1000);
+/// again. Work never waits for it: an enqueue, a retry or a delayed job due wakes the park (a
+/// lapsed lease is found within a beat of its lapse); an idle consumer sends about 2 commands a
+/// second at this beat.
+pub const BEAT_DEFAULT: Duration = Duration::from_millis(5000);
 /// Default lease of a claimed job.
 pub const LEASE_DEFAULT: Duration = Duration::from_millis(30_000);
 /// Default number of due jobs one promote moves.

@@ -57,9 +57,15 @@ struct Beat {
 }
 
 /// How many beats a consumer's registry entry outlives its last registration: a consumer writes it
-/// once a beat at most, and a round (a drain leg of up to a beat, then a park of up to a beat) may
-/// take two beats and a little, so an entry lapses only when a consumer has missed a few beats.
-const REGISTRY_TTL_BEATS: u32 = 5;
+/// at least every [`REGISTRY_REFRESH_BEATS`], and a round (a drain leg of up to a beat, then a park
+/// of up to a beat) may take two beats and a little, so an entry lapses only when a consumer has
+/// missed a few refreshes' worth of beats.
+const REGISTRY_TTL_BEATS: u32 = 12;
+
+/// How many beats an unchanged registry entry goes unwritten: its entry is written once a beat at
+/// most, when the jobs in hand changed, and at least this often (an idle consumer's writes are
+/// most of what it sends).
+const REGISTRY_REFRESH_BEATS: u32 = 6;
 
 /// How close to a rate limit's next admission a park is aimed at the admission itself, so that the
 /// consumer claims on time (a limit admits no start before its slot, and every ms a claim comes
@@ -261,15 +267,21 @@ impl Beat {
         self.park(next_due).await
     }
 
-    /// The entry to write in the registry of live consumers when a beat has passed since the last
-    /// write (at most one write a beat), with the jobs in hand now.
+    /// The entry to write in the registry of live consumers, with the jobs in hand now: the first
+    /// time, then once a beat at most — when the jobs in hand changed, else every
+    /// [`REGISTRY_REFRESH_BEATS`].
     fn registration_due(&mut self) -> Option<crate::registry::ConsumerEntry> {
-        if self.registered.is_some_and(|at| at.elapsed() < self.shared.opts.beat) {
-            return None;
+        let beat = self.shared.opts.beat;
+        let free = self.slots.available_permits();
+        let in_hand = u32::try_from(self.shared.opts.concurrency.saturating_sub(free)).unwrap_or(u32::MAX);
+        if let Some(at) = self.registered {
+            let since = at.elapsed();
+            if since < beat || (in_hand == self.entry.in_hand && since < beat * REGISTRY_REFRESH_BEATS) {
+                return None;
+            }
         }
         self.registered = Some(Instant::now());
-        let free = self.slots.available_permits();
-        self.entry.in_hand = u32::try_from(self.shared.opts.concurrency.saturating_sub(free)).unwrap_or(u32::MAX);
+        self.entry.in_hand = in_hand;
         Some(self.entry.clone())
     }
 

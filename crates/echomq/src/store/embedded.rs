@@ -14,8 +14,8 @@
 //!   it parked offering a claim (`park_with_handoff`, the consumer does with a batch of free
 //!   slots), that enqueue's own transaction runs the claim for it and hands the jobs over after the
 //!   commit: one durable transaction between the enqueue and the handler's start, not two. One in
-//!   another process notices within one beat: its park ends, sees `PRAGMA data_version` moved, and
-//!   the next round claims — never by busy polling;
+//!   another process notices within [`PARK_POLL`]: its park looks at `PRAGMA data_version` that
+//!   often (a read of the file's shared memory), ends when it moved, and the next round claims;
 //! * **notices across processes**: a cancel request is also written to a durable log in the file
 //!   (its newest 1,000), which every cancel stream reads within [`CANCEL_POLL`]; a waited job
 //!   finished by another process is looked at again within [`WAIT_BEAT`];
@@ -75,6 +75,11 @@ pub const CACHE_KIB: i64 = 32 * 1024;
 /// How often a cancel-request stream reads the durable log for requests written by other
 /// processes (one of this process is delivered at once).
 pub const CANCEL_POLL: Duration = Duration::from_millis(200);
+
+/// How often a park looks for another process's commits (`PRAGMA data_version`, a read of the
+/// file's shared memory): a job another process makes claimable ends a park within this, whatever
+/// the beat; one of this process at once.
+pub const PARK_POLL: Duration = Duration::from_millis(500);
 
 /// How often a wait's stream looks for another process's commits (`PRAGMA data_version`): a job
 /// finished by another process is noticed within this; one finished by this process at once.
@@ -682,9 +687,14 @@ impl EmbeddedStore {
                         return Ok(true);
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + PARK_POLL)) => {
                     let now = self.foreign_commits("park").await?;
-                    return Ok(now != seen || served.load(Ordering::Acquire));
+                    if now != seen || served.load(Ordering::Acquire) {
+                        return Ok(true);
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Ok(false);
+                    }
                 }
             }
         }
