@@ -94,21 +94,36 @@ if nkinds > 0 then
     end
   end
 end
+local call, jobs = redis.call, base .. 'job:'
+-- the queue's settings, in one read: its limit and the groups' default (each group's own is read
+-- with its fields), the count of the lanes' jobs, whether its flat sets by kind are whole, the
+-- count of kinds with a limit of their own, and whether '~' is on the ring (r:~)
+local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs', 'by_kind', 'kind_limits', 'r:~')
+-- a queue an earlier version wrote keeps no count of its lanes' jobs nor of its limited kinds
+-- (kind_limits, which set_rate_limit keeps): each counted here, and kept once a claim writes
+local lanes_held = emq_lane_jobs_of(base, specs[3])
+-- no lane holds a job: the ring holds at most '~' (on it while pending holds a job, at most once,
+-- flagged r:~) and groups whose lanes emptied, and no group is throttled with work; the walk
+-- knows the ring without reading it and leaves it as it was unless it drops '~' (the other
+-- members, and groups left in `throttled`, are dropped by a later claim that walks the lanes)
+local flat_only = lanes_held.n == 0
+-- the idle path (a parked consumer's beat) ends here: no flat job, no lane job and an empty ring (a
+-- ring left with members whose lanes emptied goes on: the walk finds '~' empty and drops them)
+if flat_only and not specs[6] and call('LLEN', ring) == 0 then return {0, 0} end
 -- paused or obliterating (strings); the MGET reaches the pending tally's keys too (a hash and a
 -- sorted set, which it answers nil), so a refusal of them comes before any write
-local flags = redis.call('MGET', KEYS[5], KEYS[6], base .. 'pending_tally', base .. 'pending_since')
+local flags = call('MGET', KEYS[5], KEYS[6], base .. 'pending_tally', base .. 'pending_since')
 if flags[1] or flags[2] then return {0, 0} end
--- the idle path (a parked consumer's beat) ends here: an empty ring and no throttled group
-local ring_len = redis.call('LLEN', ring)
-if ring_len == 0 and redis.call('ZCARD', throttled) == 0 then return {0, 0} end
+local ring_len = 1
+if not flat_only then ring_len = call('LLEN', ring) end
 local now_us = emq_now_us()
 local now = math.floor(now_us / 1000)
-local call, jobs = redis.call, base .. 'job:'
--- the queue's limit and the groups' default (each group's own is read with its fields), and the
--- count of the lanes' jobs as the queue keeps it
-local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs', 'by_kind')
--- whether any kind has a limit of its own
-local kind_limited = call('HLEN', base .. 'kind_rates') > 0
+local kind_limits, kind_limits_new = tonumber(specs[5]), nil
+if not kind_limits then
+  kind_limits = call('HLEN', base .. 'kind_rates')
+  kind_limits_new = kind_limits
+end
+local kind_limited = kind_limits > 0
 if runs or kind_limited then emq_kinds_fill(base, specs[4]) end
 -- each kind's own limit met (kind_rate), false for none; kind_wake: the earliest admission of a
 -- kind whose limit held a job back
@@ -139,9 +154,11 @@ local default_rate = specs[2]
 -- The ring as the walk sees it: its members as they were (read in pages, `popped` of them taken
 -- off its head), then the members pushed back at its tail (`back`, `repopped` of them taken again).
 local members_read, popped = {}, 0
+if flat_only then members_read[1] = '~' end
 local back, repopped = {}, 0
 -- the throttled groups due again join the walk at the ring's tail (a page at most: the rest next time)
-local due = call('ZRANGEBYSCORE', throttled, '-inf', now_us, 'LIMIT', 0, 1000)
+local due = {}
+if not flat_only then due = call('ZRANGEBYSCORE', throttled, '-inf', now_us, 'LIMIT', 0, 1000) end
 for i = 1, #due do back[i] = due[i] end
 local function pop()
   if popped < ring_len then
@@ -183,7 +200,11 @@ local function member(m)
       end
     end
   elseif m == '~' then
-    s = { key = pending, size = call('ZCARD', pending), ids = {}, ranks = {}, read = 0, taken = 0 }
+    -- pending's size: read when the walk may visit other members (the ring step needs it), else
+    -- found by reading its ids (read_ahead)
+    local size = math.huge
+    if not flat_only then size = call('ZCARD', pending) end
+    s = { key = pending, size = size, ids = {}, ranks = {}, read = 0, taken = 0 }
   else
     local f = call('HMGET', groups, 'a:' .. m, 'l:' .. m, 'l:~', 'rate:' .. m, 'hk:' .. m)
     local lane = base .. 'lane:' .. m
@@ -198,9 +219,12 @@ local function member(m)
   return s
 end
 
--- s's next page of `ahead` ids read when every id read is taken (`read` of them in all)
+-- s's next page of `ahead` ids read when every id read is taken (`read` of them in all); while
+-- s's size is unknown, one id more, so that a page short of it tells the size before the walk
+-- takes s's last job (the ring step drops a member whose jobs are all taken)
 local function read_ahead(s, ahead)
-  if s.taken == s.read then
+  if s.taken == s.read and s.read < s.size then
+    if s.size == math.huge then ahead = ahead + 1 end
     local from, to = s.taken, s.taken + ahead - 1
     local page = call('ZRANGE', s.key, from, to, 'WITHSCORES')
     for i = 2, #page, 2 do
@@ -208,6 +232,7 @@ local function read_ahead(s, ahead)
       s.ranks[from + i / 2] = page[i]
     end
     s.read = from + #page / 2
+    if #page / 2 < ahead then s.size = s.read end
   end
 end
 
@@ -237,6 +262,7 @@ local function next_id(s, ahead)
     return id, rank
   end
   read_ahead(s, ahead)
+  if s.taken >= s.read then return nil, nil end
   s.taken = s.taken + 1
   return s.ids[s.taken], s.ranks[s.taken]
 end
@@ -526,7 +552,8 @@ local wake_at = nil
 if stopped then
   wake_at = emq_rate_next(qrate)
 else
-  local first = call('ZRANGE', throttled, #due, #due, 'WITHSCORES')
+  local first = {}
+  if not flat_only then first = call('ZRANGE', throttled, #due, #due, 'WITHSCORES') end
   if first[2] then wake_at = tonumber(first[2]) end
   for _, h in ipairs(held) do
     if not wake_at or h[2] < wake_at then wake_at = h[2] end
@@ -540,6 +567,23 @@ if wake_at then
 end
 
 -- The rest of the reads: the keys only written below.
+-- the members pushed back (and not taken again) or passed over, for the ring's tail
+local rest = {}
+for i = repopped + 1, #back do rest[#rest + 1] = back[i] end
+for _, m in ipairs(passed) do rest[#rest + 1] = m end
+-- a walk of '~' alone (flat_only): kept (or not reached: a limit admitted nothing), '~' stays where
+-- it stands on the ring; dropped, no job is ready anywhere, so each other member of the ring is a
+-- group whose lane emptied: the ring is read here and deleted, every member's r: flag with it
+local ring_stale = nil
+if flat_only then
+  if popped > 0 and #rest == 0 then
+    ring_stale = call('LRANGE', ring, 0, -1)
+    for _, m in ipairs(ring_stale) do
+      if m ~= '~' then dropped[#dropped + 1] = 'r:' .. m end
+    end
+  end
+  rest = {}
+end
 if #settled > 0 then
   local touch = {}
   if failed > 0 then
@@ -557,17 +601,17 @@ if #forward_kinds > 0 then
   emq_touch(base, lists)
 end
 -- the sets by kind a claim of every kind takes its jobs out of
+-- (all but the first: its ZREM is the claim's first write, which a refusal leaves undone)
 local by_kind_keys = {}
 for k in pairs(by_kind) do by_kind_keys[#by_kind_keys + 1] = 'pending:' .. k end
-if #by_kind_keys > 0 then emq_touch(base, by_kind_keys) end
+if #by_kind_keys > 1 then emq_touch(base, { unpack(by_kind_keys, 2) }) end
 local ret = { keep = 0, expired = {} }
 if cancelled > 0 then ret = emq_retention_read(base, 'cancelled', cancelled, now) end
--- the count of the lanes' jobs, which the lane jobs taken leave (emq_lane_jobs_of)
-local laned, lj = 0, nil
+-- the count of the lanes' jobs, which the lane jobs taken leave
+local laned = 0
 for _, s in ipairs(order) do
   if s.group then laned = laned + s.taken end
 end
-if laned > 0 then lj = emq_lane_jobs_of(base, specs[3]) end
 -- an exact group limit's log kept in start_logs, so that obliterate finds it
 for _, s in ipairs(order) do
   if s.rate and s.rate.log and s.rate.log.taken > 0 and s.rate.log.len == 0 then
@@ -576,13 +620,14 @@ for _, s in ipairs(order) do
   end
 end
 
--- The writes.
--- the ring: the members popped leave its head, those pushed back and not taken again join its tail
-if popped > 0 then call('LTRIM', ring, popped, -1) end
+-- The writes: first the taken ids out of their kinds' sets (a claim of every kind), in the
+-- order of by_kind_keys.
+for _, key in ipairs(by_kind_keys) do emq_bulk('ZREM', base .. key, by_kind[string.sub(key, 9)]) end
+-- the ring: the members popped leave its head, those pushed back and not taken again join its
+-- tail; a walk of '~' alone leaves it as it was, or deletes it with its stale members
+if ring_stale then call('DEL', ring) end
+if popped > 0 and not flat_only then call('LTRIM', ring, popped, -1) end
 emq_expire(base, ret)
-local rest = {}
-for i = repopped + 1, #back do rest[#rest + 1] = back[i] end
-for _, m in ipairs(passed) do rest[#rest + 1] = m end
 if #rest > 0 then emq_bulk('RPUSH', ring, rest) end
 -- each member's jobs used leave its set (and a flat job both pending and its kind's set), and the
 -- pending tally
@@ -596,7 +641,6 @@ for _, s in ipairs(order) do
     call('ZREMRANGEBYRANK', s.key, 0, s.taken - 1)
   end
 end
-for k, ids in pairs(by_kind) do emq_bulk('ZREM', base .. 'pending:' .. k, ids) end
 emq_tally_write(base, left)
 -- the groups hash: the dropped members' flags (and the kept head kinds of the lanes taken from)
 -- first, then each group's active count, the lanes' count and the head kinds of the lanes passed
@@ -616,9 +660,13 @@ for _, s in ipairs(order) do
     counts[#counts + 1] = s.hk_new
   end
 end
-if lj then
+if laned > 0 or not lanes_held.kept then
   counts[#counts + 1] = 'lane_jobs'
-  counts[#counts + 1] = lj.n - laned
+  counts[#counts + 1] = lanes_held.n - laned
+end
+if kind_limits_new then
+  counts[#counts + 1] = 'kind_limits'
+  counts[#counts + 1] = kind_limits_new
 end
 if #counts > 0 then emq_bulk('HSET', groups, counts) end
 for i = 1, #tokens, 2 do call('HSET', tokens[i], 'state', 'active', 'attempts', tokens[i + 1]) end

@@ -29,12 +29,14 @@ if spec ~= '' and not emq_rate_read(spec, nil, 0) then return emq_bad_args('set_
 if target == 'kind' then
   local paused = emq_paused_read(base)
   local ready = redis.call('ZCARD', base .. 'pending:' .. g)
-  emq_touch(base, emq_wake_touch({ 'kind_rates', 'kind_tats', 'kind_starts:' .. g }, g))
+  emq_touch(base, emq_wake_touch({ 'kind_rates', 'kind_tats', 'kind_starts:' .. g, 'groups' }, g))
   if spec == '' then
     redis.call('HDEL', base .. 'kind_rates', g)
   else
     redis.call('HSET', base .. 'kind_rates', g, spec)
   end
+  -- the count of kinds with a limit, which every claim reads with the queue's other settings
+  redis.call('HSET', groups, 'kind_limits', redis.call('HLEN', base .. 'kind_rates'))
   redis.call('ZREM', base .. 'kind_tats', g)
   redis.call('DEL', base .. 'kind_starts:' .. g)
   emq_wake(base, ready, paused, g)

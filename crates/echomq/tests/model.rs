@@ -519,25 +519,34 @@ impl Model {
         self.rows.get_mut(id).expect("model: a row the step needs")
     }
 
-    /// Whether an enqueue of `specs` (into g's lane) pushes a wake: it makes a job claimable.
+    /// Whether an enqueue of `specs` (into g's lane) pushes a wake: it makes a job claimable, or
+    /// schedules one due before every job scheduled (emq_due_wake: a park ends at the earliest due
+    /// time it saw).
     fn wakes(&self, g: Option<&str>, specs: &[NewSpec]) -> bool {
         let mut seen = BTreeSet::new();
-        let ready = specs
+        let new: Vec<&NewSpec> = specs
             .iter()
             .filter(|s| {
                 let dup =
                     s.id.as_ref()
                         .is_some_and(|id| seen.contains(id) || self.rows.contains_key(id) || !seen.insert(id.clone()));
-                !dup && s.delay_ms.is_none()
+                !dup
             })
-            .count();
-        match g {
-            None => ready > 0,
-            Some(g) => {
-                let (active, limit) = self.slots(g);
-                ready > 0 && (self.lane_len(g) as u64) < limit.saturating_sub(active)
+            .collect();
+        let ready = new.iter().filter(|s| s.delay_ms.is_none()).count();
+        let head = self.scheduled.first().map(|(due, _)| *due);
+        let new_head = new
+            .iter()
+            .filter_map(|s| s.delay_ms)
+            .any(|d| head.is_none_or(|h| d < h));
+        new_head
+            || match g {
+                None => ready > 0,
+                Some(g) => {
+                    let (active, limit) = self.slots(g);
+                    ready > 0 && (self.lane_len(g) as u64) < limit.saturating_sub(active)
+                }
             }
-        }
     }
 
     fn lane(&mut self, g: &str) -> &mut BTreeSet<(u64, String)> {
@@ -889,6 +898,31 @@ impl Model {
     /// claim.lua's ring walk.
     fn claim(&mut self, n: usize, lease: LeaseKey, maxdef: u64) -> Vec<(String, Vec<u8>, u64, Option<String>)> {
         let mut out = Vec::new();
+        // no lane holds a job: the walk is the flat set's alone and leaves the ring as it is, unless
+        // it finds pending empty: then every member goes (each a group whose lane emptied), flags
+        // and all; groups in `throttled` stay there
+        if self.lanes.values().all(BTreeSet::is_empty) {
+            if !self.flags.contains(FLAT) && self.ring.is_empty() {
+                return out;
+            }
+            self.claim_seq += 1;
+            if !self.queue_admits() {
+                return out;
+            }
+            while out.len() < n && self.queue_admits() {
+                let Some((_, id)) = self.pending.pop_first() else { break };
+                if self.take(&id, lease, maxdef, &mut out) {
+                    self.count_start(None);
+                }
+            }
+            if self.pending.is_empty() {
+                for m in std::mem::take(&mut self.ring) {
+                    self.flags.remove(&m);
+                }
+                self.flags.remove(FLAT);
+            }
+            return out;
+        }
         if self.ring.is_empty() && self.throttled.is_empty() {
             return out;
         }
@@ -1896,6 +1930,11 @@ async fn check_store(side: &mut Side, q: &QueueName, model: &Model) -> Result<()
     if let Some(kept) = hash.remove("lane_jobs") {
         let laned = model.lanes.values().map(BTreeSet::len).sum::<usize>() as u64;
         diff("the lanes' count (lane_jobs)", kept, Some(laned))?;
+    }
+    // the count of kinds with a limit of their own, which every claim reads with the queue's other
+    // settings (the model sets no kind's limit)
+    if let Some(n) = hash.remove("kind_limits") {
+        diff("the limited kinds' count (kind_limits)", n, Some(0))?;
     }
     // the mark that the flat sets by kind hold every flat job; when set, the raw jobs' set (every
     // job of the model is raw) is pending itself
