@@ -59,6 +59,9 @@ enum Workload {
         /// The burst of --rate-limit.
         #[arg(long, default_value_t = 1, requires = "rate_limit")]
         burst: u32,
+        /// Claimed jobs the consumer may hold beyond its free slots (0: none).
+        #[arg(long, default_value_t = 0)]
+        prefetch: usize,
     },
     /// f_dashboard: the dashboard's pages with N waiting jobs in G groups, R requests each
     /// (median and 99th percentile), `/metrics` against the empty queue's.
@@ -292,12 +295,16 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             priorities,
             rate_limit,
             burst,
+            prefetch,
         } => {
             if let Some(l) = rate_limit {
                 let l = l.with_burst(burst)?;
                 store.set_rate_limit(&q, &echomq::RateTarget::Queue, Some(l)).await?;
             }
-            process(&store, &q, &meter, jobs, concurrency, typed, priorities).await?
+            let opts = ConsumerOptions::default()
+                .with_concurrency(concurrency)
+                .with_prefetch(prefetch);
+            process(&store, &q, &meter, jobs, opts, typed, priorities).await?
         }
         Workload::RateLimit(a) => rate::run(&store, url, &q, a).await?,
         Workload::Dashboard(a) => dashboard::run(&store, &q, a).await?,
@@ -349,10 +356,11 @@ async fn process(
     q: &QueueName,
     meter: &Meter,
     n: usize,
-    concurrency: usize,
+    opts: ConsumerOptions,
     typed: bool,
     priorities: bool,
 ) -> anyhow::Result<()> {
+    let (concurrency, prefetch) = (opts.concurrency, opts.prefetch);
     if priorities {
         let mut jobs = payloads(n);
         for (i, j) in jobs.iter_mut().enumerate() {
@@ -370,7 +378,6 @@ async fn process(
     let a = meter.snap().await;
     let cpu0 = own_cpu_s();
     let t = Instant::now();
-    let opts = ConsumerOptions::default().with_concurrency(concurrency);
     let running = if typed {
         let worker = echomq::Worker::new(store.clone(), q.as_str())?
             .on(move |_job: BenchJob, _ctx: JobContext| {
@@ -410,9 +417,9 @@ async fn process(
     emit(
         "b_process",
         json!({
-            "concurrency": concurrency, "n": n, "typed": typed, "priorities": priorities, "results_kept": store.retention(q).await?.keep > 0,
+            "concurrency": concurrency, "prefetch": prefetch, "n": n, "typed": typed, "priorities": priorities, "results_kept": store.retention(q).await?.keep > 0,
             "secs": secs, "jobs_per_s": n as f64 / secs,
-            "worker_cpu_s": cpu, "worker_cpu_pct": 100.0 * cpu / secs,
+            "worker_cpu_s": cpu, "worker_cpu_pct": 100.0 * cpu / secs, "worker_cpu_us_per_job": 1e6 * cpu / n as f64,
             "redis_cpu_s": d.as_ref().map(|d| d.cpu_s),
             "redis_cpu_pct": d.as_ref().map(|d| 100.0 * d.cpu_s / d.secs),
             "redis_cpu_us_per_job": d.as_ref().map(|d| 1e6 * d.cpu_s / n as f64),

@@ -97,12 +97,18 @@ pub struct Args {
     /// Commands running at once.
     #[arg(long, value_name = "N", default_value_t = CONCURRENCY_DEFAULT)]
     pub concurrency: usize,
+    /// Claimed jobs each consumer may hold beyond its free slots (0: none), each leased, renewed
+    /// and cancellable while held and started the moment a slot frees; given back on a stop. For
+    /// many short jobs. Needs lease renewal (not with --no-locks).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub prefetch: usize,
     /// Lease of each claimed job; renewed while the command runs unless --no-locks (so at least
     /// 1s: a renewal runs every third of a lease and needs the rest to reach the store).
     #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "30s")]
     pub lease: Duration,
-    /// The beat: the longest idle wait, and how often recovery and promotion run.
-    #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "1s")]
+    /// The beat: the longest idle wait, and how often recovery and promotion run (work never
+    /// waits for it: a push, a retry or a delayed job due wakes the consumer).
+    #[arg(long, value_name = "D", value_parser = crate::duration, default_value = "5s")]
     pub beat: Duration,
     /// What recovers jobs whose leases lapsed (a worker killed mid-job, by OOM or a deploy):
     /// `reap` returns them to ready, each lapse having used the attempt its claim took, so a job
@@ -222,6 +228,7 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
         .with_ttl(args.ttl)
         .with_record(args.record)
         .with_locks(!args.no_locks)
+        .with_prefetch(args.prefetch)
         .with_cancel(true);
     let opts = if args.kinds.is_empty() {
         opts

@@ -56,6 +56,11 @@
 --         job is always taken, so a reply passes it by one payload at most)
 -- ARGV[7] k, the count of kinds the consumer runs (0 or absent: every kind), then ARGV[8 ..
 --         7 + k] the kinds ('' for raw jobs)
+-- ARGV[8 + k] slots: how many of the n jobs the consumer starts at once (absent: n); it holds the
+--         rest until a slot frees (prefetch). A job to be held is never one this claim puts on
+--         its last attempt (a crash of the consumer holding it would end it unrun): the walk
+--         stops before it. Under a rate limit (the queue's, the groups' default or a group's
+--         own, a kind's) no job is claimed to be held: n is cut to slots
 --
 -- Replies: {id, payload, token, attempt, group, kind, max_attempts, retry, wait, …}: nine elements
 -- per job handed out (at most n), in claim order — token: the row's attempts after this claim;
@@ -80,8 +85,13 @@ if not recmax then return emq_bad_args('claim', 'settle options') end
 if not maxbytes or maxbytes < 1 then return emq_bad_args('claim', 'max bytes') end
 -- the kinds run (nil: every kind), as a set and in the caller's order
 local nkinds = tonumber(ARGV[7] or '0')
-if not emq_whole(nkinds, 0) or #ARGV ~= 7 + nkinds and not (nkinds == 0 and #ARGV == 6) then
+if not emq_whole(nkinds, 0) or #ARGV ~= 7 + nkinds and #ARGV ~= 8 + nkinds and not (nkinds == 0 and #ARGV == 6) then
   return emq_bad_args('claim', 'kinds')
+end
+local slots = n
+if #ARGV == 8 + nkinds then
+  slots = tonumber(ARGV[8 + nkinds])
+  if not emq_whole(slots, 0) or slots > n then return emq_bad_args('claim', 'slots') end
 end
 local runs, kind_list = nil, {}
 if nkinds > 0 then
@@ -149,6 +159,8 @@ local function kind_held(r)
 end
 local qrate = emq_rate_read(specs[1], specs[1] and redis.pcall('GET', KEYS[9]), now_us, base .. 'starts')
 local default_rate = specs[2]
+-- under the queue's limit, the groups' default or a kind's, nothing is claimed to be held
+if qrate or default_rate or kind_limited then n = math.min(n, slots) end
 
 -- The walk, from reads alone.
 -- The ring as the walk sees it: its members as they were (read in pages, `popped` of them taken
@@ -407,7 +419,8 @@ end
 
 -- Take one job from a member (g: its group, nil for the flat set) at its rank: read its row, judge
 -- it, and hand it out or set it aside (a missing row is dropped). It leaves the pending tally
--- either way. True when handed out.
+-- either way. True when handed out; false and true when it is a job to be held on its last
+-- attempt, left where it is (the caller puts its member's count back: untake).
 local function take(id, g, rank)
   rank = tonumber(rank) or 0
   if met[id] then
@@ -424,6 +437,15 @@ local function take(id, g, rank)
     emq_tally(left, rank, 0, -1)
     set_aside({ id = id, kind = 'dead', reason = r.foreign, attempt = '0', foreign = true, data = r.data })
     return false
+  end
+  -- a job to be held (past the slots) that this claim would put on its last attempt: not taken,
+  -- and the walk stops before it
+  if got >= slots and not r.cancel then
+    local defect, _, att, fr, maxa = judge_row(r)
+    if not defect and att - fr + 1 >= maxa then
+      met[id] = nil
+      return false, true
+    end
   end
   local p = 0
   if r.priority then p = tonumber(r.priority) or 0 end
@@ -474,7 +496,7 @@ end
 local function push_back(s, m)
   if s.kinds and s.total > 0 and flat_left(s) then
     back[#back + 1] = m
-  elseif s.foreign or s.kind_held or (s.kinds and s.total > 0) then
+  elseif s.foreign or s.kind_held or (s.unslotted and s.taken < s.size and s.a < s.limit) or (s.kinds and s.total > 0) then
     passed[#passed + 1] = m
   elseif s.taken < s.size and (not s.group or s.a < s.limit) then
     if s.group and not emq_rate_admits(s.rate, now_us) then
@@ -487,7 +509,19 @@ local function push_back(s, m)
   end
 end
 
-while got < n and bytes < maxbytes and budget > 0 do
+-- a job taken out of s's reads put back (take's last attempt to be held): s's count, and for the
+-- flat sets by kind its set's and the ids leaving pending
+local function untake(s)
+  s.taken = s.taken - 1
+  if s.kinds then
+    s.last.taken = s.last.taken - 1
+    s.flat_ids[#s.flat_ids] = nil
+  end
+end
+-- whether the walk stopped before a job to be held on its last attempt
+local last_held = false
+
+while got < n and bytes < maxbytes and budget > 0 and not last_held do
   if not emq_rate_admits(qrate, now_us) then
     stopped = true
     break
@@ -509,10 +543,17 @@ while got < n and bytes < maxbytes and budget > 0 do
       -- (its tally left with it)
       if s.kinds and not call('ZSCORE', pending, id) then
         used = used - 1
-      elseif take(id, nil, rank) then
-        got = got + 1
-        emq_rate_take(qrate)
-        if s.last then emq_rate_take(s.last.rate) end
+      else
+        local handed, last = take(id, nil, rank)
+        if last then
+          untake(s)
+          last_held = true
+          break
+        elseif handed then
+          got = got + 1
+          emq_rate_take(qrate)
+          if s.last then emq_rate_take(s.last.rate) end
+        end
       end
     end
   elseif s.a < s.limit and s.taken < s.size and emq_rate_admits(s.rate, now_us) then
@@ -524,11 +565,18 @@ while got < n and bytes < maxbytes and budget > 0 do
       kind_held(kr)
     end
   end
-  if s.group and not s.foreign and not s.kind_held and s.a < s.limit and s.taken < s.size
+  -- a group under a limit of its own starts only on a free slot: past them, it waits at the ring's
+  -- tail, not walked again in this claim
+  if s.group and s.rate and got >= slots then s.unslotted = true end
+  if s.group and not s.foreign and not s.kind_held and not s.unslotted and s.a < s.limit and s.taken < s.size
       and emq_rate_admits(s.rate, now_us) then
     local kr = kind_rate(s.head_kind)
     local id, rank = next_id(s, n - got)
-    if take(id, m, rank) then
+    local handed, last = take(id, m, rank)
+    if last then
+      untake(s)
+      last_held = true
+    elseif handed then
       got = got + 1
       s.a = s.a + 1
       emq_rate_take(s.rate)

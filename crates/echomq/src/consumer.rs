@@ -126,6 +126,7 @@ impl Shared {
             max_attempts: self.opts.max_attempts,
             settle: self.opts.settle_options(),
             kinds: self.opts.kinds.clone(),
+            held: 0,
         }
     }
 

@@ -669,6 +669,11 @@ pub struct ClaimRequest {
     pub settle: SettleOptions,
     /// The kinds claimed (every kind by default).
     pub kinds: Kinds,
+    /// Of the `n`, how many the caller holds until a slot of its frees rather than starts at once
+    /// (prefetch; 0 by default, at most `n`): the store hands out none of them on its last attempt
+    /// (the claim stops before such a job), and none under a rate limit (the claim asks only for
+    /// the `n - held` it starts).
+    pub held: u32,
 }
 
 impl ClaimRequest {
@@ -681,6 +686,7 @@ impl ClaimRequest {
             max_attempts: crate::consumer::MAX_ATTEMPTS_DEFAULT,
             settle: SettleOptions::default(),
             kinds: Kinds::all(),
+            held: 0,
         }
     }
 }
@@ -692,6 +698,8 @@ setters! { ClaimRequest {
     settle: settle: SettleOptions;
     /// The kinds claimed.
     kinds: kinds: Kinds;
+    /// How many of the jobs the caller holds rather than starts at once.
+    held: held: u32;
 }}
 
 /// A beat's round ([`Store::recover_promote_claim`]): its recovery leg, its promote (at most

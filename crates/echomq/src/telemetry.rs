@@ -7,6 +7,7 @@
 //! | --- | --- | --- | --- |
 //! | [`JOB_DURATION`] `emq_job_duration_seconds` | histogram | `queue`, `outcome` | a handler's run, claim to verdict |
 //! | [`JOB_WAIT`] `emq_job_wait_seconds` | histogram | `queue`, `outcome` | how long a job waited ready before its claim (enqueue, due time or retry to start), on the store's clock |
+//! | [`JOB_HELD`] `emq_job_held_seconds` | histogram | `queue` | how long a job a consumer claimed beyond its free slots (prefetch) waited held for one, claim to handler start |
 //!
 //! A job's wait is recorded with its run, under its verdict's outcome; a job whose wait the store
 //! cannot tell (one recovered from a lapsed lease) records its run only.
@@ -25,6 +26,9 @@ pub const JOB_DURATION: &str = "emq_job_duration_seconds";
 /// The histogram of the time jobs waited ready before their claim, in seconds, by queue and
 /// outcome.
 pub const JOB_WAIT: &str = "emq_job_wait_seconds";
+
+/// The histogram of the time prefetched jobs waited held in their consumer, in seconds, by queue.
+pub const JOB_HELD: &str = "emq_job_held_seconds";
 
 /// Every `outcome` label value, in the order of [`Verdict`]'s kinds.
 pub const OUTCOMES: [&str; 6] = [
@@ -54,6 +58,8 @@ pub(crate) fn outcome(verdict: &Verdict) -> usize {
 pub(crate) struct JobTimings {
     /// (run time, wait) per outcome, in the order of [`OUTCOMES`].
     by_outcome: Vec<(Histogram, Histogram)>,
+    /// The time held of prefetched jobs.
+    held: Histogram,
 }
 
 impl JobTimings {
@@ -68,7 +74,13 @@ impl JobTimings {
                 )
             })
             .collect();
-        Self { by_outcome }
+        let held = metrics::histogram!(JOB_HELD, "queue" => queue.as_str().to_string());
+        Self { by_outcome, held }
+    }
+
+    /// Records how long a prefetched job waited held before its handler started.
+    pub(crate) fn record_held(&self, held: std::time::Duration) {
+        self.held.record(held.as_secs_f64());
     }
 
     /// Records a handler's run time, and the job's wait before its claim when the store told it,

@@ -152,6 +152,15 @@ impl Worker {
         self
     }
 
+    /// How many claimed jobs each queue's consumer may hold beyond its free slots (0 by default):
+    /// many short jobs then run one after another without a round trip to the store between
+    /// them, while each keeps its lease, fencing and cancel
+    /// ([`ConsumerOptions::prefetch`](crate::ConsumerOptions::prefetch)).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.opts.prefetch = n;
+        self
+    }
+
     /// The lease of each job (30 s by default): how long a consumer that went silent keeps it.
     /// Renewed while the handler runs, so at least
     /// [`LEASE_RENEWED_MIN`](crate::consumer::LEASE_RENEWED_MIN) (1 s; `start` refuses less).

@@ -73,7 +73,19 @@ pub struct ConsumerOptions {
     /// The kinds of job it runs ([`Kinds::all`] by default): a consumer of some kinds claims only
     /// their jobs and is woken only for them; the jobs of a kind no live consumer runs wait.
     pub kinds: Kinds,
+    /// How many claimed jobs it may hold beyond its free slots (0, the default: it claims only
+    /// for free slots). A held job is leased, renewed and cancellable from its claim, and starts
+    /// the moment a slot frees, before that slot's settle lands; a stop, an abort or the ttl gives
+    /// it back at once, its attempt unused. A job on its last attempt is never held, nor is a job
+    /// claimed to be held under a rate limit. For many short jobs: a consumer whose jobs take a
+    /// round trip or less runs them one after another without waiting for the store between them.
+    /// A consumer killed while holding jobs leaves them to their leases (each has then used an
+    /// attempt, as a running job would). At most [`PREFETCH_MAX`]; needs lease renewal on.
+    pub prefetch: usize,
 }
+
+/// The most jobs a consumer may hold beyond its free slots ([`ConsumerOptions::prefetch`]).
+pub const PREFETCH_MAX: usize = 10_000;
 
 impl Default for ConsumerOptions {
     fn default() -> Self {
@@ -91,6 +103,7 @@ impl Default for ConsumerOptions {
             cancel: true,
             timeout: None,
             kinds: Kinds::all(),
+            prefetch: 0,
         }
     }
 }
@@ -120,6 +133,8 @@ setters! { ConsumerOptions {
     with_cancel: cancel: bool;
     /// Sets the run-time cap of one handler run.
     with_timeout: timeout: Option<Duration>;
+    /// Sets how many claimed jobs it may hold beyond its free slots.
+    with_prefetch: prefetch: usize;
 }}
 
 impl ConsumerOptions {
@@ -194,6 +209,16 @@ impl ConsumerOptions {
         }
         if self.ttl.is_some_and(|t| t.is_zero()) {
             return Err(refuse("ttl", self.ttl, "must be greater than zero when set"));
+        }
+        if self.prefetch > PREFETCH_MAX {
+            return Err(refuse("prefetch", self.prefetch, "must be at most 10000"));
+        }
+        if self.prefetch > 0 && !self.locks {
+            return Err(refuse(
+                "prefetch",
+                self.prefetch,
+                "needs lease renewal on: a held job's lease would lapse while it waits for a slot",
+            ));
         }
         Ok(())
     }

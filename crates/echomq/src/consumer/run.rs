@@ -33,6 +33,11 @@ pub(crate) struct Launcher {
     /// The handler tasks, and the offers still in a store's hands (a token each): the loop's end
     /// waits for both.
     tracker: TaskTracker,
+    /// The jobs held (prefetch), oldest first.
+    held: Arc<std::sync::Mutex<std::collections::VecDeque<Held>>>,
+    /// The room for more held jobs: the prefetch less the jobs held and the room claims in flight
+    /// reserved.
+    room: Arc<std::sync::Mutex<usize>>,
 }
 
 /// The loop's own state across beats.
@@ -54,6 +59,8 @@ struct Beat {
     /// The consumer's entry in the registry of live consumers, and when it was last written.
     entry: crate::registry::ConsumerEntry,
     registered: Option<Instant>,
+    /// Whether the last park ended on a wake (new work, most likely): the next beat claims first.
+    woken: bool,
 }
 
 /// How many beats a consumer's registry entry outlives its last registration: a consumer writes it
@@ -128,6 +135,7 @@ pub(crate) async fn run(
         admits_at: None,
         entry,
         registered: None,
+        woken: false,
     };
     loop {
         match beat.once().await {
@@ -175,6 +183,8 @@ pub(crate) async fn run(
     // jobs a store is still handing over are claimed: they run like the others; in-flight handlers
     // finish and hand their verdicts to the settler, which claims no more, drains and ends
     shared.closing.cancel();
+    // the held jobs go back at once, their attempts unused
+    beat.launcher.release_held();
     let tracker = beat.launcher.tracker.clone();
     tracker.close();
     tracker.wait().await;
@@ -197,16 +207,31 @@ impl Beat {
     }
 
     /// One beat: recover + promote + the first claim in one round trip, the drain leg, the park.
+    /// After a park a wake ended, the claim goes first, alone: the work that woke the consumer
+    /// starts one round trip after the wake, and recovery and promote follow.
     async fn once(&mut self) -> Leg {
         if self.should_exit() {
             return Leg::Exit;
         }
         let shared = self.shared.clone();
         let opts = &shared.opts;
+        let free = self.slots.available_permits().min(BATCH_MAX);
+        if std::mem::take(&mut self.woken) && free > 0 {
+            let (request, reserved) = self.claim(free);
+            let sent = Instant::now();
+            match shared.store.claim(&shared.queue, request).await {
+                Ok(claimed) => self.launch_first(claimed, sent, reserved).await,
+                Err(e) => {
+                    self.launcher.unreserve(reserved);
+                    return Leg::Degraded(e);
+                }
+            }
+        }
         // the claim before parking: any free slot, not only a batch of them
-        let want = self.slots.available_permits().min(BATCH_MAX);
+        let (claim, reserved) = self.claim(self.slots.available_permits().min(BATCH_MAX));
+        let want = claim.n as usize;
         let registration = self.registration_due();
-        let request = RoundRequest::new(opts.recovery, self.claim(want))
+        let request = RoundRequest::new(opts.recovery, claim)
             .pump(opts.pump_batch)
             .grace(opts.schedule_grace());
         let sent = Instant::now();
@@ -229,7 +254,10 @@ impl Beat {
         }
         let round = match round {
             Ok(r) => r,
-            Err(e) => return Leg::Degraded(e),
+            Err(e) => {
+                self.launcher.unreserve(reserved);
+                return Leg::Degraded(e);
+            }
         };
         // a failed earlier leg does not discard the jobs the claim returned
         let mut empty = true;
@@ -237,9 +265,12 @@ impl Beat {
         match round.claimed {
             Ok(claimed) => {
                 empty = claimed.len() < want;
-                self.launch_first(claimed, sent).await;
+                self.launch_first(claimed, sent, reserved).await;
             }
-            Err(e) => degraded = Some(e),
+            Err(e) => {
+                self.launcher.unreserve(reserved);
+                degraded = Some(e);
+            }
         }
         if let Err(e) = round.recovered {
             degraded.get_or_insert(e);
@@ -285,8 +316,14 @@ impl Beat {
         Some(self.entry.clone())
     }
 
-    fn claim(&self, n: usize) -> ClaimRequest {
-        self.shared.claim_request(n)
+    /// A claim for `free` slots, and for as many jobs more to hold as the prefetch has room for
+    /// (reserved: the claim's caller gives back what it did not hold).
+    fn claim(&self, free: usize) -> (ClaimRequest, usize) {
+        let reserved = self.launcher.reserve(BATCH_MAX - free.min(BATCH_MAX));
+        (
+            self.shared.claim_request(free + reserved).held(reserved as u32),
+            reserved,
+        )
     }
 
     /// The schedules the promote left with few slots: their next slots computed here (the store
@@ -337,15 +374,18 @@ impl Beat {
                     _ = self.shared.stop.cancelled() => return Leg::Exit,
                 }
             }
-            let free = self.slots.available_permits().min(BATCH_MAX);
-            let req = self.claim(free);
+            let (req, reserved) = self.claim(self.slots.available_permits().min(BATCH_MAX));
+            let want = req.n as usize;
             let sent = Instant::now();
             match self.shared.store.claim(&self.shared.queue, req).await {
                 Ok(claimed) => {
-                    empty = claimed.len() < free;
-                    self.launch_first(claimed, sent).await;
+                    empty = claimed.len() < want;
+                    self.launch_first(claimed, sent, reserved).await;
                 }
-                Err(e) => return Leg::Degraded(e),
+                Err(e) => {
+                    self.launcher.unreserve(reserved);
+                    return Leg::Degraded(e);
+                }
             }
         }
     }
@@ -397,7 +437,8 @@ impl Beat {
                 Err(_) => break,
             }
         }
-        let claim = self.claim(reserved.len());
+        // an offer claims for its slots alone: nothing to hold
+        let claim = self.shared.claim_request(reserved.len());
         // a store that serves the offer starts its jobs and need not wake this park: the park ends
         // when a slot frees instead (a handler done, or the offer's surplus given back), and the
         // next beat offers it again. Only when every slot is out: a spare one would end it at once
@@ -405,7 +446,7 @@ impl Beat {
         // dropped unserved (the park ended first, or the store hands nothing off): slots freed
         let (launcher, offer) = (self.launcher.clone(), self.launcher.tracker.token());
         let handoff: crate::store::Handoff = Box::new(move |jobs| {
-            launcher.start_all(jobs, reserved);
+            let _ = launcher.start_all(jobs, reserved);
             drop(launcher);
             // the loop's end waits for this offer until here
             drop(offer);
@@ -418,7 +459,10 @@ impl Beat {
                     _ = sleep_until_precisely(at) => Leg::Healthy,
                     _ = shared.stop.cancelled() => Leg::Exit,
                 },
-                (Ok(_), _) => Leg::Healthy,
+                (Ok(woken), _) => {
+                    self.woken = woken;
+                    Leg::Healthy
+                }
                 (Err(e), _) => Leg::Degraded(e),
             },
             _ = shared.stop.cancelled() => Leg::Exit,
@@ -442,19 +486,22 @@ impl Beat {
     /// the claim ran, between the send and the reply, so the next claim, sent at `sent + wait`,
     /// reaches the store about when the limit admits it (counted from the reply, every start would
     /// come a round trip late, lost to the rate; a claim a little early is told the few µs left).
-    async fn launch_first(&mut self, claimed: Claimed, sent: Instant) {
+    /// The room `reserved` for held jobs that the claim did not fill is given back.
+    async fn launch_first(&mut self, claimed: Claimed, sent: Instant, reserved: usize) {
         self.admits_at = claimed.wait.map(|w| (sent + w, claimed.queue_limited));
         let jobs = claimed.jobs;
         if jobs.is_empty() {
+            self.launcher.unreserve(reserved);
             return;
         }
-        self.launch(jobs);
+        let held = self.launch(jobs);
+        self.launcher.unreserve(reserved.saturating_sub(held));
         Self::handlers_first().await;
     }
 
-    /// Runs each claimed job on a task of its own: track → handler → verdict to the settler
-    /// (which untracks after the settle, even a failed one).
-    fn launch(&mut self, jobs: Vec<ClaimedJob>) {
+    /// Runs each claimed job on a task of its own ([`Launcher::start_all`]) on the free slots,
+    /// holding the rest; how many it held.
+    fn launch(&mut self, jobs: Vec<ClaimedJob>) -> usize {
         let mut permits = Vec::with_capacity(jobs.len());
         while permits.len() < jobs.len() {
             match self.slots.clone().try_acquire_owned() {
@@ -462,7 +509,7 @@ impl Beat {
                 Err(_) => break,
             }
         }
-        self.launcher.start_all(jobs, permits);
+        self.launcher.start_all(jobs, permits)
     }
 }
 
@@ -470,114 +517,242 @@ impl Launcher {
     pub(crate) fn new(shared: Arc<Shared>, settle_tx: &mpsc::UnboundedSender<Finished>) -> Launcher {
         Launcher {
             slots: Arc::new(Semaphore::new(shared.opts.concurrency)),
+            room: Arc::new(std::sync::Mutex::new(shared.opts.prefetch)),
             shared,
             settle_tx: settle_tx.downgrade(),
             tracker: TaskTracker::new(),
+            held: Arc::default(),
         }
     }
 
-    /// Starts each job on one of `permits`; surplus permits are freed. After an abort it starts
+    /// Starts jobs on `permits`: the jobs held first (claimed earlier), then `jobs` in their claim
+    /// order; the jobs left over are held until a slot frees (prefetch: their room was reserved
+    /// by the claim, [`Self::reserve`]), and surplus permits are freed. After an abort it starts
     /// nothing: the leases lapse and recovery returns the jobs. When the consumer has ended before
-    /// they could start (no handler could report), each is released, its attempt unused.
-    pub(crate) fn start_all(&self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) {
+    /// they could start (no handler could report), each is released, its attempt unused. Returns
+    /// how many of `jobs` it held.
+    pub(crate) fn start_all(&self, jobs: Vec<ClaimedJob>, permits: Vec<OwnedSemaphorePermit>) -> usize {
         let shared = &self.shared;
         if shared.aborted.is_cancelled() {
             if !jobs.is_empty() {
                 let ids: Vec<String> = jobs.iter().map(|j| j.id.to_string()).collect();
                 tracing::warn!(queue = %shared.queue, ?ids, "jobs handed over after the consumer was aborted");
             }
-            return;
+            return 0;
         }
         let Some(settle_tx) = self.settle_tx.upgrade() else {
             self.release_all(jobs);
-            return;
+            return 0;
         };
         let mut permits = permits.into_iter();
+        // the held jobs go first, on as many of the permits as they take
+        while permits.len() > 0 {
+            let Some(held) = self.pop_held() else { break };
+            let Some(permit) = permits.next() else { break };
+            self.start_one(held.job, held.cancel, Some(held.since), permit, &settle_tx);
+        }
+        let mut holding = 0;
         for job in jobs {
-            let Some(permit) = permits.next() else {
-                // claims never ask for more than the free slots; a surplus job's lease lapses
-                tracing::error!(queue = %shared.queue, id = %job.id, "claimed beyond the free slots");
-                continue;
-            };
-            let cancel = shared.track(&job.id, job.token);
-            let span = tracing::info_span!(
-                "emq.job",
-                queue = %shared.queue,
-                kind = %job.kind.as_deref().unwrap_or(""),
-                id = %job.id,
-                attempt = job.attempts,
-            );
-            let ctx = JobContext {
-                id: job.id.clone(),
-                payload: job.payload,
-                attempt: job.attempts,
-                max_attempts: job.max_attempts,
-                token: job.token,
-                group: job.group,
-                kind: job.kind,
-                cancel: cancel.clone(),
-                shutdown: shared.stop.clone(),
-                state: shared.state.clone(),
-                queue: shared.queue.clone(),
-                store: shared.store.clone(),
-            };
-            let handler = shared.handler.clone();
-            let (tx, aborted, dropping) = (settle_tx.clone(), shared.aborted.clone(), shared.dropping.clone());
-            let timeout = shared.opts.timeout;
-            let (id, token, queue) = (job.id, job.token, shared.queue.clone());
-            let (attempt, retry) = (job.attempts, job.retry.unwrap_or_else(|| shared.opts.retry.clone()));
-            let waited = job.wait;
-            let tracked = shared.clone();
+            match permits.next() {
+                Some(permit) => {
+                    let cancel = shared.track(&job.id, job.token);
+                    self.start_one(job, cancel, None, permit, &settle_tx);
+                }
+                None if shared.opts.prefetch > 0 => {
+                    // tracked (leased, renewed, cancellable) from its claim
+                    let cancel = shared.track(&job.id, job.token);
+                    lock(&self.held).push_back(Held {
+                        job,
+                        cancel,
+                        since: Instant::now(),
+                    });
+                    holding += 1;
+                }
+                // claims never ask for more than the free slots without prefetch; a surplus job's
+                // lease lapses
+                None => tracing::error!(queue = %shared.queue, id = %job.id, "claimed beyond the free slots"),
+            }
+        }
+        holding
+    }
+
+    /// Reserves room for up to `max` jobs to hold (prefetch): what the consumer's `prefetch`
+    /// leaves beside the jobs held and the room other claims in flight reserved. A claim asks for
+    /// its free slots plus this many, and gives back what it did not hold ([`Self::unreserve`]).
+    pub(crate) fn reserve(&self, max: usize) -> usize {
+        if self.shared.opts.prefetch == 0 || !self.shared.claiming() {
+            return 0;
+        }
+        let mut room = lock(&self.room);
+        let take = (*room).min(max);
+        *room -= take;
+        take
+    }
+
+    /// Gives back room reserved for jobs a claim did not hold.
+    pub(crate) fn unreserve(&self, n: usize) {
+        if n > 0 {
+            *lock(&self.room) += n;
+        }
+    }
+
+    /// The oldest held job, while the consumer still claims (after a stop, an abort or its ttl,
+    /// the loop gives the held jobs back: [`Self::release_held`]); its room is free again.
+    fn pop_held(&self) -> Option<Held> {
+        if !self.shared.claiming() {
+            return None;
+        }
+        let held = lock(&self.held).pop_front()?;
+        self.unreserve(1);
+        Some(held)
+    }
+
+    /// Gives every held job back at once, its attempt unused (a release); one whose cancel came
+    /// while it was held is settled cancelled instead. Called as the loop ends (stop, abort, ttl).
+    pub(crate) fn release_held(&self) {
+        let held: Vec<Held> = lock(&self.held).drain(..).collect();
+        for h in held {
+            let shared = self.shared.clone();
             self.tracker.spawn_on(
                 async move {
-                    let began = Instant::now();
-                    let run = AssertUnwindSafe(panics::logged(handler.handle(ctx))).catch_unwind();
-                    let timed = async {
-                        match timeout {
-                            Some(t) => tokio::time::timeout(t, run).await.ok(),
-                            None => Some(run.await),
+                    let (q, id, token) = (&shared.queue, &h.job.id, h.job.token);
+                    let r = match h.cancel.check() {
+                        Err(cancelled) => {
+                            let request = crate::store::CancelledRequest::new()
+                                .reason(Some(cancelled.reason.as_deref().unwrap_or("cancelled")))
+                                .settle(shared.opts.settle_options());
+                            shared.store.complete_cancelled(q, id, token, &request).await
                         }
+                        Ok(()) => shared.store.release(q, id, token, Duration::ZERO).await,
                     };
-                    let verdict = tokio::select! {
-                        // an abort drops the handler where it stands, unsettled
-                        biased;
-                        _ = aborted.cancelled() => return,
-                        // a stop past its timeout drops it too, and gives the job back
-                        _ = dropping.cancelled() => {
-                            cancel.cancel(Some("worker stopping".into()));
-                            tracing::warn!("dropped by the worker's stop; releasing the job");
-                            Verdict::Release(Duration::ZERO)
-                        }
-                        v = timed => match v {
-                            Some(Ok(v)) => v,
-                            Some(Err(panic)) => Verdict::Error(format!("panic: {}", panics::message(&*panic))),
-                            None => {
-                                cancel.cancel(Some("timed out".into()));
-                                Verdict::Error(format!("timed out after {:?}", timeout.unwrap_or_default()))
-                            }
-                        },
-                    };
-                    let took = began.elapsed();
-                    tracked.timings.record(&verdict, took, waited);
-                    log_verdict(&queue, &id, &verdict, took);
-                    // before the settle is sent: a renewal that meets it is not a lost lease
-                    tracked.settling(&id, token);
-                    // the slot goes with the verdict: free for a claim once its settle is sent.
-                    // The settler outlives every handler; a closed channel means an abort
-                    let _ = tx.send(Finished {
-                        id,
-                        token,
-                        verdict,
-                        attempt,
-                        retry,
-                        permit: Some(permit),
-                    });
-                }
-                .instrument(span),
-                &shared.runtime,
+                    shared.untrack(id, token);
+                    match r {
+                        Ok(_) => tracing::debug!(queue = %q, id = %id, "a held job given back as the consumer ends"),
+                        Err(e) => tracing::warn!(queue = %q, id = %id, error = %e, "giving back a held job failed; it returns when its lease lapses"),
+                    }
+                },
+                &self.shared.runtime,
             );
         }
     }
+
+    /// Runs one job on `permit` on a task of its own: track → handler → verdict to the settler
+    /// (which untracks after the settle, even a failed one). A job held since `held` records its
+    /// time held; one whose cancel came while it was held is settled cancelled without running.
+    /// When its handler ends, the slot passes at once to the oldest held job, before the settle.
+    fn start_one(
+        &self,
+        job: ClaimedJob,
+        cancel: crate::cancel::CancelToken,
+        held: Option<Instant>,
+        permit: OwnedSemaphorePermit,
+        settle_tx: &mpsc::UnboundedSender<Finished>,
+    ) {
+        let shared = &self.shared;
+        if let Some(since) = held {
+            shared.timings.record_held(since.elapsed());
+        }
+        let span = tracing::info_span!(
+            "emq.job",
+            queue = %shared.queue,
+            kind = %job.kind.as_deref().unwrap_or(""),
+            id = %job.id,
+            attempt = job.attempts,
+        );
+        let ctx = JobContext {
+            id: job.id.clone(),
+            payload: job.payload,
+            attempt: job.attempts,
+            max_attempts: job.max_attempts,
+            token: job.token,
+            group: job.group,
+            kind: job.kind,
+            cancel: cancel.clone(),
+            shutdown: shared.stop.clone(),
+            state: shared.state.clone(),
+            queue: shared.queue.clone(),
+            store: shared.store.clone(),
+        };
+        let handler = shared.handler.clone();
+        let (tx, aborted, dropping) = (settle_tx.clone(), shared.aborted.clone(), shared.dropping.clone());
+        let timeout = shared.opts.timeout;
+        let (id, token, queue) = (job.id, job.token, shared.queue.clone());
+        let (attempt, retry) = (job.attempts, job.retry.unwrap_or_else(|| shared.opts.retry.clone()));
+        let waited = job.wait;
+        let tracked = shared.clone();
+        let launcher = self.clone();
+        self.tracker.spawn_on(
+            async move {
+                let began = Instant::now();
+                let verdict = match cancel.check() {
+                    // cancelled while held: settled so, never run
+                    Err(cancelled) if held.is_some() => {
+                        Verdict::Cancel(cancelled.reason.unwrap_or_else(|| "cancelled".into()))
+                    }
+                    _ => {
+                        let run = AssertUnwindSafe(panics::logged(handler.handle(ctx))).catch_unwind();
+                        let timed = async {
+                            match timeout {
+                                Some(t) => tokio::time::timeout(t, run).await.ok(),
+                                None => Some(run.await),
+                            }
+                        };
+                        tokio::select! {
+                            // an abort drops the handler where it stands, unsettled
+                            biased;
+                            _ = aborted.cancelled() => return,
+                            // a stop past its timeout drops it too, and gives the job back
+                            _ = dropping.cancelled() => {
+                                cancel.cancel(Some("worker stopping".into()));
+                                tracing::warn!("dropped by the worker's stop; releasing the job");
+                                Verdict::Release(Duration::ZERO)
+                            }
+                            v = timed => match v {
+                                Some(Ok(v)) => v,
+                                Some(Err(panic)) => Verdict::Error(format!("panic: {}", panics::message(&*panic))),
+                                None => {
+                                    cancel.cancel(Some("timed out".into()));
+                                    Verdict::Error(format!("timed out after {:?}", timeout.unwrap_or_default()))
+                                }
+                            },
+                        }
+                    }
+                };
+                let took = began.elapsed();
+                tracked.timings.record(&verdict, took, waited);
+                log_verdict(&queue, &id, &verdict, took);
+                // before the settle is sent: a renewal that meets it is not a lost lease
+                tracked.settling(&id, token);
+                // the slot passes at once to the oldest held job; else it goes with the verdict,
+                // free for a claim once its settle is sent
+                let permit = match launcher.pop_held() {
+                    Some(next) => {
+                        launcher.start_one(next.job, next.cancel, Some(next.since), permit, &tx);
+                        None
+                    }
+                    None => Some(permit),
+                };
+                // the settler outlives every handler; a closed channel means an abort
+                let _ = tx.send(Finished {
+                    id,
+                    token,
+                    verdict,
+                    attempt,
+                    retry,
+                    permit,
+                });
+            }
+            .instrument(span),
+            &shared.runtime,
+        );
+    }
+}
+
+/// A job claimed beyond the free slots (prefetch), waiting in the consumer for one to free.
+pub(crate) struct Held {
+    job: ClaimedJob,
+    cancel: crate::cancel::CancelToken,
+    since: Instant,
 }
 
 /// The line a finished handler leaves in its job's span: a completion at debug with its duration,

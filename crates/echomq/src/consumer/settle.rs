@@ -90,23 +90,29 @@ async fn settle_batch(shared: &Shared, launcher: &Launcher, mut batch: Vec<Finis
     for (f, r) in other.iter().zip(others) {
         report(shared, f, r.map_err(|e| e.to_string()));
     }
-    let want = if shared.claiming() {
-        permits.len().min(BATCH_MAX)
+    let (want, reserved) = if shared.claiming() {
+        let free = permits.len().min(BATCH_MAX);
+        // and as many to hold as the prefetch has room for
+        (free, launcher.reserve(BATCH_MAX - free))
     } else {
-        0
+        (0, 0)
     };
-    let claimed = complete_then_claim(shared, &done, want).await;
+    let claimed = complete_then_claim(shared, &done, want, reserved).await;
     // untrack even when the settle failed: the lease will lapse and recovery return the job
     for f in done.iter().chain(other.iter()) {
         shared.untrack(&f.id, f.token);
     }
-    // the claimed jobs start on the batch's slots; the slots left over are freed
-    launcher.start_all(claimed, permits);
+    // the claimed jobs start on the batch's slots (held jobs first), the rest are held; the slots
+    // left over are freed
+    let held = launcher.start_all(claimed, permits);
+    launcher.unreserve(reserved.saturating_sub(held));
 }
 
-/// The completions of `done`, then a claim of `want` jobs behind them, in one round trip; the
-/// jobs it claimed. Each completion's reply is reported here.
-async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) -> Vec<ClaimedJob> {
+/// The completions of `done`, then a claim of `want` jobs to start and `held` more to hold behind
+/// them, in one round trip; the jobs it claimed. Each completion's reply is reported here.
+async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize, held: usize) -> Vec<ClaimedJob> {
+    let want_all = want + held;
+    let request = || shared.claim_request(want_all).held(held as u32);
     let (store, q) = (&shared.store, &shared.queue);
     // a rate limit's wait is the loop's to keep: this claim only fills the slots a settle freed
     let claimed = |r: Result<Claimed>| {
@@ -116,18 +122,14 @@ async fn complete_then_claim(shared: &Shared, done: &[Finished], want: usize) ->
         })
     };
     if done.is_empty() {
-        if want == 0 {
+        if want_all == 0 {
             return Vec::new();
         }
-        let c = shared.claim_request(want);
-        return claimed(store.claim(q, c).await);
+        return claimed(store.claim(q, request()).await);
     }
     let jobs = completions(done);
     let settle = shared.opts.settle_options();
-    let (completed, jobs) = match store
-        .complete_then_claim(q, &jobs, settle, shared.claim_request(want))
-        .await
-    {
+    let (completed, jobs) = match store.complete_then_claim(q, &jobs, settle, request()).await {
         // a resend's round trip (after a cluster's redirect, or a script reload) failed: the
         // completions go again as after a failed call (the claim landed: its jobs are kept)
         Ok(r) => match r.completed {

@@ -652,7 +652,7 @@ impl EmbeddedStore {
         let _offer = match offer {
             Some((claim, handoff)) => {
                 let n = (claim.n as usize).min(BATCH_MAX);
-                let call = crate::store::verbs::claim::claim_call(self, &k, n, &claim);
+                let call = crate::store::verbs::claim::claim_call(self, &k, n, n, &claim);
                 let id = self.inner.shared.next_offer.fetch_add(1, Ordering::Relaxed);
                 wake.offers.lock().unwrap_or_else(PoisonError::into_inner).push(Offer {
                     id,

@@ -959,7 +959,95 @@ pub async fn resume_of_an_empty_or_running_queue_pushes_no_wake(ctx: &Ctx) {
     assert_eq!(ctx.probe.wakes().await, 0, "not paused: resume makes nothing claimable");
 }
 
+// ---- jobs claimed to be held (prefetch) ----
+
+/// A claim of `n` jobs of which the caller holds `held` beyond its free slots.
+async fn claim_holding(ctx: &Ctx, n: u32, held: u32) -> Vec<String> {
+    let got = ctx
+        .store
+        .claim(
+            &ctx.q,
+            echomq::store::ClaimRequest::new(n, LEASE).max_attempts(MAX).held(held),
+        )
+        .await
+        .unwrap();
+    payloads(&got.jobs)
+}
+
+/// A job to be held that the claim would put on its last attempt stays where it is, and the claim
+/// stops before it (a consumer killed while holding it would end it unrun); in a slot, it is taken.
+pub async fn claim_to_hold_stops_before_a_job_on_its_last_attempt(ctx: &Ctx) {
+    let jobs = vec![
+        NewJob::new("j1"),
+        NewJob::new("last").with_max_attempts(1),
+        NewJob::new("j3"),
+    ];
+    ctx.store.enqueue(&ctx.q, &jobs).await.unwrap();
+    assert_eq!(
+        claim_holding(ctx, 3, 2).await,
+        ["j1"],
+        "j1 in the slot; the walk stops at 'last'"
+    );
+    let pending = ids_in(ctx, JobState::Pending).await;
+    assert_eq!(pending.len(), 2, "'last' and j3 wait as they were");
+    assert_eq!(
+        claim_holding(ctx, 2, 1).await,
+        ["last", "j3"],
+        "'last' in the slot, j3 held"
+    );
+    // a job with attempts to spare is held (its first attempt of the default three)
+    ctx.store.enqueue(&ctx.q, &named(&["a", "b"])).await.unwrap();
+    assert_eq!(claim_holding(ctx, 2, 2).await, ["a", "b"]);
+}
+
+/// Under a rate limit nothing is claimed to be held: the claim asks only for the jobs it starts
+/// (the queue's limit, or a group's own, whose lane gives no job past the slots).
+pub async fn claim_to_hold_under_a_rate_limit_claims_only_for_the_slots(ctx: &Ctx) {
+    let fast = "1000/1s".parse::<echomq::RateLimit>().unwrap().with_burst(100).unwrap();
+    ctx.store
+        .set_rate_limit(&ctx.q, &echomq::RateTarget::Queue, Some(fast))
+        .await
+        .unwrap();
+    ctx.store
+        .enqueue(&ctx.q, &named(&["f1", "f2", "f3", "f4", "f5"]))
+        .await
+        .unwrap();
+    assert_eq!(claim_holding(ctx, 5, 3).await, ["f1", "f2"]);
+    ctx.store
+        .set_rate_limit(&ctx.q, &echomq::RateTarget::Queue, None)
+        .await
+        .unwrap();
+    assert_eq!(claim_holding(ctx, 3, 3).await, ["f3", "f4", "f5"], "no limit: all held");
+    // a group under its own limit starts on a slot only; a group with none gives its jobs to hold
+    ctx.store
+        .set_rate_limit(&ctx.q, &echomq::RateTarget::Group(group("a")), Some(fast))
+        .await
+        .unwrap();
+    ctx.store
+        .set_group_limit(&ctx.q, &LimitTarget::Default, 10)
+        .await
+        .unwrap();
+    ctx.store
+        .genqueue(&ctx.q, &group("a"), &named(&["a1", "a2", "a3"]))
+        .await
+        .unwrap();
+    ctx.store
+        .genqueue(&ctx.q, &group("b"), &named(&["b1", "b2", "b3"]))
+        .await
+        .unwrap();
+    assert_eq!(claim_holding(ctx, 6, 5).await, ["a1", "b1", "b2", "b3"]);
+    assert_eq!(
+        ctx.probe.ring().await,
+        ["a"],
+        "a waits on the ring for a claim with slots"
+    );
+    assert_eq!(claim_holding(ctx, 2, 0).await, ["a2", "a3"]);
+    assert_slot_invariant(ctx).await;
+}
+
 crate::conformance!(
+    claim_to_hold_stops_before_a_job_on_its_last_attempt,
+    claim_to_hold_under_a_rate_limit_claims_only_for_the_slots,
     claim_one_at_a_time_with_limit_2_gives_f1_a1_b1_c1_f2_a2_b2_c2_f3,
     claim_in_batches_with_limit_1_gives_f1_a1_b1_c1_then_f2_f3,
     claim_gives_flat_jobs_one_claim_in_g_plus_1_with_g_groups_ready,

@@ -29,6 +29,7 @@ mod harness;
 mod cancel;
 mod cluster_only;
 mod embedded_only;
+mod prefetch;
 mod priority;
 mod processing;
 mod rate;

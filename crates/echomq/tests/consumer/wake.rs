@@ -83,7 +83,10 @@ async fn an_enqueue_from_another_handle_starts_well_inside_a_beat(ctx: &Ctx) {
     // round claims: well inside the beat of 5 s even on a loaded machine (a round took 330 ms
     // beside a build)
     let worst = latencies.iter().max().copied().unwrap();
-    assert!(worst < Duration::from_millis(2000), "enqueue → handler start: {latencies:?}");
+    assert!(
+        worst < Duration::from_millis(2000),
+        "enqueue → handler start: {latencies:?}"
+    );
     assert_eq!(completed(store, q).await, 3);
 }
 
@@ -158,7 +161,10 @@ async fn a_retry_starts_at_its_delay_not_at_the_next_beat(ctx: &Ctx) {
     for gap in &gaps {
         assert!(*gap >= delay, "a retry started before its delay: {gaps:?}");
         // a beat is 5 s: a retry that waited for it would show a gap of seconds
-        assert!(*gap < Duration::from_millis(1500), "a retry waited for the beat: {gaps:?}");
+        assert!(
+            *gap < Duration::from_millis(1500),
+            "a retry waited for the beat: {gaps:?}"
+        );
     }
 }
 
@@ -206,7 +212,10 @@ async fn a_delayed_enqueue_starts_at_its_due_time(ctx: &Ctx) {
     c.stop(Duration::from_secs(5)).await.unwrap();
     for late in &lates {
         assert!(*late >= delay, "a delayed job started before its delay: {lates:?}");
-        assert!(*late < Duration::from_millis(1500), "a delayed job waited for the beat: {lates:?}");
+        assert!(
+            *late < Duration::from_millis(1500),
+            "a delayed job waited for the beat: {lates:?}"
+        );
     }
 }
 

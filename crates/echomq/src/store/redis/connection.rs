@@ -959,6 +959,7 @@ mod tests {
             max_attempts: 3,
             settle: SettleOptions::default(),
             kinds: crate::store::Kinds::all(),
+            held: 0,
         };
         let round = store
             .recover_promote_claim(

@@ -25,11 +25,14 @@ pub(crate) async fn claim(
     let k = QueueKeys::new(queue);
     let mut out = Claimed::default();
     let mut left = n as usize;
+    // the jobs started at once come first: each call starts what is left of them
+    let mut slots = n.saturating_sub(request.held) as usize;
     while left > 0 {
         let take = left.min(BATCH_MAX);
-        let call = claim_call(store, &k, take, request);
+        let call = claim_call(store, &k, take, slots.min(take), request);
         let v = store.run(call.script, &call.keys, call.args).await?;
         let got = parse_claimed(v, &mut out)?;
+        slots = slots.saturating_sub(got);
         if got < take {
             break;
         }
@@ -38,12 +41,19 @@ pub(crate) async fn claim(
     Ok(out)
 }
 
+/// Of a claim call of `n` jobs (the first call of `request`), how many its caller starts at once.
+pub(crate) fn slots_of(n: usize, request: &ClaimRequest) -> usize {
+    n.min((request.n.saturating_sub(request.held)) as usize)
+}
+
 /// One claim script call of `n` jobs (at most [`BATCH_MAX`]) as `request` asks them (its lease,
-/// budget, settle options and kinds; its `n` is the caller's to split).
+/// budget, settle options and kinds; its `n` is the caller's to split), `slots` of them started at
+/// once (the rest held: [`ClaimRequest::held`]).
 pub(crate) fn claim_call<'a>(
     store: &'a (impl Engine + ?Sized),
     k: &QueueKeys,
     n: usize,
+    slots: usize,
     request: &ClaimRequest,
 ) -> Call<'a> {
     let recmax = settle_arg(request.settle);
@@ -55,9 +65,14 @@ pub(crate) fn claim_call<'a>(
         recmax,
         num(BATCH_BYTES_MAX),
     ];
-    if let Some(kinds) = request.kinds.store_list() {
+    let kinds = request.kinds.store_list();
+    if kinds.is_some() || slots < n {
+        let kinds = kinds.unwrap_or_default();
         args.push(num(kinds.len()));
         args.extend(kinds.iter().map(|kind| kind.as_bytes().to_vec()));
+    }
+    if slots < n {
+        args.push(num(slots));
     }
     Call {
         script: &store.scripts().claim,

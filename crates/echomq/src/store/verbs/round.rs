@@ -39,7 +39,7 @@ pub(crate) async fn recover_promote_claim(
     if claim.n > 0 {
         check_claim(claim.lease, claim.max_attempts)?;
         let n = (claim.n as usize).min(BATCH_MAX);
-        calls.push(claim_call(store, &k, n, claim));
+        calls.push(claim_call(store, &k, n, super::claim::slots_of(n, claim), claim));
     }
     let mut replies = store.run_calls(calls).await?.into_iter();
     let mut next = || {
@@ -86,7 +86,7 @@ pub(crate) async fn complete_then_claim(
     if claim.n > 0 {
         check_claim(claim.lease, claim.max_attempts)?;
         let n = (claim.n as usize).min(BATCH_MAX);
-        calls.push(claim_call(store, &k, n, claim));
+        calls.push(claim_call(store, &k, n, super::claim::slots_of(n, claim), claim));
     }
     let mut replies = store.run_calls(calls).await?;
     let claimed = if claim.n > 0 {
