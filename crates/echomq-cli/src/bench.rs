@@ -62,6 +62,10 @@ enum Workload {
         /// Claimed jobs the consumer may hold beyond its free slots (0: none).
         #[arg(long, default_value_t = 0)]
         prefetch: usize,
+        /// Finished jobs kept under the default retention (the newest 10,000), instead of none
+        /// (the peers' harnesses remove completed jobs).
+        #[arg(long)]
+        keep_results: bool,
     },
     /// f_dashboard: the dashboard's pages with N waiting jobs in G groups, R requests each
     /// (median and 99th percentile), `/metrics` against the empty queue's.
@@ -296,7 +300,11 @@ pub async fn run(url: &str, args: Args) -> anyhow::Result<i32> {
             rate_limit,
             burst,
             prefetch,
+            keep_results,
         } => {
+            if keep_results {
+                store.set_retention(&q, &echomq::Retention::default()).await?;
+            }
             if let Some(l) = rate_limit {
                 let l = l.with_burst(burst)?;
                 store.set_rate_limit(&q, &echomq::RateTarget::Queue, Some(l)).await?;

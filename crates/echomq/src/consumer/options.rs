@@ -21,6 +21,8 @@ pub use crate::retry::RETRY_DELAY_DEFAULT;
 pub const CONCURRENCY_DEFAULT: usize = 1;
 /// Default timeout of [`Consumer::stop`](super::Consumer::stop) (5 000 ms).
 pub const STOP_TIMEOUT_DEFAULT: Duration = Duration::from_millis(5000);
+/// The longest first wait after a degraded beat: the back-off starts at the beat, up to this.
+pub const DEGRADED_FIRST: Duration = Duration::from_secs(1);
 /// The cap of the degraded back-off, unless the beat is longer.
 pub const DEGRADED_CAP: Duration = Duration::from_secs(30);
 /// The shortest lease a consumer takes while it renews leases ([`ConsumerOptions::locks`]).
@@ -231,11 +233,14 @@ impl ConsumerOptions {
     }
 
     /// The wait after the `streak`-th degraded beat in a row (1 on the first):
-    /// min(max(30 s, beat), beat × 2^(streak−1)).
+    /// min(max(30 s, beat), first × 2^(streak−1)), first the beat up to 1 s
+    /// ([`DEGRADED_FIRST`]: a store back after a short outage is used again within a second, however
+    /// long the beat).
     pub fn degraded_sleep(&self, streak: u32) -> Duration {
         let cap = DEGRADED_CAP.max(self.beat);
+        let first = self.beat.min(DEGRADED_FIRST);
         let factor = 1u32.checked_shl(streak.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.beat.checked_mul(factor).map_or(cap, |d| d.min(cap))
+        first.checked_mul(factor).map_or(cap, |d| d.min(cap))
     }
 
     /// Claim when at least this many slots are free (a batch), or before parking.
@@ -328,6 +333,9 @@ mod tests {
         assert_eq!(o.degraded_sleep(6), Duration::from_secs(30));
         assert_eq!(o.degraded_sleep(60), Duration::from_secs(30));
         let slow = ConsumerOptions::default().with_beat(Duration::from_secs(45));
-        assert_eq!(slow.degraded_sleep(3), Duration::from_secs(45));
+        assert_eq!(slow.degraded_sleep(3), Duration::from_secs(4));
+        assert_eq!(slow.degraded_sleep(7), Duration::from_secs(45), "capped at a beat past 30 s");
+        let quick = ConsumerOptions::default().with_beat(Duration::from_millis(200));
+        assert_eq!(quick.degraded_sleep(1), Duration::from_millis(200));
     }
 }
