@@ -334,7 +334,11 @@ mod tests {
         assert_eq!(o.degraded_sleep(60), Duration::from_secs(30));
         let slow = ConsumerOptions::default().with_beat(Duration::from_secs(45));
         assert_eq!(slow.degraded_sleep(3), Duration::from_secs(4));
-        assert_eq!(slow.degraded_sleep(7), Duration::from_secs(45), "capped at a beat past 30 s");
+        assert_eq!(
+            slow.degraded_sleep(7),
+            Duration::from_secs(45),
+            "capped at a beat past 30 s"
+        );
         let quick = ConsumerOptions::default().with_beat(Duration::from_millis(200));
         assert_eq!(quick.degraded_sleep(1), Duration::from_millis(200));
     }
