@@ -1196,11 +1196,11 @@ fn commands_during(port: u16, during: impl FnOnce()) -> (BTreeMap<String, u64>, 
 fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
     let server = common::redis_server::OwnedServer::start(&["--appendonly", "no"]);
     let b = Backend::at(server.url());
-    // `emq work` with its defaults: beat 1 s, lease 30 s, reap, the locks plane and cancels on
+    // `emq work` with its defaults: beat 5 s, lease 30 s, reap, the locks plane and cancels on
     let q = queue("idle-work");
     let w = Worker::spawn(b.cmd(&["work", &q, "--exec", "true"]));
     std::thread::sleep(Duration::from_secs(2));
-    let (work, work_secs) = commands_during(server.port, || std::thread::sleep(Duration::from_secs(5)));
+    let (work, work_secs) = commands_during(server.port, || std::thread::sleep(Duration::from_secs(10)));
     w.signal("TERM");
     assert_exit(&w.wait(Duration::from_secs(10)), 0);
 
@@ -1208,7 +1208,7 @@ fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let store: std::sync::Arc<dyn echomq::Store> = rt.block_on(echomq::store::open(&server.url())).unwrap().into();
     let opts = echomq::ConsumerOptions::default()
-        .with_beat(Duration::from_secs(1))
+        .with_beat(echomq::consumer::BEAT_DEFAULT)
         .with_lease(Duration::from_secs(30))
         .with_recovery(echomq::store::Recovery::Reap)
         .with_concurrency(echomq::consumer::CONCURRENCY_DEFAULT)
@@ -1226,7 +1226,7 @@ fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
         })
         .unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    let (own, own_secs) = commands_during(server.port, || std::thread::sleep(Duration::from_secs(5)));
+    let (own, own_secs) = commands_during(server.port, || std::thread::sleep(Duration::from_secs(10)));
     rt.block_on(c.stop(Duration::from_secs(5))).unwrap();
 
     let rate = |m: &BTreeMap<String, u64>, secs: f64| m.values().sum::<u64>() as f64 / secs;
@@ -1237,14 +1237,14 @@ fn an_idle_emq_work_sends_nothing_beyond_an_idle_library_consumers_traffic() {
         extra.is_empty(),
         "emq work sent {extra:?}, which the consumer never sends: {work:?}"
     );
-    // the same beat on both: one beat's commands (about 8, and the registry's 4) of slack for the
-    // windows' phase
+    // the same beat on both: a beat's commands (9, and the registry's 4) of slack for the windows'
+    // phase
     assert!(
-        work_rate <= own_rate + 2.0 && work_rate <= 16.0,
+        work_rate <= own_rate + 1.3 && work_rate <= 2.5,
         "emq work sent {work_rate:.1} commands/s where the library consumer sends {own_rate:.1}"
     );
     assert!(
-        work_rate >= 3.0,
+        work_rate >= 0.5,
         "emq work sent only {work_rate:.1} commands/s: is it running?"
     );
 }

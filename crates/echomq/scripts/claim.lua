@@ -109,23 +109,36 @@ local call, jobs = redis.call, base .. 'job:'
 -- with its fields), the count of the lanes' jobs, whether its flat sets by kind are whole, the
 -- count of kinds with a limit of their own, and whether '~' is on the ring (r:~)
 local specs = call('HMGET', groups, 'rate', 'rate:~', 'lane_jobs', 'by_kind', 'kind_limits', 'r:~')
--- a queue an earlier version wrote keeps no count of its lanes' jobs nor of its limited kinds
--- (kind_limits, which set_rate_limit keeps): each counted here, and kept once a claim writes
+-- the idle path (a parked consumer's beat) ends here: no flat job ('~' off the ring), an empty
+-- ring, and no lane job (the count the queue keeps; one that keeps none yet: no group held back in
+-- `throttled` either). A ring left with members whose lanes emptied goes on: the walk drops them.
+-- A queue that keeps no count yet starts one here (so that its next idle claims end on two reads),
+-- unless it is being obliterated (the count would outlive it).
+local ring_read = nil
+if not specs[6] then
+  ring_read = call('LLEN', ring)
+  if ring_read == 0 and (specs[3] == '0' or not specs[3] and call('ZCARD', throttled) == 0) then
+    if not specs[3] and not call('MGET', KEYS[6])[1] then
+      call('HSETNX', groups, 'lane_jobs', emq_lane_jobs_of(base, nil).n)
+    end
+    return {0, 0}
+  end
+end
+-- a queue an earlier version wrote, or one no claim found work in yet, keeps no count of its
+-- lanes' jobs nor of its limited kinds (kind_limits, which set_rate_limit keeps): each counted
+-- here, and kept from this claim on
 local lanes_held = emq_lane_jobs_of(base, specs[3])
 -- no lane holds a job: the ring holds at most '~' (on it while pending holds a job, at most once,
 -- flagged r:~) and groups whose lanes emptied, and no group is throttled with work; the walk
 -- knows the ring without reading it and leaves it as it was unless it drops '~' (the other
 -- members, and groups left in `throttled`, are dropped by a later claim that walks the lanes)
 local flat_only = lanes_held.n == 0
--- the idle path (a parked consumer's beat) ends here: no flat job, no lane job and an empty ring (a
--- ring left with members whose lanes emptied goes on: the walk finds '~' empty and drops them)
-if flat_only and not specs[6] and call('LLEN', ring) == 0 then return {0, 0} end
 -- paused or obliterating (strings); the MGET reaches the pending tally's keys too (a hash and a
 -- sorted set, which it answers nil), so a refusal of them comes before any write
 local flags = call('MGET', KEYS[5], KEYS[6], base .. 'pending_tally', base .. 'pending_since')
 if flags[1] or flags[2] then return {0, 0} end
 local ring_len = 1
-if not flat_only then ring_len = call('LLEN', ring) end
+if not flat_only then ring_len = ring_read or call('LLEN', ring) end
 local now_us = emq_now_us()
 local now = math.floor(now_us / 1000)
 local kind_limits, kind_limits_new = tonumber(specs[5]), nil
