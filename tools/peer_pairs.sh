@@ -8,7 +8,7 @@
 # bullmq-rs/, bullmq/, chasquimq/) are found in the directory EMQ_PEERS names.
 # EMQ_PREFETCH=N runs ours with --prefetch N; EMQ_CHASQUI=tuned|defaults adds ChasquiMQ as a third
 # peer with that profile (it needs a Redis >= 8.2: chasquimq/redis82.sh fetches one);
-# EMQ_NODE=0 leaves BullMQ on Node out.
+# EMQ_NODE=0 leaves BullMQ on Node out; N sets the jobs of every process run (100,000).
 set -euo pipefail
 mode=${1:?latency|process100|process10|process1}; runs=${2:-3}; port=${3:-6390}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,7 +33,7 @@ for _ in $(seq "$runs"); do
       c=${mode#process}
       # each run starts on a settled machine: the run before it and its processes gone
       sleep 3
-      say "ours $(EMQ_URL=redis://127.0.0.1:$port "$emq" bench process "$c" --prefetch "${EMQ_PREFETCH:-0}" 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_us_per_job"], 1), round(d["worker_cpu_us_per_job"], 1), round(d["redis_cmds_per_job"], 1)')"
+      say "ours $(EMQ_URL=redis://127.0.0.1:$port "$emq" bench process "$c" --jobs "${N:-100000}" --prefetch "${EMQ_PREFETCH:-0}" 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_us_per_job"], 1), round(d["worker_cpu_us_per_job"], 1), round(d["redis_cmds_per_job"], 1)')"
       sleep 3
       say "rs   $(REDIS_PORT=$port "$peers/bullmq-rs/run.sh" process "$c" remove 2>/dev/null | field 'round(d["jobs_per_s"]), round(d["redis_cpu_s"] * 1e6 / d["n"], 1), round(d["worker_cpu_pct"] / 100 * d["secs"] * 1e6 / d["n"], 1), round(d["redis_cmds_per_job"], 1)')"
       if [[ ${EMQ_NODE:-1} != 0 ]]; then

@@ -82,6 +82,12 @@ const REGISTRY_REFRESH_BEATS: u32 = 6;
 /// claim aims again.
 const PRECISE_WAIT: Duration = Duration::from_millis(150);
 
+/// How far ahead of a due time (a scheduled job's, a retry's) a longer park bounded by it ends: a
+/// Redis park of up to 250 ms ends on time (the store ends the block itself), a longer one when
+/// the server times the `BLPOP` out, in its own 100 ms steps — a job due then would start up to
+/// 100 ms late.
+const DUE_APPROACH: Duration = Duration::from_millis(200);
+
 /// The last part of a wait for a rate limit's slot slept on a thread of the blocking pool, whose
 /// sleep ends within tens of µs of its deadline: the runtime's timer moves in whole ms and ends a
 /// sleep up to a ms late, and each ms late is lost to the rate (a limit admits no start before its
@@ -408,6 +414,11 @@ impl Beat {
         // promote sees the job in `scheduled`)
         if let Some(at) = lock(&self.shared.due).take() {
             timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+        }
+        // a park bounded by a due time ends DUE_APPROACH before it when that is further off: the
+        // next beat's park, that short, ends on time on every store
+        if timeout < beat && timeout > DUE_APPROACH {
+            timeout -= DUE_APPROACH;
         }
         // the admission a park that times out sleeps on to
         let mut then_at = None;
