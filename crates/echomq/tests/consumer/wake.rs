@@ -158,7 +158,11 @@ async fn a_retry_starts_at_its_delay_not_at_the_next_beat(ctx: &Ctx) {
     }
     c.stop(Duration::from_secs(5)).await.unwrap();
     let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1].duration_since(w[0])).collect();
-    eprintln!("retry gaps (delay {delay:?}): {gaps:?}");
+    // the figures, for a reader running it with --nocapture
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("retry gaps (delay {delay:?}): {gaps:?}");
+    }
     for gap in &gaps {
         assert!(*gap >= delay, "a retry started before its delay: {gaps:?}");
         // a beat is 5 s: a retry that waited for it would show a gap of seconds
@@ -211,7 +215,11 @@ async fn a_delayed_enqueue_starts_at_its_due_time(ctx: &Ctx) {
         lates.push(began.duration_since(at));
     }
     c.stop(Duration::from_secs(5)).await.unwrap();
-    eprintln!("delayed push → start (delay {delay:?}): {lates:?}");
+    // the figures, for a reader running it with --nocapture
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("delayed push → start (delay {delay:?}): {lates:?}");
+    }
     for late in &lates {
         assert!(*late >= delay, "a delayed job started before its delay: {lates:?}");
         assert!(
