@@ -145,7 +145,13 @@ cargo run -q -p echomq-cli --features audit --locked -- audit --store redis --jo
 cargo run -q -p echomq-cli --features audit --locked -- audit --store redis-cluster --jobs 2000 --worker-kills 2 --failovers 1 --wait 1
 # both published crates package from this checkout, each verified by building what it packs
 # (its own README, its scripts: nothing from outside its directory)
-cargo package --workspace --exclude echomq-readme --locked
+# Cargo verifies echomq-cli against echomq unpacked from a local registry named by the target
+# directory's path, and reuses an unpacking (and its build) left by an earlier run of the same
+# version there: the CLI would be checked against an older library. A target directory of its own
+# under this run's temporary directory names a fresh registry; the unpackings of such local
+# registries (named "-<hash>" under cargo's home) are removed after, or each run would leave one.
+CARGO_TARGET_DIR="$dir/package-target" cargo package --workspace --exclude echomq-readme --locked
+rm -rf "$dir/package-target" "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/echomq-[0-9]*
 # the examples run, not only build: the no-server ones on the embedded store, then the Redis one
 # against the server started above. Built with the workspace's features, as the tests built them
 # (`cargo run -p echomq` would resolve fewer and compile tokio, redis and echomq once more).

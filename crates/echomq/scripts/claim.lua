@@ -245,12 +245,14 @@ local function member(m)
 end
 
 -- s's next page of `ahead` ids read when every id read is taken (`read` of them in all); while
--- s's size is unknown, one id more, so that a page short of it tells the size before the walk
--- takes s's last job (the ring step drops a member whose jobs are all taken)
+-- s's size is unknown, one id more, and read already when one id read is left, so that a page
+-- short of it tells the size before the walk takes s's last job (the ring step drops a member
+-- whose jobs are all taken: a '~' kept with pending emptied would stay on the ring)
 local function read_ahead(s, ahead)
-  if s.taken == s.read and s.read < s.size then
-    if s.size == math.huge then ahead = ahead + 1 end
-    local from, to = s.taken, s.taken + ahead - 1
+  local unknown = s.size == math.huge
+  if s.read < s.size and (s.taken == s.read or unknown and s.taken + 1 == s.read) then
+    if unknown then ahead = ahead + 1 end
+    local from, to = s.read, s.read + ahead - 1
     local page = call('ZRANGE', s.key, from, to, 'WITHSCORES')
     for i = 2, #page, 2 do
       s.ids[from + i / 2] = page[i - 1]
