@@ -27,12 +27,23 @@
 -- Generated from scripts/src/sweep_stalled.lua and the library (scripts/lib/): edit those, then
 -- run EMQ_REGENERATE=1 cargo test -p echomq --lib scripts
 
--- the store's clock, in ms
-local function emq_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- the clock as one script call reads it: TIME once at most, so that every step of a call (a
+-- settle and the claim behind it) sees one instant
+local emq_clock = {}
+
+-- the store's time in µs (the clock of the rate limits)
+local function emq_now_us()
+  if not emq_clock[1] then
+    local t = redis.call('TIME')
+    emq_clock[1] = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return emq_clock[1]
 end
 
+-- the store's clock, in ms: emq_now_us's whole ms
+local function emq_now()
+  return math.floor(emq_now_us() / 1000)
+end
 -- reaches keys the script writes without reading them (suffixes of the queue base), before its
 -- first write: EXISTS of at most 1000 keys at a time, refused whole when any of them is not served
 -- here

@@ -1174,7 +1174,8 @@ pub trait Store: Send + Sync {
         })
     }
 
-    /// complete_many, then a claim, in one round trip where the store can (Redis: one pipeline).
+    /// complete_many, then a claim, in one round trip where the store can (the scripted stores:
+    /// one call of `complete_then_claim.lua`, the completions and then the claim in one script).
     /// The completions reach the store ahead of the claim, so the slots they free (a lane job's)
     /// are free for it: a consumer's next job is the one the store's order gives, never one that
     /// overtook the settle of the job before it. `Err` only when the store could not be reached at

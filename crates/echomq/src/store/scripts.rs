@@ -5,7 +5,8 @@
 //!
 //! The library is the files of `scripts/lib/`, one concern each ([`LIB`], in a fixed order): each
 //! opens with a header comment (up to its first blank line) stating what it holds, then its
-//! helpers, each a `local function emq_…` with the comment above it. A helper calls only helpers
+//! helpers, each a `local function emq_…` (or a `local emq_…` value the helpers keep for one
+//! script call, as the clock's reading) with the comment above it. A helper calls only helpers
 //! declared before it, in its own file or an earlier one (Lua resolves a `local` where it is
 //! declared), so the helpers sent keep the library's order.
 //!
@@ -104,13 +105,16 @@ fn cut(file: &'static str, from: usize, out: &mut Vec<(&'static str, &'static st
     for line in file[from..].split_inclusive('\n') {
         if line.starts_with("--") {
             comment_start.get_or_insert(offset);
-        } else if let Some(rest) = line.strip_prefix("local function ") {
+        } else if let Some(rest) = line
+            .strip_prefix("local function ")
+            .or_else(|| line.strip_prefix("local ").filter(|r| r.starts_with("emq_")))
+        {
             let begin = comment_start.unwrap_or(offset);
             if !name.is_empty() {
                 out.push((name, &file[start..begin]));
             }
             start = begin;
-            name = rest.split('(').next().unwrap_or("").trim();
+            name = rest.split(['(', ' ', '=']).next().unwrap_or("").trim();
             comment_start = None;
         } else if !line.trim().is_empty() {
             comment_start = None;
@@ -175,8 +179,22 @@ fn needed(source: &str) -> String {
         .collect()
 }
 
+/// The scripts that run another verb's script whole: (verb, the function the other's body is
+/// wrapped in ahead of the verb's own file, that body). `complete_then_claim` settles, then runs
+/// claim.lua as `emq_claim(KEYS, ARGV)`: one implementation of the claim, one script call a job.
+const WRAPS: &[(&str, &str, &str)] = &[(
+    "complete_then_claim",
+    "emq_claim",
+    include_str!("../../scripts/claim.lua"),
+)];
+
 impl Script {
     fn new(name: &'static str, source: &str, with_lib: bool) -> Self {
+        let source = match WRAPS.iter().find(|(verb, _, _)| *verb == name) {
+            Some((_, function, inner)) => format!("local function {function}(KEYS, ARGV)\n{inner}\nend\n{source}"),
+            None => source.to_string(),
+        };
+        let source = source.as_str();
         let body = if with_lib {
             format!("{}\n{source}", needed(source))
         } else {
@@ -265,6 +283,7 @@ scripts! {
     claim: true,
     complete: true,
     complete_many: true,
+    complete_then_claim: true,
     complete_cancelled: true,
     retry: true,
     discard: true,
@@ -347,7 +366,10 @@ mod tests {
             );
             let mut mine = Vec::new();
             cut(file, head.len(), &mut mine);
-            let declared = file.lines().filter(|l| l.starts_with("local function ")).count();
+            let declared = file
+                .lines()
+                .filter(|l| l.starts_with("local function ") || l.starts_with("local emq_"))
+                .count();
             assert_eq!(mine.len(), declared, "lib/{name}.lua");
             assert_eq!(
                 mine.iter().map(|(_, t)| t.len()).sum::<usize>() + head.len(),
@@ -469,8 +491,11 @@ mod tests {
             // self-contained: every helper it calls is declared in it
             let declared: Vec<&str> = on_disk
                 .lines()
-                .filter_map(|l| l.strip_prefix("local function "))
-                .map(|l| l.split('(').next().unwrap_or(""))
+                .filter_map(|l| {
+                    l.strip_prefix("local function ")
+                        .or_else(|| l.strip_prefix("local ").filter(|r| r.starts_with("emq_")))
+                })
+                .map(|l| l.split(['(', ' ']).next().unwrap_or(""))
                 .collect();
             for used in mentions(template.split_once("\n\n").map_or(template, |(_, b)| b)) {
                 assert!(
@@ -485,9 +510,12 @@ mod tests {
     fn every_helper_has_a_caller() {
         let scripts = Scripts::load();
         for (name, _) in helpers() {
-            let head = format!("local function {name}(");
+            let (function, value) = (format!("local function {name}("), format!("local {name} ="));
             assert!(
-                scripts.all().iter().any(|s| s.body(false).contains(&head)),
+                scripts
+                    .all()
+                    .iter()
+                    .any(|s| s.body(false).contains(&function) || s.body(false).contains(&value)),
                 "the library's {name} is prepended to no script: remove it"
             );
         }

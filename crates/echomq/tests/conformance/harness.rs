@@ -207,6 +207,17 @@ impl Probe {
         each_store!(self, p => p.set_obliterating_mark().await)
     }
 
+    /// Replaces the queue's key `suffix` with a string raw (to corrupt it: a hash or a set made a
+    /// string fails every command of its type on it).
+    pub async fn set_key_string(&self, suffix: &str, value: &str) {
+        each_store!(self, p => p.set_key_string(suffix, value).await)
+    }
+
+    /// Deletes the queue's key `suffix` raw.
+    pub async fn del_key(&self, suffix: &str) {
+        each_store!(self, p => p.del_key(suffix).await)
+    }
+
     /// Takes the obliterating mark away again.
     pub async fn clear_obliterating_mark(&self) {
         each_store!(self, p => p.clear_obliterating_mark().await)

@@ -382,6 +382,19 @@ impl RedisProbe {
             .expect("SET obliterating");
     }
 
+    pub async fn set_key_string(&self, suffix: &str, value: &str) {
+        let _: () = self
+            .conn
+            .clone()
+            .set(self.key(suffix), value)
+            .await
+            .expect("SET a key raw");
+    }
+
+    pub async fn del_key(&self, suffix: &str) {
+        let _: () = self.conn.clone().del(self.key(suffix)).await.expect("DEL a key raw");
+    }
+
     pub async fn refuse_new_jobs(&self) {
         let _: () = self
             .conn

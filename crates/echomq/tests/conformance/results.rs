@@ -211,7 +211,17 @@ pub async fn mark_waited_of_none_leaves_the_finishes_unannounced(ctx: &Ctx) {
     let id = add(ctx, None, "job").await;
     let c = claim_id(ctx, &id, LEASE).await;
     complete(ctx, &id, c.token, None).await;
-    no_notice(&mut notices, "an unmarked job's completion").await;
+    if ctx.dir.is_none() {
+        no_notice(&mut notices, "an unmarked job's completion").await;
+        return;
+    }
+    // the embedded store's beat says "look again" (`None`) when its file changed under it — its
+    // checkpointer emptying the -wal file half a second after the last commit counts — so only a
+    // notice naming the job is wrong there
+    let until = tokio::time::Instant::now() + Duration::from_millis(700);
+    while let Ok(n) = tokio::time::timeout_at(until, notices.next()).await {
+        assert!(matches!(n, Some(None)), "a notice {n:?}: an unmarked job's completion");
+    }
 }
 
 /// With no row, mark_waited answers the queue's id sequence: a generated id at or below it was

@@ -1795,15 +1795,6 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
         .max_attempts(BUDGET)
         .settle(plain());
     let batch = [entry(&a[0], first[0].token, Some("out")), entry(&b[0], 7, None)];
-    // complete_many's script loaded on the queue's server first: a pipeline whose first entry
-    // meets NOSCRIPT resends it after the entries behind it ran, so on a server that never ran
-    // complete_many the claim would go first and find a's slot still taken
-    let warm = ctx
-        .store
-        .complete_many(&ctx.q, &[entry(&b[0], 7, None)], plain())
-        .await
-        .unwrap();
-    assert_eq!(warm, [Settled::Stale]);
     let r = ctx
         .store
         .complete_then_claim(&ctx.q, &batch, plain(), claim_two.clone())
@@ -1831,6 +1822,30 @@ pub async fn complete_then_claim_frees_the_slots_for_the_claim_behind_it(ctx: &C
     assert!(r.claimed.unwrap().is_empty());
     assert_eq!(counts(ctx).await.completed, 3);
     assert_slot_invariant(ctx).await;
+}
+
+/// complete_then_claim: a claim that fails behind the completions (the queue's settings hash
+/// corrupted into a string) leaves them landed; its own error is its part of the reply.
+pub async fn complete_then_claim_keeps_its_completions_when_its_claim_fails(ctx: &Ctx) {
+    let added = [add(ctx, None, "a").await, add(ctx, None, "b").await];
+    let first = claim(ctx, 1, LEASE).await;
+    assert_eq!(ids(&first), std::slice::from_ref(&added[0]));
+    ctx.probe.set_key_string("groups", "corrupt").await;
+    let one = echomq::store::ClaimRequest::new(1, LEASE)
+        .max_attempts(BUDGET)
+        .settle(plain());
+    let r = ctx
+        .store
+        .complete_then_claim(&ctx.q, &[entry(&added[0], first[0].token, None)], plain(), one)
+        .await
+        .unwrap();
+    assert_eq!(r.completed.unwrap(), [Settled::Ok], "the completion landed");
+    let e = r.claimed.expect_err("the claim read a string as the settings hash");
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    ctx.probe.del_key("groups").await;
+    let c = counts(ctx).await;
+    assert_eq!((c.completed, c.pending, c.active), (1, 1, 0), "nothing claimed");
+    assert_eq!(ids(&claim(ctx, 1, LEASE).await), std::slice::from_ref(&added[1]));
 }
 
 /// A job that failed once and then completed keeps, retained, only its outcome: no `last_error`
@@ -1906,6 +1921,7 @@ pub async fn complete_of_a_retried_job_keeps_no_earlier_error(ctx: &Ctx) {
 crate::conformance!(
     complete_of_a_retried_job_keeps_no_earlier_error,
     complete_then_claim_frees_the_slots_for_the_claim_behind_it,
+    complete_then_claim_keeps_its_completions_when_its_claim_fails,
     every_holder_verb_of_a_job_never_claimed_is_stale,
     release_with_the_holders_token_gives_the_job_back,
     release_with_a_stale_token_is_stale_and_writes_nothing,

@@ -2,12 +2,14 @@
 //! recover_promote_claim (a beat's recovery, promote and claim) and complete_then_claim (a batch of
 //! completions, then the claim for the slots they free).
 
+use super::args::num;
 use super::claim::{claim_call, parse_claimed};
 use super::complete_many::{complete_many_calls, parse_completed};
 use super::promote::{parse_promoted, promote_call};
 use super::reap::{parse_reaped, reap_call};
+use super::reply::{self, Reply};
 use super::sweep_stalled::{parse_swept, sweep_call};
-use super::Engine;
+use super::{Call, Engine};
 use crate::error::{Error, Result};
 use crate::keyspace::{QueueKeys, QueueName};
 use crate::store::{
@@ -82,29 +84,67 @@ pub(crate) async fn complete_then_claim(
     // a batch refused before sending (an output over the limit) sends no claim either: the
     // caller settles its entries one by one, then claims
     let mut calls = complete_many_calls(store, &k, jobs, settle)?;
-    let settles = calls.len();
-    if claim.n > 0 {
-        check_claim(claim.lease, claim.max_attempts)?;
-        let n = (claim.n as usize).min(BATCH_MAX);
-        calls.push(claim_call(store, &k, n, super::claim::slots_of(n, claim), claim));
+    if claim.n == 0 || calls.is_empty() {
+        return Ok(CompletedThenClaimed {
+            completed: parse_completed(store.run_calls(calls).await?),
+            claimed: Ok(Claimed::default()),
+        });
+    }
+    check_claim(claim.lease, claim.max_attempts)?;
+    let n = (claim.n as usize).min(BATCH_MAX);
+    // the last settle call and the claim are one script call (complete_then_claim.lua): the
+    // completions land first, then the claim runs whole
+    let claim_call = claim_call(store, &k, n, super::claim::slots_of(n, claim), claim);
+    if let Some(last) = calls.pop() {
+        calls.push(fused(store, last, claim_call));
     }
     let mut replies = store.run_calls(calls).await?;
-    let claimed = if claim.n > 0 {
-        match replies.pop() {
-            Some(v) if replies.len() == settles => v.and_then(|v| {
-                let mut out = Claimed::default();
-                parse_claimed(v, &mut out).map(|_| out)
-            }),
-            _ => Err(Error::Protocol {
+    let (last, claimed) = match replies.pop() {
+        Some(Ok(v)) => match reply::tuple::<2>("complete_then_claim", v) {
+            Ok([completed, claimed]) => (
+                Ok(completed),
+                nested("claim", claimed).and_then(|v| {
+                    let mut out = Claimed::default();
+                    parse_claimed(v, &mut out).map(|_| out)
+                }),
+            ),
+            Err(e) => (Err(e.clone()), Err(e)),
+        },
+        Some(Err(e)) => (Err(e.clone()), Err(e)),
+        None => {
+            let e = Error::Protocol {
                 verb: "complete_then_claim",
                 reply: "fewer replies than calls".into(),
-            }),
+            };
+            (Err(e.clone()), Err(e))
         }
-    } else {
-        Ok(Claimed::default())
     };
+    replies.push(last);
     Ok(CompletedThenClaimed {
         completed: parse_completed(replies),
         claimed,
     })
+}
+
+/// One complete_many call and a claim call as one complete_then_claim call: the claim's KEYS; its
+/// ARGV counted, then the settle's past the queue base both share.
+fn fused<'a>(store: &'a (impl Engine + ?Sized), settle: Call<'a>, claim: Call<'a>) -> Call<'a> {
+    let mut args = Vec::with_capacity(1 + claim.args.len() + settle.args.len());
+    args.push(num(claim.args.len()));
+    args.extend(claim.args);
+    args.extend(settle.args.into_iter().skip(1));
+    Call {
+        script: &store.scripts().complete_then_claim,
+        keys: claim.keys,
+        args,
+    }
+}
+
+/// An element of a reply that may be a script's error reply (claim's inside complete_then_claim's):
+/// that error as the store's.
+fn nested(verb: &'static str, v: Reply) -> Result<Reply> {
+    match v {
+        Reply::Error(text) => Err(reply::script_error(verb, &text).unwrap_or(Error::Store { verb, reason: text })),
+        v => Ok(v),
+    }
 }
