@@ -95,6 +95,9 @@ pub(crate) struct Shared {
     /// release) since its last park began: the park ends by then, as the promote that bounded it
     /// ran before these jobs were scheduled.
     pub(crate) due: Mutex<Option<std::time::Instant>>,
+    /// Raised when a cancel request reached a job tracked here: the launcher settles the held jobs
+    /// it cancelled at once, without waiting for their turn to run.
+    pub(crate) held_cancel: Arc<tokio::sync::Notify>,
 }
 
 /// How long a cancel request for a job not tracked here is remembered: the race it covers (a
@@ -141,9 +144,13 @@ impl Shared {
             // the request may be older than this job (its id reused once an earlier job ended):
             // the row's durable cancel field says whether it stands for the job running now
             let (store, queue, id, token) = (self.store.clone(), self.queue.clone(), id.clone(), cancel.clone());
+            let held_cancel = self.held_cancel.clone();
             self.runtime.spawn(async move {
                 match store.get(&queue, &id).await {
-                    Ok(Some(job)) if job.cancel.is_some() => token.cancel(reason),
+                    Ok(Some(job)) if job.cancel.is_some() => {
+                        token.cancel(reason);
+                        held_cancel.notify_one();
+                    }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(%queue, %id, error = %e, "checking an early cancel request failed"),
                 }
@@ -260,6 +267,7 @@ impl Consumer {
             refused: Mutex::new(None),
             timings,
             due: Mutex::new(None),
+            held_cancel: Arc::new(tokio::sync::Notify::new()),
         });
         let mut aborts = Vec::new();
         if shared.opts.cancel {

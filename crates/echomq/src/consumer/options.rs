@@ -76,7 +76,8 @@ pub struct ConsumerOptions {
     /// their jobs and is woken only for them; the jobs of a kind no live consumer runs wait.
     pub kinds: Kinds,
     /// How many claimed jobs it may hold beyond its free slots (0, the default: it claims only
-    /// for free slots). A held job is leased, renewed and cancellable from its claim, and starts
+    /// for free slots). A held job is leased, renewed and cancellable from its claim (a cancel
+    /// settles it cancelled at once, unrun), and starts
     /// the moment a slot frees, before that slot's settle lands; a stop, an abort or the ttl gives
     /// it back at once, its attempt unused. A job on its last attempt is never held, nor is a job
     /// claimed to be held under a rate limit. For many short jobs: a consumer whose jobs take a

@@ -526,13 +526,61 @@ impl Beat {
 
 impl Launcher {
     pub(crate) fn new(shared: Arc<Shared>, settle_tx: &mpsc::UnboundedSender<Finished>) -> Launcher {
-        Launcher {
+        let launcher = Launcher {
             slots: Arc::new(Semaphore::new(shared.opts.concurrency)),
             room: Arc::new(std::sync::Mutex::new(shared.opts.prefetch)),
             shared,
             settle_tx: settle_tx.downgrade(),
             tracker: TaskTracker::new(),
             held: Arc::default(),
+        };
+        if launcher.shared.opts.prefetch > 0 && launcher.shared.opts.cancel {
+            tokio::spawn(launcher.clone().settle_held_cancels());
+        }
+        launcher
+    }
+
+    /// Each time a cancel request reaches a job tracked here: the held jobs it cancelled leave the
+    /// queue of held jobs and go to the settler as cancelled, at once, never run (a held job could
+    /// otherwise wait behind long handlers for the turn that settles it). Ends with the loop.
+    async fn settle_held_cancels(self) {
+        let shared = self.shared.clone();
+        loop {
+            tokio::select! {
+                _ = shared.held_cancel.notified() => {}
+                _ = shared.ended.cancelled() => return,
+                _ = shared.aborted.cancelled() => return,
+            }
+            let cancelled: std::collections::VecDeque<Held> = {
+                let mut held = lock(&self.held);
+                let (gone, kept) = std::mem::take(&mut *held)
+                    .into_iter()
+                    .partition(|h| h.cancel.is_cancelled());
+                *held = kept;
+                gone
+            };
+            if cancelled.is_empty() {
+                continue;
+            }
+            self.unreserve(cancelled.len());
+            let Some(settle_tx) = self.settle_tx.upgrade() else {
+                return;
+            };
+            for h in cancelled {
+                shared.timings.record_held(h.since.elapsed());
+                let reason = h.cancel.check().err().and_then(|c| c.reason);
+                let finished = Finished {
+                    id: h.job.id,
+                    token: h.job.token,
+                    verdict: Verdict::Cancel(reason.unwrap_or_else(|| "cancelled".into())),
+                    attempt: h.job.attempts,
+                    retry: h.job.retry.unwrap_or_else(|| shared.opts.retry.clone()),
+                    permit: None,
+                };
+                if settle_tx.send(finished).is_err() {
+                    return;
+                }
+            }
         }
     }
 
@@ -854,7 +902,10 @@ pub(crate) async fn forward_cancels(shared: Arc<Shared>) {
 fn fire(shared: &Shared, id: &crate::keyspace::JobId, reason: Option<String>) {
     let tracked = lock(&shared.inflight).get(id).map(|t| t.cancel.clone());
     match tracked {
-        Some(token) => token.cancel(reason),
+        Some(token) => {
+            token.cancel(reason);
+            shared.held_cancel.notify_one();
+        }
         None => {
             let mut early = lock(&shared.early_cancels);
             if early.len() >= EARLY_CANCELS_MAX {
