@@ -701,7 +701,21 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .await
         .unwrap();
     let many = echomq::store::Completion::new(b.id.clone(), b.token);
-    store.complete_many(&q, &[many], settle).await.unwrap();
+    store.complete_many(&q, &[many.clone()], settle).await.unwrap();
+    // b settled again (stale), a claim of one job behind it in the same script call
+    let fused = store
+        .complete_then_claim(
+            &q,
+            &[many],
+            settle,
+            echomq::store::ClaimRequest::new(1, lease)
+                .max_attempts(1)
+                .settle(settle),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fused.completed.unwrap(), [echomq::store::Settled::Stale]);
+    fused.claimed.unwrap();
     store
         .complete_cancelled(
             &q,
