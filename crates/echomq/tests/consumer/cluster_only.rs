@@ -701,7 +701,10 @@ async fn every_script_call_names_keys_of_one_slot_only() {
         .await
         .unwrap();
     let many = echomq::store::Completion::new(b.id.clone(), b.token);
-    store.complete_many(&q, &[many.clone()], settle).await.unwrap();
+    store
+        .complete_many(&q, std::slice::from_ref(&many), settle)
+        .await
+        .unwrap();
     // b settled again (stale), a claim of one job behind it in the same script call
     let fused = store
         .complete_then_claim(
