@@ -56,7 +56,7 @@ use crate::keyspace::{JobId, QueueKeys, QueueName};
 use crate::store::engine::{Call, Engine};
 use crate::store::reply::Reply;
 use crate::store::scripts::{Script, Scripts};
-use crate::store::verbs::reply::script_error;
+use crate::store::verbs::reply::checked;
 use crate::store::{CancelRequest, ClaimRequest, Claimed, Handoff, BATCH_MAX, PAYLOAD_LIMIT_DEFAULT};
 use engine::{Call as HostCall, LuaHost, Notice};
 
@@ -866,14 +866,6 @@ fn host_call(call: &Call<'_>) -> HostCall<'static> {
         script: call.script.name,
         keys: call.keys.iter().map(|k| k.clone().into_bytes()).collect(),
         args: call.args.clone(),
-    }
-}
-
-/// A script's reply as [`Engine::run`] answers it: an error reply as the store's error.
-fn checked(verb: &'static str, r: Reply) -> Result<Reply> {
-    match r {
-        Reply::Error(text) => Err(script_error(verb, &text).unwrap_or(Error::Store { verb, reason: text })),
-        r => Ok(r),
     }
 }
 

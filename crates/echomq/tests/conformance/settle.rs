@@ -1846,6 +1846,14 @@ pub async fn complete_then_claim_keeps_its_completions_when_its_claim_fails(ctx:
     let c = counts(ctx).await;
     assert_eq!((c.completed, c.pending, c.active), (1, 1, 0), "nothing claimed");
     assert_eq!(ids(&claim(ctx, 1, LEASE).await), std::slice::from_ref(&added[1]));
+    // no completion: the claim alone
+    let last = add(ctx, None, "c").await;
+    let one = echomq::store::ClaimRequest::new(1, LEASE)
+        .max_attempts(BUDGET)
+        .settle(plain());
+    let r = ctx.store.complete_then_claim(&ctx.q, &[], plain(), one).await.unwrap();
+    assert_eq!(r.completed.unwrap(), []);
+    assert_eq!(ids(&r.claimed.unwrap()), [last]);
 }
 
 /// A job that failed once and then completed keeps, retained, only its outcome: no `last_error`

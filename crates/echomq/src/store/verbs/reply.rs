@@ -25,6 +25,15 @@ pub(crate) fn script_error(verb: &'static str, text: &str) -> Option<Error> {
     }
 }
 
+/// A script's reply with an error reply as the store's error (a whole reply, or a part of one that
+/// holds another script's: claim's inside complete_then_claim's).
+pub(crate) fn checked(verb: &'static str, r: Reply) -> Result<Reply> {
+    match r {
+        Reply::Error(text) => Err(script_error(verb, &text).unwrap_or(Error::Store { verb, reason: text })),
+        r => Ok(r),
+    }
+}
+
 pub(crate) fn protocol(verb: &'static str, v: &Reply) -> Error {
     let mut reply = format!("{v:?}");
     // at most 200 bytes, cut on a character boundary

@@ -59,10 +59,7 @@ pub(crate) async fn recover_promote_claim(
     };
     let promoted = next().and_then(parse_promoted);
     let claimed = if claim.n > 0 {
-        next().and_then(|v| {
-            let mut out = Claimed::default();
-            parse_claimed(v, &mut out).map(|_| out)
-        })
+        next().and_then(claimed_of)
     } else {
         Ok(Claimed::default())
     };
@@ -84,7 +81,7 @@ pub(crate) async fn complete_then_claim(
     // a batch refused before sending (an output over the limit) sends no claim either: the
     // caller settles its entries one by one, then claims
     let mut calls = complete_many_calls(store, &k, jobs, settle)?;
-    if claim.n == 0 || calls.is_empty() {
+    if claim.n == 0 {
         return Ok(CompletedThenClaimed {
             completed: parse_completed(store.run_calls(calls).await?),
             claimed: Ok(Claimed::default()),
@@ -92,38 +89,46 @@ pub(crate) async fn complete_then_claim(
     }
     check_claim(claim.lease, claim.max_attempts)?;
     let n = (claim.n as usize).min(BATCH_MAX);
+    let claim_call = claim_call(store, &k, n, super::claim::slots_of(n, claim), claim);
+    let Some(last) = calls.pop() else {
+        // no completion: the claim alone
+        let claimed = store.run_calls(vec![claim_call]).await?.pop();
+        return Ok(CompletedThenClaimed {
+            completed: Ok(Vec::new()),
+            claimed: claimed.map_or_else(|| Err(fewer()), |v| v.and_then(claimed_of)),
+        });
+    };
     // the last settle call and the claim are one script call (complete_then_claim.lua): the
     // completions land first, then the claim runs whole
-    let claim_call = claim_call(store, &k, n, super::claim::slots_of(n, claim), claim);
-    if let Some(last) = calls.pop() {
-        calls.push(fused(store, last, claim_call));
-    }
+    calls.push(fused(store, last, claim_call));
     let mut replies = store.run_calls(calls).await?;
     let (last, claimed) = match replies.pop() {
         Some(Ok(v)) => match reply::tuple::<2>("complete_then_claim", v) {
-            Ok([completed, claimed]) => (
-                Ok(completed),
-                nested("claim", claimed).and_then(|v| {
-                    let mut out = Claimed::default();
-                    parse_claimed(v, &mut out).map(|_| out)
-                }),
-            ),
+            Ok([completed, claimed]) => (Ok(completed), reply::checked("claim", claimed).and_then(claimed_of)),
             Err(e) => (Err(e.clone()), Err(e)),
         },
         Some(Err(e)) => (Err(e.clone()), Err(e)),
-        None => {
-            let e = Error::Protocol {
-                verb: "complete_then_claim",
-                reply: "fewer replies than calls".into(),
-            };
-            (Err(e.clone()), Err(e))
-        }
+        None => (Err(fewer()), Err(fewer())),
     };
     replies.push(last);
     Ok(CompletedThenClaimed {
         completed: parse_completed(replies),
         claimed,
     })
+}
+
+/// The jobs of one claim call's reply.
+fn claimed_of(v: Reply) -> Result<Claimed> {
+    let mut out = Claimed::default();
+    parse_claimed(v, &mut out).map(|_| out)
+}
+
+/// A round trip that answered fewer replies than its calls.
+fn fewer() -> Error {
+    Error::Protocol {
+        verb: "complete_then_claim",
+        reply: "fewer replies than calls".into(),
+    }
 }
 
 /// One complete_many call and a claim call as one complete_then_claim call: the claim's KEYS; its
@@ -137,14 +142,5 @@ fn fused<'a>(store: &'a (impl Engine + ?Sized), settle: Call<'a>, claim: Call<'a
         script: &store.scripts().complete_then_claim,
         keys: claim.keys,
         args,
-    }
-}
-
-/// An element of a reply that may be a script's error reply (claim's inside complete_then_claim's):
-/// that error as the store's.
-fn nested(verb: &'static str, v: Reply) -> Result<Reply> {
-    match v {
-        Reply::Error(text) => Err(reply::script_error(verb, &text).unwrap_or(Error::Store { verb, reason: text })),
-        v => Ok(v),
     }
 }
